@@ -1,0 +1,60 @@
+# AwoooP — the two commands a newcomer needs are `make run` and `make test`.
+# With AWOOOP_DATABASE_URL / AWOOOP_BROKER_URL set, the configured services are used and
+# nothing embedded is started.
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STATE := .awooop
+# Load the env file written by `awooop dev up` into each recipe's environment.
+WITH_ENV := set -a && . $(STATE)/env && set +a &&
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: help install services migrate run stop test test-integration test-e2e lint bench clean
+
+help:
+	@echo "make run    set everything up and start web, workers, beat and flower"
+	@echo "make test   set everything up and run the whole test suite"
+	@echo "make stop   stop the embedded PostgreSQL and Redis"
+	@echo "make lint   ruff + mypy"
+	@echo "make bench  admission and end-to-end benchmarks (writes docs/benchmarks.md)"
+
+$(BIN)/awooop: pyproject.toml constraints.txt
+	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Python 3.11 is required"'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,test,lint]'
+	@touch $@
+
+install: $(BIN)/awooop
+
+services: install
+	$(BIN)/awooop dev up
+
+migrate: services
+	$(WITH_ENV) $(BIN)/awooop migrate
+
+run: migrate
+	$(WITH_ENV) $(BIN)/awooop dev demo
+	$(WITH_ENV) $(BIN)/honcho start -f Procfile
+
+stop:
+	-@pkill -f 'honcho start -f Procfile' 2>/dev/null || true
+	@if [ -x $(BIN)/awooop ]; then $(BIN)/awooop dev down; fi
+
+test: services
+	$(WITH_ENV) $(BIN)/pytest
+
+test-integration: services
+	$(WITH_ENV) $(BIN)/pytest tests/integration tests/e2e tests/migrations
+
+lint: install
+	$(BIN)/ruff check awooop tests bench migrations celeryconfig.py
+	$(BIN)/ruff format --check awooop tests bench celeryconfig.py
+	$(BIN)/mypy
+
+bench: migrate
+	$(WITH_ENV) $(BIN)/python -m bench.run
+
+clean: stop
+	rm -rf $(VENV) $(STATE)

@@ -1,0 +1,68 @@
+"""Prometheus Alertmanager webhook notifications.
+
+Authentication: ``Authorization: Bearer <secret>`` or HTTP basic auth whose password is the
+secret (Alertmanager does not sign its requests). Event id: SHA-256 over the receiver, the
+``groupKey``, the group ``status`` and each alert's (fingerprint, status, startsAt, endsAt),
+sorted — a retry of a notification is the same event; the resolved notification is a new one.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+from awooop import secrets as crypto
+from awooop.channels.base import (
+    ChannelSecrets,
+    InboundEvent,
+    RawRequest,
+    digest,
+    json_object,
+    require,
+)
+
+CHANNEL = "alertmanager"
+
+
+def _presented_secret(authorization: str) -> str | None:
+    scheme, _, value = authorization.partition(" ")
+    scheme = scheme.lower()
+    if scheme == "bearer":
+        return value.strip() or None
+    if scheme == "basic":
+        try:
+            decoded = base64.b64decode(value.strip(), validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            return None
+        _, sep, password = decoded.partition(":")
+        return password if sep and password else None
+    return None
+
+
+def authenticate(request: RawRequest, secrets: ChannelSecrets) -> bool:
+    presented = _presented_secret(request.headers.get("Authorization", ""))
+    return presented is not None and crypto.matches_any_hash(presented, secrets.hashes)
+
+
+def _alert_key(alert: Any) -> list[str]:
+    require(isinstance(alert, dict), "each alert must be an object")
+    key = [alert.get("fingerprint"), alert.get("status"), alert.get("startsAt"),
+           alert.get("endsAt")]
+    require(all(isinstance(part, str) for part in key),
+            "each alert needs string fingerprint, status, startsAt and endsAt")
+    return key
+
+
+def parse(request: RawRequest) -> list[InboundEvent]:
+    notification = json_object(request.body)
+    receiver = notification.get("receiver")
+    group_key = notification.get("groupKey")
+    status = notification.get("status")
+    alerts = notification.get("alerts")
+    require(isinstance(receiver, str), "receiver must be a string")
+    require(isinstance(group_key, str), "groupKey must be a string")
+    require(status in ("firing", "resolved"), "status must be 'firing' or 'resolved'")
+    require(isinstance(alerts, list) and len(alerts) > 0, "alerts must be a non-empty list")
+    identity = [receiver, group_key, status, sorted(_alert_key(a) for a in alerts)]
+    return [InboundEvent(digest(identity), notification, digest(notification))]

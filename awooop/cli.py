@@ -1,0 +1,253 @@
+"""The ``awooop`` command: projects, migrations, the development stack.
+
+Every sub-command has ``--help``. Errors go to stderr with exit status 2 (bad usage or
+input) or 1 (the operation failed); nothing is written when the input is invalid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from awooop import secrets
+from awooop.config import STATE_DIR, ConfigError, Settings
+from awooop.models.project import CHANNEL_TYPES
+from awooop.workflows import registry
+
+PROJECT_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+DEMO_PROJECT = "demo"
+
+
+class UsageError(Exception):
+    """Invalid input on the command line; the message says what to change."""
+
+
+def _settings(*required: str) -> Settings:
+    return Settings.from_env(required=required or ("database_url", "secret_key"))
+
+
+def _engine(settings: Settings):  # type: ignore[no-untyped-def]
+    from awooop import db
+
+    return db.make_engine(settings.database_url, pool_size=1)
+
+
+def _check_project_id(project_id: str) -> str:
+    if not PROJECT_ID.match(project_id):
+        raise UsageError(
+            f"invalid project id {project_id!r}: use 1-64 lowercase letters, digits, '-' or '_',"
+            " starting with a letter or digit"
+        )
+    return project_id
+
+
+def default_routes() -> dict[str, str]:
+    return {channel: f"demo-{channel}" for channel in CHANNEL_TYPES}
+
+
+def create_project(settings: Settings, project_id: str, name: str | None = None
+                   ) -> dict[str, Any]:
+    """Create a project routed to the demo workflows; returns its fresh credentials."""
+    from awooop.store import projects
+
+    _check_project_id(project_id)
+    box = secrets.SecretBox(settings.secret_key)
+    api_token = secrets.new_token()
+    channel_secrets = {channel: secrets.new_token() for channel in CHANNEL_TYPES if channel != "api"}
+    with _engine(settings).begin() as conn:
+        try:
+            projects.create_project(conn, project_id, name or project_id, default_routes())
+        except projects.ProjectExists:
+            raise UsageError(f"project {project_id!r} already exists") from None
+        projects.add_api_token(conn, project_id, "operator", secrets.sha256_hex(api_token))
+        for channel in ("telegram", "alertmanager"):  # echoed back verbatim: keep a hash
+            projects.add_channel_secret(conn, project_id, channel,
+                                        secret_hash=secrets.sha256_hex(channel_secrets[channel]))
+        for channel in ("gitea", "line"):  # HMAC keys: must be recoverable, keep encrypted
+            projects.add_channel_secret(conn, project_id, channel,
+                                        secret_encrypted=box.encrypt(channel_secrets[channel]))
+    return {"project_id": project_id, "api_token": api_token, "secrets": channel_secrets}
+
+
+def _parse_routes(pairs: list[str]) -> dict[str, str]:
+    routes = {}
+    for pair in pairs:
+        channel, sep, workflow = pair.partition("=")
+        if not sep or not channel or not workflow:
+            raise UsageError(f"route {pair!r} must look like <channel>=<workflow>")
+        if channel not in CHANNEL_TYPES:
+            raise UsageError(f"unknown channel {channel!r}; channels: {', '.join(CHANNEL_TYPES)}")
+        if registry.latest(workflow) is None:
+            known = ", ".join(sorted({w.name for w in registry.all_workflows()}))
+            raise UsageError(f"unknown workflow {workflow!r}; registered: {known}")
+        routes[channel] = workflow
+    return routes
+
+
+def cmd_project_create(args: argparse.Namespace) -> int:
+    print(json.dumps(create_project(_settings(), args.project_id, args.name), indent=2))
+    return 0
+
+
+def cmd_project_routes(args: argparse.Namespace) -> int:
+    from awooop.store import projects
+
+    _check_project_id(args.project_id)
+    settings = _settings("database_url")
+    registry.import_modules(settings.workflow_module_list)
+    routes = _parse_routes(args.routes)
+    with _engine(settings).begin() as conn:
+        updated = projects.set_routes(conn, args.project_id, routes)
+    if updated is None:
+        raise UsageError(f"no project {args.project_id!r}")
+    print(json.dumps({"project_id": args.project_id, "routes": updated}, indent=2))
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from alembic import command
+    from alembic.config import Config
+
+    settings = _settings("database_url")
+    config = Config(str(Path(__file__).resolve().parent.parent / "alembic.ini"))
+    config.set_main_option("sqlalchemy.url", settings.database_url)
+    if args.revision.startswith("-") or args.direction == "down":
+        command.downgrade(config, args.revision)
+    else:
+        command.upgrade(config, args.revision)
+    return 0
+
+
+def cmd_workflows(args: argparse.Namespace) -> int:
+    for wf in registry.all_workflows():
+        steps = " -> ".join(s.name for s in wf.steps)
+        print(f"{wf.name} v{wf.version}  max_attempts={wf.max_attempts}  {steps}  "
+              f"{wf.description}")
+    return 0
+
+
+def cmd_dev_up(args: argparse.Namespace) -> int:
+    from awooop import devstack
+
+    values = devstack.up(args.state_dir)
+    for key in ("AWOOOP_DATABASE_URL", "AWOOOP_BROKER_URL"):
+        embedded = values.get(key.replace("AWOOOP_", "AWOOOP_EMBEDDED_")) == values[key]
+        print(f"{key}={values[key]}  ({'embedded' if embedded else 'configured'})")
+    print(f"environment written to {args.state_dir / 'env'}")
+    return 0
+
+
+def cmd_dev_down(args: argparse.Namespace) -> int:
+    from awooop import devstack
+
+    stopped = devstack.down(args.state_dir)
+    print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+    return 0
+
+
+def cmd_dev_demo(args: argparse.Namespace) -> int:
+    """Create the demo project once; print its credentials and example requests."""
+    from awooop import db
+    from awooop.store import projects
+
+    settings = _settings()
+    saved = args.state_dir / "demo-project.json"
+    with db.make_engine(settings.database_url, 1).connect() as conn:
+        exists = projects.project_exists(conn, DEMO_PROJECT)
+    if not exists:
+        creds = create_project(settings, DEMO_PROJECT, "Demo project")
+        saved.write_text(json.dumps(creds, indent=2))
+        saved.chmod(0o600)
+    elif saved.exists():
+        creds = json.loads(saved.read_text())
+    else:
+        print(f"project {DEMO_PROJECT!r} exists but its credentials are not in {saved}; "
+              "create another with `awooop project create <id>`.")
+        return 0
+    base = f"http://127.0.0.1:{settings.port}/v1/projects/{DEMO_PROJECT}"
+    print(f"""
+Demo project credentials (also in {saved}):
+{json.dumps(creds, indent=2)}
+
+Send a first event (API channel), then read the run it created:
+  curl -s -X POST {base}/runs \\
+       -H 'Authorization: Bearer {creds['api_token']}' \\
+       -H 'Idempotency-Key: first-event-1' -H 'Content-Type: application/json' \\
+       -d '{{"summary": "disk almost full on db-1"}}'
+  curl -s {base}/runs/<run_id> -H 'Authorization: Bearer {creds['api_token']}'
+
+A Telegram update:
+  curl -s -X POST {base}/webhooks/telegram \\
+       -H 'X-Telegram-Bot-Api-Secret-Token: {creds['secrets']['telegram']}' \\
+       -H 'Content-Type: application/json' \\
+       -d '{{"update_id": 1001, "message": {{"text": "/status", "from": {{"username": "ops"}}}}}}'
+""")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="awooop",
+        description="AwoooP: operations events admitted exactly once and run as durable "
+                    "workflows. Configuration comes from AWOOOP_* environment variables.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    project = sub.add_parser("project", help="create projects and change their routes")
+    project_sub = project.add_subparsers(dest="project_command", required=True, metavar="ACTION")
+    create = project_sub.add_parser(
+        "create", help="create a project routed to the demo workflows; prints its credentials",
+        description="Creates the project with an operator API token and one secret per "
+                    "channel, and prints them as JSON. They are shown once: only hashes and "
+                    "encrypted values are stored.")
+    create.add_argument("project_id", help="1-64 characters: a-z, 0-9, '-', '_'")
+    create.add_argument("--name", help="display name (default: the project id)")
+    create.set_defaults(func=cmd_project_create)
+    routes = project_sub.add_parser(
+        "routes", help="route channels to workflows",
+        description="Sets which workflow each channel's events start, e.g. "
+                    "`awooop project routes demo telegram=demo-telegram api=noop-3`.")
+    routes.add_argument("project_id")
+    routes.add_argument("routes", nargs="+", metavar="CHANNEL=WORKFLOW")
+    routes.set_defaults(func=cmd_project_routes)
+
+    migrate = sub.add_parser("migrate", help="apply database migrations (alembic)")
+    migrate.add_argument("revision", nargs="?", default="head",
+                         help="target revision (default: head)")
+    migrate.add_argument("--down", dest="direction", action="store_const", const="down",
+                         default="up", help="downgrade to REVISION (e.g. base)")
+    migrate.set_defaults(func=cmd_migrate)
+
+    workflows = sub.add_parser("workflows", help="list the registered workflows")
+    workflows.set_defaults(func=cmd_workflows)
+
+    dev = sub.add_parser("dev", help="the embedded development services")
+    dev.add_argument("--state-dir", type=Path, default=STATE_DIR,
+                     help=f"where data, pid files and the env file live (default: {STATE_DIR})")
+    dev_sub = dev.add_subparsers(dest="dev_command", required=True, metavar="ACTION")
+    dev_sub.add_parser(
+        "up", help="start embedded PostgreSQL/Redis unless AWOOOP_*_URL is set; write env file"
+    ).set_defaults(func=cmd_dev_up)
+    dev_sub.add_parser("down", help="stop the embedded services").set_defaults(func=cmd_dev_down)
+    dev_sub.add_parser(
+        "demo", help="create the demo project (once) and print how to send a first event"
+    ).set_defaults(func=cmd_dev_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (UsageError, ConfigError) as exc:
+        print(f"awooop: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

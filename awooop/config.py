@@ -1,0 +1,98 @@
+"""Every knob AwoooP has, read once from ``AWOOOP_*`` environment variables.
+
+Nothing else in the package reads the environment. Defaults are the ADR-114 values
+(5-minute lease, 30-second heartbeat, 60-second reaper, 7-day dedupe TTL); tests and
+benchmarks shorten them through the same variables.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass, fields
+from collections.abc import Mapping
+from pathlib import Path
+
+# Where the embedded development services keep their data and the state file
+# (`.awooop/env`) that every process started by `make run` reads.
+STATE_DIR = Path(os.environ.get("AWOOOP_STATE_DIR", Path.cwd() / ".awooop"))
+
+
+class ConfigError(RuntimeError):
+    """The configuration is incomplete or invalid; the message says which variable."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str = ""
+    broker_url: str = ""
+    secret_key: str = ""
+    port: int = 8000
+    web_workers: int = 4
+    web_threads: int = 4
+    # "1": gunicorn access log on stdout (paths only: no query strings, no headers).
+    access_log: int = 1
+    # Lease protocol (ADR-114 D2/D3).
+    lease_ttl_seconds: float = 300.0
+    heartbeat_interval_seconds: float = 30.0
+    reaper_interval_seconds: float = 60.0
+    # Orphan sweep: claimable runs whose message was sent longer ago than this get it again.
+    orphan_after_seconds: float = 120.0
+    orphan_interval_seconds: float = 30.0
+    orphan_batch_size: int = 500
+    # Dedupe rows live this long (ADR-114 risk mitigation), pruned in batches.
+    dedupe_ttl_seconds: float = 7 * 24 * 3600.0
+    prune_interval_seconds: float = 3600.0
+    prune_batch_size: int = 5000
+    default_max_attempts: int = 3
+    max_body_bytes: int = 1024 * 1024
+    db_pool_size: int = 5
+    log_level: str = "INFO"
+    # Comma-separated modules that register deployment workflows at process start.
+    workflow_modules: str = ""
+    beat_schedule_file: str = str(STATE_DIR / "celerybeat-schedule")
+
+    @property
+    def workflow_module_list(self) -> list[str]:
+        return [m.strip() for m in self.workflow_modules.split(",") if m.strip()]
+
+    @classmethod
+    def from_env(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        required: tuple[str, ...] = ("database_url", "broker_url", "secret_key"),
+    ) -> Settings:
+        env = os.environ if environ is None else environ
+        values: dict[str, object] = {}
+        for f in fields(cls):
+            raw = env.get(f"AWOOOP_{f.name.upper()}")
+            if raw is None or raw == "":
+                continue
+            try:
+                if f.type in ("int", int):
+                    values[f.name] = int(raw)
+                elif f.type in ("float", float):
+                    values[f.name] = float(raw)
+                else:
+                    values[f.name] = raw
+            except ValueError as exc:
+                raise ConfigError(f"AWOOOP_{f.name.upper()}={raw!r} is not a number") from exc
+        for name in required:
+            if name not in values:
+                raise ConfigError(
+                    f"AWOOOP_{name.upper()} is not set. For development run `make run` "
+                    f"(it starts embedded services and writes {STATE_DIR / 'env'}), "
+                    "or export the variable."
+                )
+        return cls(**values)  # type: ignore[arg-type]
+
+
+@functools.cache
+def get_settings() -> Settings:
+    """The process-wide settings, read on first use."""
+    return Settings.from_env()
+
+
+def database_url() -> str:
+    """Just the database URL (migrations need nothing else)."""
+    return Settings.from_env(required=("database_url",)).database_url

@@ -1,0 +1,1 @@
+"""Pure logic: no Flask, Celery or SQLAlchemy imports below this package."""

@@ -1,0 +1,1 @@
+"""Executing runs and the maintenance passes, over domain + store. Knows nothing of Celery."""

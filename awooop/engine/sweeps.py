@@ -1,0 +1,61 @@
+"""The maintenance passes beat runs. They only move state; they never execute steps.
+
+Each ``*_once`` function is one pass, safe to run twice concurrently (its statement locks
+with SKIP LOCKED), and returns what it did; the Celery task logs non-zero counts and sends
+the nudges for runs that became claimable.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from sqlalchemy import Engine
+
+from awooop.config import Settings
+from awooop.engine import identity
+from awooop.store import dedupe, runs
+
+log = logging.getLogger("awooop.engine.sweeps")
+
+
+def reap_once(engine: Engine) -> list[runs.Reaped]:
+    """ADR-114 D3: expired leases back to PENDING (or FAILED when attempts are exhausted)."""
+    with engine.begin() as conn:
+        reaped = runs.reap(conn, actor=identity.worker_id())
+    for r in reaped:
+        log.warning(
+            "stale run reaped",
+            extra={"action": "run_reaped", "run_id": str(r.run_id), "project_id": r.project_id,
+                   "to_status": r.to_status, "attempt": r.attempt_count,
+                   "lost_worker_id": r.lost_worker_id},
+        )
+    return reaped
+
+
+def orphans_once(engine: Engine, settings: Settings) -> list[uuid.UUID]:
+    """Claimable runs nobody claimed within ``orphan_after_seconds``: their message is re-sent."""
+    with engine.begin() as conn:
+        orphans = runs.mark_orphans(
+            conn, settings.orphan_after_seconds, settings.orphan_batch_size
+        )
+    if orphans:
+        log.warning("unclaimed runs found; re-sending their messages",
+                    extra={"action": "orphans_resent", "count": len(orphans)})
+    return orphans
+
+
+def prune_dedupe_once(engine: Engine, settings: Settings) -> int:
+    """Delete dedupe rows past their TTL, one batch per transaction, until none is left."""
+    total = 0
+    while True:
+        with engine.begin() as conn:
+            deleted = dedupe.prune_batch(
+                conn, settings.dedupe_ttl_seconds, settings.prune_batch_size
+            )
+        total += deleted
+        if deleted < settings.prune_batch_size:
+            break
+    if total:
+        log.info("dedupe rows pruned", extra={"action": "dedupe_pruned", "count": total})
+    return total

@@ -1,0 +1,101 @@
+"""The error catalogue: every code a client can see, its HTTP status, and its message.
+
+Each exception's docstring is its default message. Views raise these; the web layer turns
+them into ``{"error": {"code": ..., "message": ...}}`` with the status given here.
+"""
+
+from __future__ import annotations
+
+
+class AwoooPError(Exception):
+    """An AwoooP error."""
+
+    code = "E-INTERNAL-001"
+    http_status = 500
+    headers: dict[str, str] = {}
+
+    def __init__(self, message: str | None = None) -> None:
+        self.message = message or (self.__doc__ or "").strip()
+        super().__init__(self.message)
+
+
+class Unauthenticated(AwoooPError):
+    """Missing or invalid credentials or signature."""
+
+    code = "E-AUTH-001"
+    http_status = 401
+
+
+class Forbidden(AwoooPError):
+    """This credential's role may not do that."""
+
+    code = "E-AUTH-002"
+    http_status = 403
+
+
+class MalformedRequest(AwoooPError):
+    """The request body is not valid for this endpoint."""
+
+    code = "E-REQUEST-001"
+    http_status = 400
+
+
+class PayloadTooLarge(AwoooPError):
+    """The request body is larger than the configured limit."""
+
+    code = "E-REQUEST-002"
+    http_status = 413
+
+
+class UnsupportedMediaType(AwoooPError):
+    """The request body must be application/json."""
+
+    code = "E-REQUEST-003"
+    http_status = 415
+
+
+class NotFound(AwoooPError):
+    """No such resource."""
+
+    code = "E-NOT-FOUND-001"
+    http_status = 404
+
+
+class MethodNotAllowed(AwoooPError):
+    """This method is not allowed on this resource."""
+
+    code = "E-REQUEST-004"
+    http_status = 405
+
+
+class MissingIdempotencyKey(AwoooPError):
+    """The Idempotency-Key header is required (1 to 255 visible ASCII characters)."""
+
+    code = "E-IDEMPOTENT-003"
+    http_status = 400
+
+
+class IdempotencyKeyReused(AwoooPError):
+    """This idempotency key was already used with a different request body."""
+
+    code = "E-IDEMPOTENT-002"
+    http_status = 422
+
+
+# Not an error: the code a duplicate admission is answered with (HTTP 200).
+DUPLICATE_EVENT_CODE = "E-IDEMPOTENT-001"
+
+
+class ServiceUnavailable(AwoooPError):
+    """The database is unavailable; retry later."""
+
+    code = "E-UNAVAILABLE-001"
+    http_status = 503
+    headers = {"Retry-After": "5"}
+
+
+class InternalError(AwoooPError):
+    """Internal error; it has been logged."""
+
+    code = "E-INTERNAL-001"
+    http_status = 500

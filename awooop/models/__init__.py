@@ -1,0 +1,20 @@
+"""SQLAlchemy 2 table definitions — no queries and no behaviour live here.
+
+Alembic's ``env.py`` targets :data:`metadata`; ``tests/migrations`` checks that the
+migrations and these models do not drift.
+"""
+
+from awooop.models.base import Base, metadata
+from awooop.models.dedupe import ChannelEventDedupe
+from awooop.models.project import Credential, Project
+from awooop.models.run import RunEvent, RunState
+
+__all__ = [
+    "Base",
+    "ChannelEventDedupe",
+    "Credential",
+    "Project",
+    "RunEvent",
+    "RunState",
+    "metadata",
+]

@@ -1,0 +1,113 @@
+"""Admitting a channel event: the dedupe row and the run row in one statement (ADR-114 D1)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+# One round trip: insert the dedupe row; only if it was inserted, insert the run and its
+# first history row; otherwise return the run the earlier event created.
+_ADMIT = text(
+    """
+WITH dedupe AS (
+    INSERT INTO awooop_channel_event_dedupe
+        (project_id, channel_type, provider_event_id, run_id, request_digest)
+    VALUES (:project_id, :channel_type, :provider_event_id, :run_id, :request_digest)
+    ON CONFLICT (project_id, channel_type, provider_event_id) DO NOTHING
+    RETURNING run_id
+), run AS (
+    INSERT INTO awooop_run_state
+        (run_id, project_id, channel_type, workflow_name, workflow_version, workflow_digest,
+         input, max_attempts, traceparent)
+    SELECT run_id, :project_id, :channel_type, :workflow_name, :workflow_version,
+           :workflow_digest, CAST(:input AS jsonb), :max_attempts, :traceparent
+    FROM dedupe
+    RETURNING run_id, status
+), history AS (
+    INSERT INTO awooop_run_event (run_id, kind, to_status, trigger, detail)
+    SELECT run_id, 'transition', status, 'event',
+           jsonb_build_object('channel_type', CAST(:channel_type AS text),
+                              'provider_event_id', CAST(:provider_event_id AS text))
+    FROM run
+)
+SELECT run_id, status, TRUE AS created, CAST(:request_digest AS text) AS request_digest
+FROM run
+UNION ALL
+SELECT d.run_id, r.status, FALSE, d.request_digest
+FROM awooop_channel_event_dedupe d
+JOIN awooop_run_state r ON r.run_id = d.run_id
+WHERE d.project_id = :project_id
+  AND d.channel_type = :channel_type
+  AND d.provider_event_id = :provider_event_id
+  AND NOT EXISTS (SELECT 1 FROM dedupe)
+"""
+)
+
+# When a concurrent admission of the same key committed after our statement's snapshot was
+# taken, ON CONFLICT waited for it but the snapshot cannot see its row: look again.
+_EXISTING = text(
+    """
+SELECT d.run_id, r.status, FALSE AS created, d.request_digest
+FROM awooop_channel_event_dedupe d
+JOIN awooop_run_state r ON r.run_id = d.run_id
+WHERE d.project_id = :project_id
+  AND d.channel_type = :channel_type
+  AND d.provider_event_id = :provider_event_id
+"""
+)
+
+
+@dataclass(frozen=True)
+class Admission:
+    run_id: uuid.UUID
+    status: str
+    created: bool
+    # False when the key was seen before with another request body (E-IDEMPOTENT-002).
+    digest_matches: bool
+
+
+@dataclass(frozen=True)
+class NewRun:
+    project_id: str
+    channel_type: str
+    provider_event_id: str
+    request_digest: str
+    workflow_name: str
+    workflow_version: int
+    workflow_digest: str
+    max_attempts: int
+    input: dict[str, Any]
+    traceparent: str | None = None
+
+
+def admit(conn: Connection, new: NewRun) -> Admission:
+    """Insert the event's dedupe row and its run, or find the run an earlier copy created.
+
+    Runs in the caller's transaction; the caller commits and then sends the Celery message.
+    """
+    params = {
+        "project_id": new.project_id,
+        "channel_type": new.channel_type,
+        "provider_event_id": new.provider_event_id,
+        "request_digest": new.request_digest,
+        "run_id": uuid.uuid4(),
+        "workflow_name": new.workflow_name,
+        "workflow_version": new.workflow_version,
+        "workflow_digest": new.workflow_digest,
+        "input": json.dumps(new.input),
+        "max_attempts": new.max_attempts,
+        "traceparent": new.traceparent,
+    }
+    row = conn.execute(_ADMIT, params).first()
+    if row is None:
+        row = conn.execute(_EXISTING, params).one()
+    return Admission(
+        run_id=row.run_id,
+        status=row.status,
+        created=row.created,
+        digest_matches=row.request_digest == new.request_digest,
+    )

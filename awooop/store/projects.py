@@ -1,0 +1,140 @@
+"""Statements on ``awooop_project`` and ``awooop_credential``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+
+class ProjectExists(Exception):
+    """A project with this id already exists."""
+
+
+_INSERT_PROJECT = text(
+    """
+INSERT INTO awooop_project (project_id, name, routes)
+VALUES (:project_id, :name, CAST(:routes AS jsonb))
+ON CONFLICT (project_id) DO NOTHING
+"""
+)
+
+_INSERT_CREDENTIAL = text(
+    """
+INSERT INTO awooop_credential
+    (project_id, kind, channel_type, role, secret_hash, secret_encrypted)
+VALUES (:project_id, :kind, :channel_type, :role, :secret_hash, :secret_encrypted)
+"""
+)
+
+
+def create_project(conn: Connection, project_id: str, name: str, routes: dict[str, str]) -> None:
+    inserted = conn.execute(
+        _INSERT_PROJECT, {"project_id": project_id, "name": name, "routes": json.dumps(routes)}
+    ).rowcount
+    if inserted != 1:
+        raise ProjectExists(project_id)
+
+
+def add_api_token(conn: Connection, project_id: str, role: str, token_hash: str) -> None:
+    conn.execute(
+        _INSERT_CREDENTIAL,
+        {"project_id": project_id, "kind": "api_token", "channel_type": None, "role": role,
+         "secret_hash": token_hash, "secret_encrypted": None},
+    )
+
+
+def add_channel_secret(
+    conn: Connection,
+    project_id: str,
+    channel_type: str,
+    *,
+    secret_hash: str | None = None,
+    secret_encrypted: str | None = None,
+) -> None:
+    conn.execute(
+        _INSERT_CREDENTIAL,
+        {"project_id": project_id, "kind": "channel_secret", "channel_type": channel_type,
+         "role": None, "secret_hash": secret_hash, "secret_encrypted": secret_encrypted},
+    )
+
+
+_SET_ROUTES = text(
+    """
+UPDATE awooop_project
+SET routes = routes || CAST(:routes AS jsonb)
+WHERE project_id = :project_id
+RETURNING routes
+"""
+)
+
+
+def set_routes(conn: Connection, project_id: str, routes: dict[str, str]) -> dict[str, str] | None:
+    """Merge ``routes`` into the project's; returns the new routes, None if no such project."""
+    row = conn.execute(
+        _SET_ROUTES, {"project_id": project_id, "routes": json.dumps(routes)}
+    ).first()
+    return None if row is None else row.routes
+
+
+_PROJECT_EXISTS = text("SELECT 1 FROM awooop_project WHERE project_id = :project_id")
+
+
+def project_exists(conn: Connection, project_id: str) -> bool:
+    return conn.execute(_PROJECT_EXISTS, {"project_id": project_id}).first() is not None
+
+
+@dataclass(frozen=True)
+class CredentialRow:
+    kind: str
+    channel_type: str | None
+    role: str | None
+    secret_hash: str | None
+    secret_encrypted: str | None
+
+
+@dataclass(frozen=True)
+class ProjectAuth:
+    """What ingress needs to authenticate and route one request for one project."""
+
+    project_id: str
+    routes: dict[str, Any]
+    credentials: tuple[CredentialRow, ...]
+
+    def channel_secrets(self, channel_type: str) -> list[CredentialRow]:
+        return [c for c in self.credentials
+                if c.kind == "channel_secret" and c.channel_type == channel_type]
+
+    def api_tokens(self) -> list[CredentialRow]:
+        return [c for c in self.credentials if c.kind == "api_token"]
+
+
+# One round trip: the project's routes and its active credentials of the requested kind.
+_PROJECT_AUTH = text(
+    """
+SELECT p.routes, c.kind, c.channel_type, c.role, c.secret_hash, c.secret_encrypted
+FROM awooop_project p
+LEFT JOIN awooop_credential c
+       ON c.project_id = p.project_id
+      AND c.revoked_at IS NULL
+      AND (c.kind = 'api_token' OR c.channel_type = :channel_type)
+WHERE p.project_id = :project_id
+"""
+)
+
+
+def load_auth(conn: Connection, project_id: str, channel_type: str) -> ProjectAuth | None:
+    """The project's routes plus its API tokens and the secrets of ``channel_type``."""
+    rows = conn.execute(
+        _PROJECT_AUTH, {"project_id": project_id, "channel_type": channel_type}
+    ).all()
+    if not rows:
+        return None
+    creds = tuple(
+        CredentialRow(r.kind, r.channel_type, r.role, r.secret_hash, r.secret_encrypted)
+        for r in rows
+        if r.kind is not None
+    )
+    return ProjectAuth(project_id=project_id, routes=rows[0].routes, credentials=creds)

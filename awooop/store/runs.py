@@ -1,0 +1,399 @@
+"""Statements on ``awooop_run_state`` (and the history rows they write with it).
+
+Lease protocol (ADR-114 D2/D3, DESIGN §4): a claim bumps ``lease_epoch``, the fencing token;
+every write a lease holder makes carries ``worker_id = :worker_id AND lease_epoch = :epoch
+AND status = 'RUNNING'``. Zero rows means the lease is gone: the caller stops without writing.
+All times are the database's ``now()``.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from awooop.domain import states
+
+# Each transition below is checked against the one table in awooop.domain.states at import.
+for _from, _to in [
+    (states.PENDING, states.RUNNING),
+    (states.RESUMED, states.RUNNING),
+    (states.RUNNING, states.COMPLETED),
+    (states.RUNNING, states.FAILED),
+    (states.RUNNING, states.PENDING),
+]:
+    states.check_transition(_from, _to)
+
+_CLAIM_TEMPLATE = """
+WITH candidate AS (
+    SELECT run_id, status
+    FROM awooop_run_state
+    WHERE status IN ('PENDING', 'RESUMED')
+      AND (lease_until IS NULL OR lease_until < now())
+      AND available_at <= now()
+      {filter}
+    ORDER BY available_at, created_at
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE awooop_run_state r
+    SET status = 'RUNNING',
+        lease_until = now() + make_interval(secs => :lease_ttl),
+        heartbeat_at = now(),
+        attempt_count = r.attempt_count + 1,
+        lease_epoch = r.lease_epoch + 1,
+        worker_id = :worker_id,
+        version = r.version + 1,
+        updated_at = now()
+    FROM candidate c
+    WHERE r.run_id = c.run_id
+    RETURNING r.run_id, r.project_id, r.workflow_name, r.workflow_version, r.workflow_digest,
+              r.input, r.saga_steps, r.attempt_count, r.max_attempts, r.lease_epoch,
+              r.lease_until, c.status AS from_status
+), history AS (
+    INSERT INTO awooop_run_event
+        (run_id, kind, from_status, to_status, trigger, trigger_id, actor, detail)
+    SELECT run_id, 'lease', from_status, 'RUNNING', 'worker', 'claim:' || lease_epoch,
+           :worker_id, jsonb_build_object('attempt', attempt_count, 'lease_epoch', lease_epoch)
+    FROM claimed
+)
+SELECT * FROM claimed
+"""
+_CLAIM_BY_ID = text(_CLAIM_TEMPLATE.format(filter="AND run_id = :run_id"))
+_CLAIM_OLDEST = text(_CLAIM_TEMPLATE.format(filter=""))
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A held lease: who holds it (worker_id) and the fencing token (lease_epoch)."""
+
+    run_id: uuid.UUID
+    project_id: str
+    workflow_name: str
+    workflow_version: int
+    workflow_digest: str
+    input: dict[str, Any]
+    saga_steps: list[dict[str, Any]]
+    attempt_count: int
+    max_attempts: int
+    lease_epoch: int
+    worker_id: str
+
+
+def claim(
+    conn: Connection, worker_id: str, lease_ttl: float, run_id: uuid.UUID | str | None = None
+) -> Claim | None:
+    """Take the lease on ``run_id`` (or the oldest claimable run); None if nothing is claimable."""
+    params = {"worker_id": worker_id, "lease_ttl": lease_ttl}
+    if run_id is None:
+        row = conn.execute(_CLAIM_OLDEST, params).first()
+    else:
+        row = conn.execute(_CLAIM_BY_ID, {**params, "run_id": run_id}).first()
+    if row is None:
+        return None
+    return Claim(
+        run_id=row.run_id,
+        project_id=row.project_id,
+        workflow_name=row.workflow_name,
+        workflow_version=row.workflow_version,
+        workflow_digest=row.workflow_digest,
+        input=row.input,
+        saga_steps=row.saga_steps,
+        attempt_count=row.attempt_count,
+        max_attempts=row.max_attempts,
+        lease_epoch=row.lease_epoch,
+        worker_id=worker_id,
+    )
+
+
+_FENCE = "run_id = :run_id AND worker_id = :worker_id AND lease_epoch = :lease_epoch" \
+    " AND status = 'RUNNING'"
+
+
+def _fence_params(c: Claim) -> dict[str, Any]:
+    return {"run_id": c.run_id, "worker_id": c.worker_id, "lease_epoch": c.lease_epoch}
+
+
+_RENEW = text(
+    f"""
+UPDATE awooop_run_state
+SET lease_until = now() + make_interval(secs => :lease_ttl),
+    heartbeat_at = now()
+WHERE {_FENCE}
+"""
+)
+
+
+def renew(conn: Connection, c: Claim, lease_ttl: float) -> bool:
+    """Heartbeat (ADR-114 D2). False: the lease was reaped or re-claimed — stop."""
+    return conn.execute(_RENEW, {**_fence_params(c), "lease_ttl": lease_ttl}).rowcount == 1
+
+
+# The journal entry gets the database's clock as recorded_at.
+_JOURNAL_APPEND = (
+    "saga_steps = saga_steps || jsonb_build_array("
+    "CAST(:entry AS jsonb) || jsonb_build_object('recorded_at', now()))"
+)
+
+_RECORD_STEP = text(
+    f"""
+WITH recorded AS (
+    UPDATE awooop_run_state
+    SET {_JOURNAL_APPEND},
+        current_step = :next_step,
+        heartbeat_at = now(),
+        updated_at = now()
+    WHERE {_FENCE}
+    RETURNING run_id
+), history AS (
+    INSERT INTO awooop_run_event (run_id, kind, trigger, trigger_id, actor, detail)
+    SELECT run_id, 'step', 'worker', :trigger_id, :worker_id, CAST(:detail AS jsonb)
+    FROM recorded
+)
+SELECT count(*) FROM recorded
+"""
+)
+
+_FINISH = text(
+    f"""
+WITH finished AS (
+    UPDATE awooop_run_state
+    SET {_JOURNAL_APPEND},
+        status = :to_status,
+        saga_status = :saga_status,
+        output = CAST(:output AS jsonb),
+        failure_code = :failure_code,
+        failure_reason = :failure_reason,
+        current_step = NULL,
+        lease_until = NULL,
+        version = version + 1,
+        finished_at = now(),
+        updated_at = now()
+    WHERE {_FENCE}
+    RETURNING run_id
+), history AS (
+    INSERT INTO awooop_run_event
+        (run_id, kind, from_status, to_status, trigger, trigger_id, actor, detail)
+    SELECT run_id, 'transition', 'RUNNING', :to_status, 'worker', :trigger_id, :worker_id,
+           CAST(:detail AS jsonb)
+    FROM finished
+)
+SELECT count(*) FROM finished
+"""
+)
+
+
+def _trigger_id(entry: dict[str, Any]) -> str:
+    return f"{entry['phase']}:{entry['step']}:{entry['lease_epoch']}"
+
+
+def record_step(conn: Connection, c: Claim, entry: dict[str, Any], next_step: str | None) -> bool:
+    """Append one step attempt's outcome to the journal, fenced. False: lease lost."""
+    detail = {"step": entry["step"], "status": entry["status"], "attempt": entry["attempt"]}
+    count = conn.execute(
+        _RECORD_STEP,
+        {
+            **_fence_params(c),
+            "entry": json.dumps(entry),
+            "next_step": next_step,
+            "trigger_id": _trigger_id(entry),
+            "detail": json.dumps(detail),
+        },
+    ).scalar_one()
+    return count == 1
+
+
+def finish(
+    conn: Connection,
+    c: Claim,
+    entry: dict[str, Any],
+    *,
+    to_status: str,
+    saga_status: str,
+    output: Any = None,
+    failure_code: str | None = None,
+    failure_reason: str | None = None,
+) -> bool:
+    """Record the last step's outcome and end the run in the same statement, fenced."""
+    states.check_transition(states.RUNNING, to_status)
+    detail = {"step": entry["step"], "status": entry["status"], "failure_code": failure_code}
+    count = conn.execute(
+        _FINISH,
+        {
+            **_fence_params(c),
+            "entry": json.dumps(entry),
+            "to_status": to_status,
+            "saga_status": saga_status,
+            "output": json.dumps(output),
+            "failure_code": failure_code,
+            "failure_reason": failure_reason,
+            "trigger_id": f"finish:{c.lease_epoch}",
+            "detail": json.dumps(detail),
+        },
+    ).scalar_one()
+    return count == 1
+
+
+# ADR-114 D3, both halves in one statement over disjoint rows: an expired lease goes back to
+# PENDING while attempts remain, else FAILED. WAITING_* runs are never touched. The lock
+# (SKIP LOCKED) makes two concurrent reapers take disjoint runs.
+_REAP = text(
+    """
+WITH stale AS (
+    SELECT run_id, worker_id, lease_epoch
+    FROM awooop_run_state
+    WHERE status = 'RUNNING' AND lease_until < now()
+    ORDER BY lease_until
+    LIMIT :batch_size
+    FOR UPDATE SKIP LOCKED
+), requeued AS (
+    UPDATE awooop_run_state r
+    SET status = 'PENDING',
+        lease_until = NULL,
+        worker_id = NULL,
+        reaped_at = now(),
+        enqueued_at = now(),
+        version = r.version + 1,
+        updated_at = now()
+    FROM stale s
+    WHERE r.run_id = s.run_id AND r.attempt_count < r.max_attempts
+    RETURNING r.run_id, r.project_id, r.attempt_count, s.worker_id AS lost_worker_id,
+              s.lease_epoch, 'PENDING'::text AS to_status
+), failed AS (
+    UPDATE awooop_run_state r
+    SET status = 'FAILED',
+        failure_code = 'E-LEASE-001',
+        failure_reason = 'Max retry attempts exceeded',
+        lease_until = NULL,
+        reaped_at = now(),
+        finished_at = now(),
+        version = r.version + 1,
+        updated_at = now()
+    FROM stale s
+    WHERE r.run_id = s.run_id AND r.attempt_count >= r.max_attempts
+    RETURNING r.run_id, r.project_id, r.attempt_count, s.worker_id AS lost_worker_id,
+              s.lease_epoch, 'FAILED'::text AS to_status
+), reaped AS (
+    SELECT * FROM requeued UNION ALL SELECT * FROM failed
+), history AS (
+    INSERT INTO awooop_run_event
+        (run_id, kind, from_status, to_status, trigger, trigger_id, actor, detail)
+    SELECT run_id, 'lease', 'RUNNING', to_status, 'reaper', 'reap:' || lease_epoch, :actor,
+           jsonb_build_object('lost_worker_id', lost_worker_id, 'attempt', attempt_count)
+    FROM reaped
+)
+SELECT * FROM reaped
+"""
+)
+
+
+@dataclass(frozen=True)
+class Reaped:
+    run_id: uuid.UUID
+    project_id: str
+    to_status: str
+    attempt_count: int
+    lost_worker_id: str | None
+
+
+def reap(conn: Connection, actor: str, batch_size: int = 1000) -> list[Reaped]:
+    """ADR-114 D3: reclaim RUNNING runs whose lease expired."""
+    rows = conn.execute(_REAP, {"actor": actor, "batch_size": batch_size}).all()
+    return [
+        Reaped(r.run_id, r.project_id, r.to_status, r.attempt_count, r.lost_worker_id)
+        for r in rows
+    ]
+
+
+_MARK_ORPHANS = text(
+    """
+WITH orphan AS (
+    SELECT run_id
+    FROM awooop_run_state
+    WHERE status IN ('PENDING', 'RESUMED')
+      AND available_at <= now()
+      AND (lease_until IS NULL OR lease_until < now())
+      AND enqueued_at < now() - make_interval(secs => :older_than)
+    ORDER BY available_at, created_at
+    LIMIT :batch_size
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE awooop_run_state r
+SET enqueued_at = now()
+FROM orphan o
+WHERE r.run_id = o.run_id
+RETURNING r.run_id, r.project_id
+"""
+)
+
+
+def mark_orphans(conn: Connection, older_than: float, batch_size: int) -> list[uuid.UUID]:
+    """Claimable runs whose last message is older than ``older_than`` s; marks them re-sent."""
+    rows = conn.execute(_MARK_ORPHANS, {"older_than": older_than, "batch_size": batch_size})
+    return [r.run_id for r in rows]
+
+
+_GET_RUN = text(
+    """
+SELECT run_id, project_id, channel_type, workflow_name, workflow_version, status, saga_status,
+       current_step, input, output, attempt_count, max_attempts, lease_until, worker_id,
+       lease_epoch, failure_code, failure_reason, saga_steps, version, control_state,
+       created_at, updated_at, finished_at
+FROM awooop_run_state
+WHERE run_id = :run_id AND project_id = :project_id
+"""
+)
+
+
+def get_run(conn: Connection, project_id: str, run_id: uuid.UUID | str) -> dict[str, Any] | None:
+    """One run as a plain dict, scoped by project (another project's run is not found)."""
+    row = conn.execute(_GET_RUN, {"run_id": run_id, "project_id": project_id}).mappings().first()
+    return dict(row) if row is not None else None
+
+
+_RUN_EVENTS = text(
+    """
+SELECT seq, kind, from_status, to_status, trigger, trigger_id, actor, detail, at
+FROM awooop_run_event
+WHERE run_id = :run_id
+ORDER BY seq
+"""
+)
+
+
+def run_events(conn: Connection, run_id: uuid.UUID | str) -> list[dict[str, Any]]:
+    return [dict(r) for r in conn.execute(_RUN_EVENTS, {"run_id": run_id}).mappings()]
+
+
+_RELEASE = text(
+    f"""
+WITH released AS (
+    UPDATE awooop_run_state
+    SET status = 'PENDING',
+        lease_until = NULL,
+        worker_id = NULL,
+        attempt_count = attempt_count - 1,
+        available_at = now() + make_interval(secs => :delay),
+        enqueued_at = now() + make_interval(secs => :delay),
+        version = version + 1,
+        updated_at = now()
+    WHERE {_FENCE}
+    RETURNING run_id
+)
+INSERT INTO awooop_run_event
+    (run_id, kind, from_status, to_status, trigger, trigger_id, actor, detail)
+SELECT run_id, 'lease', 'RUNNING', 'PENDING', 'worker', 'release:' || CAST(:lease_epoch AS text),
+       :worker_id, jsonb_build_object('reason', CAST(:reason AS text))
+FROM released
+"""
+)
+
+
+def release(conn: Connection, c: Claim, delay_seconds: float, reason: str) -> bool:
+    """Hand the run back untouched (nothing was attempted), claimable after ``delay_seconds``."""
+    return conn.execute(
+        _RELEASE, {**_fence_params(c), "delay": delay_seconds, "reason": reason}
+    ).rowcount == 1

@@ -1,0 +1,28 @@
+"""The Celery application (``celery -A awooop.tasks.app ...``)."""
+
+from __future__ import annotations
+
+import signal
+
+from celery import Celery
+from celery.signals import worker_process_init
+
+from awooop import db, logs
+from awooop.config import get_settings
+from awooop.workflows import registry
+
+app = Celery("awooop", include=["awooop.tasks.runs", "awooop.tasks.sweeps"])
+app.config_from_object("celeryconfig")
+
+_settings = get_settings()
+logs.configure(_settings.log_level)
+registry.import_modules(_settings.workflow_module_list)
+
+
+@worker_process_init.connect
+def _after_fork(**_: object) -> None:
+    # Connections inherited from the parent must not be shared across processes.
+    db.dispose_after_fork()
+    # A stop request reaches the whole process group; the parent's warm shutdown lets the
+    # current step finish, so the child ignores SIGTERM (a crash is survived anyway).
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)

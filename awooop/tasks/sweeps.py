@@ -1,0 +1,28 @@
+"""Maintenance tasks run by beat on the ``maintenance`` queue."""
+
+from __future__ import annotations
+
+from awooop import db
+from awooop.config import get_settings
+from awooop.tasks.app import app
+from awooop.domain import states
+from awooop.engine import sweeps
+from awooop.tasks import runs
+
+
+@app.task(name="awooop.sweeps.reap")
+def reap() -> dict[str, int]:
+    reaped = sweeps.reap_once(db.get_engine())
+    requeued = [r.run_id for r in reaped if r.to_status == states.PENDING]
+    runs.enqueue(requeued)
+    return {"requeued": len(requeued), "failed": len(reaped) - len(requeued)}
+
+
+@app.task(name="awooop.sweeps.resend_orphans")
+def resend_orphans() -> int:
+    return runs.enqueue(sweeps.orphans_once(db.get_engine(), get_settings()))
+
+
+@app.task(name="awooop.sweeps.prune_dedupe")
+def prune_dedupe() -> int:
+    return sweeps.prune_dedupe_once(db.get_engine(), get_settings())

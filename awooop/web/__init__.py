@@ -1,0 +1,1 @@
+"""Flask: the app factory, the ingress and API blueprints, and JSON error handlers."""

@@ -1,0 +1,44 @@
+"""``create_app()``: the WSGI application (``gunicorn 'awooop.web.app:create_app()'``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from flask import Flask
+from sqlalchemy import Engine
+
+from awooop import db, logs
+from awooop.config import Settings, get_settings
+from awooop.secrets import SecretBox
+from awooop.web import api, errors, ingress
+from awooop.workflows import registry
+
+Enqueue = Callable[[Iterable[object]], int]
+
+
+def create_app(
+    settings: Settings | None = None,
+    engine: Engine | None = None,
+    enqueue: Enqueue | None = None,
+) -> Flask:
+    settings = settings or get_settings()
+    logs.configure(settings.log_level)
+    registry.import_modules(settings.workflow_module_list)
+    if enqueue is None:
+        from awooop.tasks import runs  # the Celery app is only needed to send messages
+
+        enqueue = runs.enqueue
+
+    app = Flask("awooop")
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    app.extensions["awooop"] = {
+        "settings": settings,
+        "engine": engine or (db.get_engine() if settings is get_settings()
+                             else db.make_engine(settings.database_url, settings.db_pool_size)),
+        "secret_box": SecretBox(settings.secret_key),
+        "enqueue": enqueue,
+    }
+    app.register_blueprint(ingress.blueprint)
+    app.register_blueprint(api.blueprint)
+    errors.register(app)
+    return app

@@ -1,0 +1,60 @@
+"""JSON error handlers: every error is ``{"error": {"code", "message"}}``, never a traceback."""
+
+from __future__ import annotations
+
+import logging
+
+from flask import Flask, jsonify
+from sqlalchemy.exc import DBAPIError, OperationalError
+from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound, RequestEntityTooLarge
+
+from awooop import errors
+
+log = logging.getLogger("awooop.web")
+
+_HTTP_EXCEPTIONS: dict[type[HTTPException], type[errors.AwoooPError]] = {
+    NotFound: errors.NotFound,
+    MethodNotAllowed: errors.MethodNotAllowed,
+    RequestEntityTooLarge: errors.PayloadTooLarge,
+}
+
+
+def error_response(error: errors.AwoooPError):  # type: ignore[no-untyped-def]
+    response = jsonify({"error": {"code": error.code, "message": error.message}})
+    response.status_code = error.http_status
+    for name, value in error.headers.items():
+        response.headers[name] = value
+    return response
+
+
+def register(app: Flask) -> None:
+    @app.errorhandler(errors.AwoooPError)
+    def _awooop_error(error: errors.AwoooPError):  # type: ignore[no-untyped-def]
+        return error_response(error)
+
+    @app.errorhandler(HTTPException)
+    def _http_error(error: HTTPException):  # type: ignore[no-untyped-def]
+        mapped = _HTTP_EXCEPTIONS.get(type(error))
+        if mapped is not None:
+            return error_response(mapped())
+        generic = errors.MalformedRequest(error.description or error.name)
+        generic.http_status = error.code or 400
+        return error_response(generic)
+
+    @app.errorhandler(OperationalError)
+    def _database_unavailable(error: OperationalError):  # type: ignore[no-untyped-def]
+        log.error("database unavailable", extra={"action": "database_unavailable",
+                                                 "error": str(error.orig)[:200]})
+        return error_response(errors.ServiceUnavailable())
+
+    @app.errorhandler(DBAPIError)
+    def _database_error(error: DBAPIError):  # type: ignore[no-untyped-def]
+        if error.connection_invalidated:
+            return _database_unavailable(error)  # type: ignore[arg-type]
+        log.exception("database error", extra={"action": "internal_error"})
+        return error_response(errors.InternalError())
+
+    @app.errorhandler(Exception)
+    def _unexpected(error: Exception):  # type: ignore[no-untyped-def]
+        log.exception("unhandled error", extra={"action": "internal_error"})
+        return error_response(errors.InternalError())

@@ -1,0 +1,123 @@
+"""Admission: ``POST /v1/projects/{project_id}/webhooks/{channel}`` and ``.../runs``.
+
+One request: size and content type → credentials (401 alike for an unknown project) →
+parse → route → one transaction (dedupe row + run row per event) → commit → send one Celery
+message per new run → respond. Nothing slow happens inline.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from flask import Blueprint, Response, jsonify, request
+
+from awooop import errors
+from awooop.channels import CHANNELS
+from awooop.channels.base import ChannelSecrets, InboundEvent, RawRequest
+from awooop.store import admission, projects
+from awooop.web import context
+from awooop.workflows import registry
+
+blueprint = Blueprint("ingress", __name__)
+
+# Roles whose API tokens may admit events (a viewer token only reads).
+ADMIT_ROLES = frozenset({"ingest", "operator", "admin"})
+_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
+
+
+@blueprint.post("/v1/projects/<project_id>/webhooks/<channel>")
+def webhook(project_id: str, channel: str) -> tuple[Response, int]:
+    if channel not in CHANNELS or channel == "api":
+        raise errors.NotFound(f"no webhook channel {channel!r}")
+    return _admit(project_id, channel)
+
+
+@blueprint.post("/v1/projects/<project_id>/runs")
+def create_run(project_id: str) -> tuple[Response, int]:
+    return _admit(project_id, "api")
+
+
+def _read_json_body() -> bytes:
+    limit = context.settings().max_body_bytes
+    if request.content_length is not None and request.content_length > limit:
+        raise errors.PayloadTooLarge()
+    if request.mimetype != "application/json":
+        raise errors.UnsupportedMediaType()
+    return request.get_data(cache=True)  # werkzeug enforces MAX_CONTENT_LENGTH -> 413
+
+
+def _secrets_for(auth: projects.ProjectAuth, channel: str) -> ChannelSecrets:
+    if channel == "api":
+        return ChannelSecrets(hashes=tuple(
+            c.secret_hash for c in auth.api_tokens() if c.role in ADMIT_ROLES and c.secret_hash
+        ))
+    rows = auth.channel_secrets(channel)
+    box = context.secret_box()
+
+    def keys() -> list[str]:
+        decrypted = (box.decrypt(c.secret_encrypted) for c in rows if c.secret_encrypted)
+        return [k for k in decrypted if k is not None]
+
+    return ChannelSecrets(hashes=tuple(c.secret_hash for c in rows if c.secret_hash), keys=keys)
+
+
+def _admit(project_id: str, channel: str) -> tuple[Response, int]:
+    module = CHANNELS[channel]
+    raw = RawRequest(headers=request.headers, body=_read_json_body(), query=request.args)
+    engine = context.engine()
+    with engine.begin() as conn:
+        auth = projects.load_auth(conn, project_id, channel)
+        # An unknown project answers exactly like bad credentials: no enumeration.
+        if auth is None or not module.authenticate(raw, _secrets_for(auth, channel)):
+            raise errors.Unauthenticated()
+        events = module.parse(raw)
+        if not events:  # LINE's webhook verification request
+            return jsonify({"status": "ok", "runs": []}), 200
+        workflow_name = auth.routes.get(channel)
+        workflow = registry.latest(workflow_name) if isinstance(workflow_name, str) else None
+        if workflow is None:
+            return jsonify({"status": "ignored",
+                            "reason": f"no workflow is routed for channel {channel}"}), 200
+        traceparent = request.headers.get("traceparent", "").strip().lower()
+        results = [
+            admission.admit(conn, admission.NewRun(
+                project_id=project_id,
+                channel_type=channel,
+                provider_event_id=event.provider_event_id,
+                request_digest=event.request_digest,
+                workflow_name=workflow.name,
+                workflow_version=workflow.version,
+                workflow_digest=workflow.digest,
+                max_attempts=workflow.max_attempts,
+                input=_run_input(channel, event),
+                traceparent=traceparent if _TRACEPARENT.match(traceparent) else None,
+            ))
+            for event in events
+        ]
+        if not all(r.digest_matches for r in results):
+            # Raising inside the transaction rolls back every row of this request.
+            raise errors.IdempotencyKeyReused()
+    created = [r.run_id for r in results if r.created]
+    if created:
+        context.enqueue(created)
+    return _respond(channel, results)
+
+
+def _run_input(channel: str, event: InboundEvent) -> dict[str, Any]:
+    return {"channel": channel, "provider_event_id": event.provider_event_id,
+            "event": event.payload, "meta": event.meta}
+
+
+def _describe(result: admission.Admission) -> dict[str, Any]:
+    body: dict[str, Any] = {"run_id": str(result.run_id), "status": result.status}
+    if not result.created:
+        body["code"] = errors.DUPLICATE_EVENT_CODE
+    return body
+
+
+def _respond(channel: str, results: list[admission.Admission]) -> tuple[Response, int]:
+    status = 202 if any(r.created for r in results) else 200
+    if channel == "line":  # one request, several events
+        return jsonify({"runs": [_describe(r) for r in results]}), status
+    return jsonify(_describe(results[0])), status

@@ -1,0 +1,1 @@
+"""Workflow definitions: the registry and the built-in workflows."""

@@ -1,0 +1,68 @@
+"""Which workflows exist, by name and version.
+
+Built-in workflows register on import of :mod:`awooop.workflows.builtin`; deployments add
+their own modules with ``AWOOOP_WORKFLOW_MODULES`` (comma-separated import paths, imported by
+:func:`import_modules` when a process starts), each of which calls :func:`register`. Old versions stay registered while runs use them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+
+from awooop.domain.workflow import Workflow
+
+_WORKFLOWS: dict[tuple[str, int], Workflow] = {}
+
+
+class UnknownWorkflow(LookupError):
+    """The run's workflow (name, version) is not registered in this process."""
+
+
+def register(workflow: Workflow) -> Workflow:
+    key = (workflow.name, workflow.version)
+    existing = _WORKFLOWS.get(key)
+    if existing is not None and existing.digest != workflow.digest:
+        raise ValueError(
+            f"workflow {workflow.name} v{workflow.version} is already registered with another "
+            "definition; bump the version"
+        )
+    _WORKFLOWS[key] = workflow
+    return workflow
+
+
+def get(name: str, version: int) -> Workflow:
+    load()
+    try:
+        return _WORKFLOWS[(name, version)]
+    except KeyError:
+        raise UnknownWorkflow(f"workflow {name} v{version} is not registered") from None
+
+
+def latest(name: str) -> Workflow | None:
+    load()
+    versions = [wf for (n, _), wf in _WORKFLOWS.items() if n == name]
+    return max(versions, key=lambda wf: wf.version) if versions else None
+
+
+def all_workflows() -> list[Workflow]:
+    load()
+    return sorted(_WORKFLOWS.values(), key=lambda wf: (wf.name, wf.version))
+
+
+_builtin_loaded = False
+
+
+def load() -> None:
+    """Import the built-in workflows (once)."""
+    global _builtin_loaded
+    if not _builtin_loaded:
+        _builtin_loaded = True
+        importlib.import_module("awooop.workflows.builtin")
+
+
+def import_modules(modules: Iterable[str]) -> None:
+    """Import deployment workflow modules (``AWOOOP_WORKFLOW_MODULES``) at process start."""
+    load()
+    for module in modules:
+        importlib.import_module(module)

@@ -1,0 +1,64 @@
+"""Celery settings only (DESIGN §6). Values that vary by deployment come from awooop.config.
+
+PostgreSQL is the source of truth: a message is a nudge carrying a run id, so results are
+ignored, delivery is at-least-once (acks late, re-queued when a worker process dies), and
+each worker process takes one message at a time.
+"""
+
+from kombu import Queue
+
+from awooop.config import get_settings
+
+_settings = get_settings()
+
+broker_url = _settings.broker_url
+broker_connection_retry_on_startup = True
+# Redis: a message not acked within this long is redelivered; the database claim makes the
+# second delivery harmless, so this only needs to exceed the longest queue wait we tolerate.
+broker_transport_options = {"visibility_timeout": 3600}
+
+task_serializer = "json"
+result_serializer = "json"
+accept_content = ["json"]
+task_ignore_result = True
+result_backend = None
+
+task_acks_late = True
+task_reject_on_worker_lost = True
+worker_prefetch_multiplier = 1
+worker_send_task_events = True
+task_send_sent_event = True
+worker_hijack_root_logger = False
+worker_redirect_stdouts = False
+
+task_default_queue = "runs"
+task_queues = (
+    Queue("runs"),
+    Queue("notifications"),
+    Queue("maintenance"),
+)
+task_routes = {
+    "awooop.runs.*": {"queue": "runs"},
+    "awooop.notifications.*": {"queue": "notifications"},
+    "awooop.sweeps.*": {"queue": "maintenance"},
+}
+
+beat_schedule_filename = _settings.beat_schedule_file
+beat_schedule = {
+    "reap-stale-runs": {
+        "task": "awooop.sweeps.reap",
+        "schedule": _settings.reaper_interval_seconds,
+        # A pass that could not start before the next one is due is dropped, not stacked.
+        "options": {"expires": _settings.reaper_interval_seconds},
+    },
+    "resend-orphaned-runs": {
+        "task": "awooop.sweeps.resend_orphans",
+        "schedule": _settings.orphan_interval_seconds,
+        "options": {"expires": _settings.orphan_interval_seconds},
+    },
+    "prune-dedupe": {
+        "task": "awooop.sweeps.prune_dedupe",
+        "schedule": _settings.prune_interval_seconds,
+        "options": {"expires": _settings.prune_interval_seconds},
+    },
+}

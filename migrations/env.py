@@ -1,0 +1,50 @@
+"""Alembic environment: targets awooop.models.metadata.
+
+The URL is, in order: a connection handed in by the caller (``config.attributes
+["connection"]``, used by tests), ``-x url=...``, or ``AWOOOP_DATABASE_URL``.
+"""
+
+from alembic import context
+from sqlalchemy import create_engine, pool
+
+from awooop.models import metadata
+
+config = context.config
+
+
+def _url() -> str:
+    url = context.get_x_argument(as_dictionary=True).get("url")
+    if url:
+        return url
+    from awooop.config import database_url
+
+    return database_url()
+
+
+def run_migrations_offline() -> None:
+    context.configure(url=_url(), target_metadata=metadata, literal_binds=True,
+                      compare_type=True)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def _run(connection) -> None:  # type: ignore[no-untyped-def]
+    context.configure(connection=connection, target_metadata=metadata, compare_type=True)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        _run(connection)
+        return
+    engine = create_engine(_url(), poolclass=pool.NullPool)
+    with engine.connect() as conn:
+        _run(conn)
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    run_migrations_online()
