@@ -65,4 +65,8 @@ def parse(request: RawRequest) -> list[InboundEvent]:
     require(status in ("firing", "resolved"), "status must be 'firing' or 'resolved'")
     require(isinstance(alerts, list) and len(alerts) > 0, "alerts must be a non-empty list")
     identity = [receiver, group_key, status, sorted(_alert_key(a) for a in alerts)]
-    return [InboundEvent(digest(identity), notification, digest(notification))]
+    key = digest(identity)
+    # The key is derived from the notification's identity, so that identity is also the
+    # request digest: a retry whose other fields (annotations, order of alerts) differ is a
+    # duplicate, never a 422 that Alertmanager would drop.
+    return [InboundEvent(key, notification, key)]

@@ -1,0 +1,152 @@
+"""Shared fixtures: a real PostgreSQL (a template database migrated once per session,
+cloned per test) and a real Redis broker.
+
+Services come from the environment `make test` prepares (`awooop dev up` writes
+`.awooop/env`): the embedded servers on a fresh machine, or the configured ones. A test
+that needs a service it cannot find skips locally but fails under ``CI=true``.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import make_url
+
+from awooop import secrets
+from awooop.config import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+IN_CI = os.environ.get("CI") == "true"
+# Tests use their own Redis database so a developer's queued messages are never touched.
+TEST_REDIS_DB = 13
+
+
+def _require_env(name: str) -> str:
+    value = os.environ.get(name)
+    if not value:
+        message = f"{name} is not set: run the tests through `make test`"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    return value
+
+
+def _test_broker_url() -> str | None:
+    url = os.environ.get("AWOOOP_TEST_BROKER_URL") or os.environ.get("AWOOOP_BROKER_URL")
+    if not url:
+        return None
+    return urlunsplit(urlsplit(url)._replace(path=f"/{TEST_REDIS_DB}"))
+
+
+# The Celery app in this process (used by the web app to send messages) must point at the
+# test broker database before anything imports awooop.tasks.
+if _test_broker_url():
+    os.environ["AWOOOP_BROKER_URL"] = _test_broker_url()  # type: ignore[assignment]
+os.environ.setdefault("AWOOOP_SECRET_KEY", secrets.new_encryption_key())
+
+
+@pytest.fixture(scope="session")
+def server_url() -> str:
+    """The PostgreSQL server's maintenance database (for CREATE/DROP DATABASE)."""
+    url = make_url(_require_env("AWOOOP_DATABASE_URL"))
+    return url.set(database="postgres").render_as_string(hide_password=False)
+
+
+def _admin(server_url: str) -> Engine:
+    return create_engine(server_url, isolation_level="AUTOCOMMIT", pool_size=1)
+
+
+@pytest.fixture(scope="session")
+def template_database(server_url: str) -> Iterator[str]:
+    """A database migrated to head once per session; tests clone it."""
+    from alembic import command
+    from alembic.config import Config
+
+    name = f"awooop_tpl_{os.getpid()}"
+    admin = _admin(server_url)
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
+    engine = create_engine(url)
+    config = Config(str(ROOT / "alembic.ini"))
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.upgrade(config, "head")
+    engine.dispose()
+    yield name
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture
+def database_url(server_url: str, template_database: str) -> Iterator[str]:
+    """A fresh, migrated database of this test's own."""
+    name = f"awooop_t_{uuid.uuid4().hex[:12]}"
+    admin = _admin(server_url)
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{template_database}"'))
+    yield make_url(server_url).set(database=name).render_as_string(hide_password=False)
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture
+def engine(database_url: str) -> Iterator[Engine]:
+    engine = create_engine(database_url, pool_size=12, max_overflow=4)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def broker_url() -> str:
+    url = _test_broker_url()
+    if url is None:
+        _require_env("AWOOOP_BROKER_URL")
+    assert url is not None
+    return url
+
+
+@pytest.fixture
+def redis_client(broker_url: str):  # type: ignore[no-untyped-def]
+    """The test broker's Redis database, emptied before the test."""
+    import redis
+
+    client = redis.Redis.from_url(broker_url)
+    try:
+        client.flushdb()
+    except redis.ConnectionError:
+        if IN_CI:
+            pytest.fail(f"no Redis at {broker_url}")
+        pytest.skip(f"no Redis at {broker_url}")
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def settings(database_url: str, broker_url: str) -> Settings:
+    return Settings(
+        database_url=database_url,
+        broker_url=broker_url,
+        secret_key=os.environ["AWOOOP_SECRET_KEY"],
+        lease_ttl_seconds=30.0,
+        heartbeat_interval_seconds=5.0,
+        max_body_bytes=64 * 1024,
+        log_level="WARNING",
+    )
+
+
+@pytest.fixture
+def project(settings: Settings, engine: Engine) -> dict:
+    """A project routed to the demo workflows, with its fresh credentials."""
+    from awooop import cli
+
+    return cli.create_project(settings, f"p{uuid.uuid4().hex[:8]}")

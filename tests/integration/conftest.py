@@ -1,0 +1,20 @@
+from __future__ import annotations
+
+import pytest
+from flask.testing import FlaskClient
+from sqlalchemy import Engine
+
+from awooop.config import Settings
+from awooop.web.app import create_app
+
+
+@pytest.fixture
+def client(settings: Settings, engine: Engine, redis_client) -> FlaskClient:  # type: ignore[no-untyped-def]
+    """The real app over the test database; messages go to the real (test) broker."""
+    app = create_app(settings, engine)
+    return app.test_client()
+
+
+def queued_messages(redis_client) -> int:  # type: ignore[no-untyped-def]
+    """Celery messages waiting in the `runs` queue of the test broker."""
+    return int(redis_client.llen("runs"))

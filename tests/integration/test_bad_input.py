@@ -1,0 +1,218 @@
+"""Bad input on every channel: the documented 4xx and code, no rows written, no message sent."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.conftest import queued_messages
+from tests.support import db, requests
+
+CHANNELS = ["telegram", "alertmanager", "gitea", "line", "api"]
+
+
+@pytest.fixture
+def assert_nothing_written(engine, redis_client):  # type: ignore[no-untyped-def]
+    def check() -> None:
+        assert db.row_counts(engine) == dict.fromkeys(db.TABLES, 0)
+        assert queued_messages(redis_client) == 0
+    return check
+
+
+def expect_error(response, status: int, code: str) -> None:  # type: ignore[no-untyped-def]
+    assert response.status_code == status, response.get_data(as_text=True)
+    assert response.json == {"error": {"code": code, "message": response.json["error"]["message"]}}
+    assert "Traceback" not in response.get_data(as_text=True)
+
+
+@pytest.mark.parametrize("channel", CHANNELS)
+def test_malformed_json_is_400(client, project, channel, assert_nothing_written):
+    path, headers, _ = requests.valid(channel, project)
+    raw = b'{"update_id": 1, "broken'
+
+    response = client.post(path, headers=requests.resign(project, path, headers, raw), data=raw)
+
+    expect_error(response, 400, "E-REQUEST-001")
+    assert_nothing_written()
+
+
+@pytest.mark.parametrize("channel", CHANNELS)
+def test_json_that_is_not_an_object_is_400(client, project, channel, assert_nothing_written):
+    path, headers, _ = requests.valid(channel, project)
+    raw = b"[1, 2, 3]"
+
+    response = client.post(path, headers=requests.resign(project, path, headers, raw), data=raw)
+
+    expect_error(response, 400, "E-REQUEST-001")
+    assert_nothing_written()
+
+
+@pytest.mark.parametrize("channel", CHANNELS)
+def test_missing_credentials_are_401(client, project, channel, assert_nothing_written):
+    path, headers, raw = requests.valid(channel, project)
+    del headers[requests.CREDENTIAL_HEADERS[channel]]
+
+    expect_error(client.post(path, headers=headers, data=raw), 401, "E-AUTH-001")
+    assert_nothing_written()
+
+
+@pytest.mark.parametrize("channel", CHANNELS)
+def test_wrong_credentials_are_401(client, project, channel, assert_nothing_written):
+    path, headers, raw = requests.valid(channel, project)
+    header = requests.CREDENTIAL_HEADERS[channel]
+    headers[header] = headers[header][:-4] + "AAAA"
+
+    expect_error(client.post(path, headers=headers, data=raw), 401, "E-AUTH-001")
+    assert_nothing_written()
+
+
+@pytest.mark.parametrize("channel", ["gitea", "line"])
+def test_signature_of_another_body_is_401(client, project, channel, assert_nothing_written):
+    path, headers, raw = requests.valid(channel, project)
+    tampered = raw.replace(b"e1", b"e9") if channel == "line" else raw.replace(b"opened", b"closed")
+
+    expect_error(client.post(path, headers=headers, data=tampered), 401, "E-AUTH-001")
+    assert_nothing_written()
+
+
+@pytest.mark.parametrize("channel", CHANNELS)
+def test_unknown_project_answers_like_bad_credentials(client, project, channel,
+                                                      assert_nothing_written):
+    path, headers, raw = requests.valid(channel, project)
+    path = path.replace(project["project_id"], "no-such-project")
+
+    expect_error(client.post(path, headers=headers, data=raw), 401, "E-AUTH-001")
+    assert_nothing_written()
+
+
+@pytest.mark.parametrize("channel", CHANNELS)
+def test_oversized_body_is_413_before_parsing(client, project, settings, channel,
+                                              assert_nothing_written):
+    path, headers, _ = requests.valid(channel, project)
+    raw = b'{"pad": "' + b"x" * settings.max_body_bytes + b'"}'
+
+    response = client.post(path, headers=requests.resign(project, path, headers, raw), data=raw)
+
+    expect_error(response, 413, "E-REQUEST-002")
+    assert_nothing_written()
+
+
+@pytest.mark.parametrize("channel", CHANNELS)
+def test_wrong_content_type_is_415(client, project, channel, assert_nothing_written):
+    path, headers, raw = requests.valid(channel, project)
+    headers["Content-Type"] = "text/plain"
+
+    expect_error(client.post(path, headers=headers, data=raw), 415, "E-REQUEST-003")
+    assert_nothing_written()
+
+
+@pytest.mark.parametrize(
+    ("key", "reason"),
+    [(None, "missing"), ("", "empty"), ("k" * 256, "too long"), ("caf\u00e9", "not ascii")],
+)
+def test_api_without_a_valid_idempotency_key_is_400(client, project, key, reason,
+                                                    assert_nothing_written):
+    path, headers, raw = requests.api(project)
+    del headers["Idempotency-Key"]
+    if key is not None:
+        headers["Idempotency-Key"] = key
+
+    expect_error(client.post(path, headers=headers, data=raw), 400, "E-IDEMPOTENT-003")
+    assert_nothing_written()
+
+
+def test_viewer_token_cannot_admit(client, engine, project, assert_nothing_written):
+    from awooop import secrets
+    from awooop.store import projects
+
+    viewer = secrets.new_token()
+    with engine.begin() as conn:
+        projects.add_api_token(conn, project["project_id"], "viewer", secrets.sha256_hex(viewer))
+    path, headers, raw = requests.api(project)
+    headers["Authorization"] = f"Bearer {viewer}"
+
+    expect_error(client.post(path, headers=headers, data=raw), 401, "E-AUTH-001")
+    # The credential insert above is the only write.
+    assert db.row_counts(engine) == dict.fromkeys(db.TABLES, 0)
+
+
+@pytest.mark.parametrize(
+    ("channel", "payload"),
+    [
+        ("telegram", {"message": {"text": "no update id"}}),
+        ("telegram", {"update_id": "12"}),
+        ("alertmanager", {"receiver": "r", "groupKey": "g", "status": "odd", "alerts": []}),
+        ("alertmanager", {"receiver": "r", "groupKey": "g", "status": "firing",
+                          "alerts": [{"fingerprint": 1}]}),
+        ("line", {"events": [{"type": "message"}]}),
+        ("line", {"events": "nope"}),
+    ],
+)
+def test_payload_missing_its_event_id_is_400(client, project, channel, payload,
+                                             assert_nothing_written):
+    path, headers, _ = requests.valid(channel, project)
+    raw = requests.body(payload)
+
+    response = client.post(path, headers=requests.resign(project, path, headers, raw), data=raw)
+
+    expect_error(response, 400, "E-REQUEST-001")
+    assert_nothing_written()
+
+
+def test_gitea_without_delivery_header_is_400(client, project, assert_nothing_written):
+    path, headers, raw = requests.gitea(project)
+    del headers["X-Gitea-Delivery"]
+
+    expect_error(client.post(path, headers=headers, data=raw), 400, "E-REQUEST-001")
+    assert_nothing_written()
+
+
+def test_line_event_ids_repeated_in_one_request_are_400(client, project, assert_nothing_written):
+    path, headers, raw = requests.line(project, [requests.line_event("x"),
+                                                 requests.line_event("x")])
+
+    expect_error(client.post(path, headers=headers, data=raw), 400, "E-REQUEST-001")
+    assert_nothing_written()
+
+
+def test_line_request_with_one_reused_event_id_writes_nothing(client, engine, project,
+                                                              redis_client):
+    path, headers, raw = requests.line(project, [requests.line_event("a")])
+    assert client.post(path, headers=headers, data=raw).status_code == 202
+    before = db.row_counts(engine)
+    redis_client.delete("runs")
+    changed = requests.line_event("a", text="changed")
+    path, headers, raw = requests.line(project, [requests.line_event("b"), changed])
+
+    expect_error(client.post(path, headers=headers, data=raw), 422, "E-IDEMPOTENT-002")
+    assert db.row_counts(engine) == before  # event "b" was rolled back with the request
+    assert queued_messages(redis_client) == 0
+
+
+def test_unknown_channel_is_404(client, project, assert_nothing_written):
+    path, headers, raw = requests.telegram(project)
+
+    expect_error(client.post(path.replace("telegram", "fax"), headers=headers, data=raw),
+                 404, "E-NOT-FOUND-001")
+    assert_nothing_written()
+
+
+def test_get_on_a_webhook_is_405(client, project, assert_nothing_written):
+    path, _, _ = requests.telegram(project)
+
+    expect_error(client.get(path), 405, "E-REQUEST-004")
+    assert_nothing_written()
+
+
+def test_database_down_is_503_so_the_provider_retries(settings, project, redis_client):
+    from awooop.web.app import create_app
+
+    dead = settings.__class__(**{**settings.__dict__,
+                                 "database_url": "postgresql+psycopg2://x@127.0.0.1:1/none"})
+    client = create_app(dead).test_client()
+    path, headers, raw = requests.telegram(project)
+
+    response = client.post(path, headers=headers, data=raw)
+
+    expect_error(response, 503, "E-UNAVAILABLE-001")
+    assert response.headers["Retry-After"] == "5"
+    assert queued_messages(redis_client) == 0
