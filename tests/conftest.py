@@ -150,3 +150,7 @@ def project(settings: Settings, engine: Engine) -> dict:
     from awooop import cli
 
     return cli.create_project(settings, f"p{uuid.uuid4().hex[:8]}")
+
+
+# Workflows only the tests use register on import.
+import tests.support.workflows  # noqa: E402, F401

@@ -1,0 +1,301 @@
+"""The lease protocol of ADR-114 D2/D3 against a real PostgreSQL, with separate connections."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter
+
+from sqlalchemy import text
+
+from awooop.engine import runner, sweeps
+from awooop.store import runs
+from tests.support import db
+from tests.support import runs as test_runs
+from tests.support import workflows as test_workflows
+
+SHORT_TTL = 0.2
+
+
+def claim(engine, worker: str, run_id=None, ttl: float = 30.0):  # type: ignore[no-untyped-def]
+    with engine.begin() as conn:
+        return runs.claim(conn, worker, ttl, run_id)
+
+
+def reap(engine):  # type: ignore[no-untyped-def]
+    with engine.begin() as conn:
+        return runs.reap(conn, actor="test-reaper")
+
+
+def expire_leases() -> None:
+    time.sleep(SHORT_TTL + 0.1)
+
+
+def entry(c: runs.Claim, step: str = "one") -> dict:
+    return {"step": step, "index": 0, "phase": "forward", "attempt": c.attempt_count,
+            "lease_epoch": c.lease_epoch, "worker_id": c.worker_id, "status": "SUCCEEDED",
+            "output": {"by": c.worker_id}}
+
+
+def test_claim_takes_the_lease_and_bumps_attempt_and_epoch(engine, project):
+    run_id = test_runs.admit(engine, project["project_id"])
+
+    c = claim(engine, "w1", run_id)
+
+    assert (c.run_id, c.attempt_count, c.lease_epoch, c.worker_id) == (run_id, 1, 1, "w1")
+    row = db.run(engine, run_id)
+    assert row["status"] == "RUNNING" and row["worker_id"] == "w1"
+    assert row["lease_until"] > row["heartbeat_at"]
+    assert [e["trigger_id"] for e in db.events(engine, run_id)] == [None, "claim:1"]
+
+
+def test_a_held_run_cannot_be_claimed_again(engine, project):
+    run_id = test_runs.admit(engine, project["project_id"])
+    claim(engine, "w1", run_id)
+
+    assert claim(engine, "w2", run_id) is None
+    assert claim(engine, "w2") is None
+
+
+def test_renew_extends_the_lease_only_for_the_holder(engine, project):
+    run_id = test_runs.admit(engine, project["project_id"])
+    c = claim(engine, "w1", run_id, ttl=5)
+    before = db.run(engine, run_id)["lease_until"]
+
+    with engine.begin() as conn:
+        assert runs.renew(conn, c, lease_ttl=60)
+        impostor = runs.Claim(**{**c.__dict__, "worker_id": "w2"})
+        assert not runs.renew(conn, impostor, lease_ttl=600)
+
+    assert db.run(engine, run_id)["lease_until"] > before
+
+
+def test_ten_concurrent_workers_claim_every_run_exactly_once(engine, project):
+    run_ids = set(test_runs.admit_many(engine, project["project_id"], 200))
+    executed: list[uuid.UUID] = []
+    lock = threading.Lock()
+    start = threading.Barrier(10)
+    errors: list[BaseException] = []
+
+    def work(worker: str) -> None:
+        try:
+            start.wait()
+            while True:
+                c = claim(engine, worker)
+                if c is None:
+                    return
+                with lock:
+                    executed.append(c.run_id)
+                with engine.begin() as conn:
+                    assert runs.finish(conn, c, entry(c), to_status="COMPLETED",
+                                       saga_status="COMPLETED")
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(f"w{i}",)) for i in range(10)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+
+    assert errors == []
+    assert Counter(executed) == Counter(run_ids)  # each run once, none twice
+    with engine.connect() as conn:
+        rows = conn.execute(text(
+            "SELECT status, attempt_count, count(*) AS n FROM awooop_run_state "
+            "GROUP BY status, attempt_count")).all()
+        claims = conn.execute(text(
+            "SELECT run_id, count(*) FROM awooop_run_event WHERE trigger_id LIKE 'claim:%' "
+            "GROUP BY run_id HAVING count(*) <> 1")).all()
+        workers = conn.execute(text(
+            "SELECT count(DISTINCT worker_id) FROM awooop_run_state")).scalar_one()
+    assert [(r.status, r.attempt_count, r.n) for r in rows] == [("COMPLETED", 1, 200)]
+    assert claims == []
+    assert workers > 1  # the work was really shared
+
+
+def test_reaper_returns_an_expired_run_to_pending(engine, project):
+    run_id = test_runs.admit(engine, project["project_id"])
+    claim(engine, "w1", run_id, ttl=SHORT_TTL)
+    expire_leases()
+
+    [reaped] = reap(engine)
+
+    assert (reaped.run_id, reaped.to_status, reaped.lost_worker_id) == (run_id, "PENDING", "w1")
+    row = db.run(engine, run_id)
+    assert (row["status"], row["lease_until"], row["worker_id"]) == ("PENDING", None, None)
+    assert row["reaped_at"] is not None
+    assert db.events(engine, run_id)[-1]["trigger"] == "reaper"
+
+
+def test_reaper_leaves_live_leases_alone(engine, project):
+    run_id = test_runs.admit(engine, project["project_id"])
+    claim(engine, "w1", run_id, ttl=30)
+
+    assert reap(engine) == []
+    assert db.run(engine, run_id)["status"] == "RUNNING"
+
+
+def test_reaper_never_touches_a_waiting_approval_run_with_an_expired_lease(engine, project):
+    run_id = test_runs.admit(engine, project["project_id"])
+    claim(engine, "w1", run_id, ttl=SHORT_TTL)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE awooop_run_state SET status = 'WAITING_APPROVAL' "
+                          "WHERE run_id = :r"), {"r": run_id})
+    expire_leases()
+    before = db.run(engine, run_id)
+
+    assert reap(engine) == []
+    assert db.run(engine, run_id) == before
+
+
+def test_attempts_exhausted_fail_the_run(engine, project):
+    run_id = test_runs.admit(engine, project["project_id"])  # max_attempts = 3
+    outcomes = []
+    for attempt in range(3):
+        c = claim(engine, f"w{attempt}", run_id, ttl=SHORT_TTL)
+        assert c.attempt_count == attempt + 1
+        expire_leases()
+        outcomes += [r.to_status for r in reap(engine)]
+
+    assert outcomes == ["PENDING", "PENDING", "FAILED"]
+    row = db.run(engine, run_id)
+    assert (row["status"], row["failure_reason"], row["attempt_count"]) == (
+        "FAILED", "Max retry attempts exceeded", 3)
+    assert claim(engine, "w9", run_id) is None
+
+
+def test_two_reapers_at_once_reap_each_run_once(engine, project):
+    run_ids = test_runs.admit_many(engine, project["project_id"], 60)
+    for run_id in run_ids:
+        claim(engine, "w1", run_id, ttl=SHORT_TTL)
+    expire_leases()
+    results: list[list[runs.Reaped]] = []
+    start = threading.Barrier(2)
+
+    def reaper() -> None:
+        start.wait()
+        results.append(reap(engine))
+
+    threads = [threading.Thread(target=reaper) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    reaped = [r.run_id for batch in results for r in batch]
+    assert sorted(reaped) == sorted(run_ids)
+    assert db.count(engine, "awooop_run_event", "trigger = 'reaper'") == 60
+
+
+def test_stale_claim_cannot_record_after_the_run_was_reclaimed(engine, project):
+    run_id = test_runs.admit(engine, project["project_id"])
+    stale = claim(engine, "w1", run_id, ttl=SHORT_TTL)
+    expire_leases()
+    reap(engine)
+    fresh = claim(engine, "w2", run_id)
+
+    with engine.begin() as conn:
+        assert not runs.renew(conn, stale, lease_ttl=30)
+        assert not runs.record_step(conn, stale, entry(stale), next_step="two")
+        assert not runs.finish(conn, stale, entry(stale), to_status="COMPLETED",
+                               saga_status="COMPLETED")
+        assert runs.record_step(conn, fresh, entry(fresh), next_step="two")
+
+    journal = db.run(engine, run_id)["saga_steps"]
+    assert [e["worker_id"] for e in journal] == ["w2"]
+
+
+def test_worker_whose_lease_was_reaped_stops_and_its_late_result_is_not_recorded(
+        engine, project, settings):
+    # Given a worker running a step that outlives its lease (no heartbeat in between)
+    gate = uuid.uuid4().hex
+    test_workflows.GATES[gate] = threading.Event()
+    run_id = test_runs.admit(engine, project["project_id"], "test-gated", {"gate": gate})
+    short = settings.__class__(**{**settings.__dict__, "lease_ttl_seconds": SHORT_TTL,
+                                  "heartbeat_interval_seconds": 60.0})
+    outcome: list[runner.Outcome] = []
+    worker_a = threading.Thread(target=lambda: outcome.append(
+        runner.execute(engine, short, run_id)))
+    worker_a.start()
+    deadline = time.monotonic() + 10
+    while db.run(engine, run_id)["status"] != "RUNNING" and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+    # When the reaper takes the run back and another worker claims it
+    expire_leases()
+    assert [r.to_status for r in sweeps.reap_once(engine)] == ["PENDING"]
+    fresh = claim(engine, "worker-b", run_id)
+    test_workflows.GATES[gate].set()
+    worker_a.join(timeout=10)
+
+    # Then worker A's heartbeat matches no row, it stops, and writes nothing
+    assert test_workflows.LEASE_HELD_AFTER_GATE[gate] is False
+    assert outcome == [runner.Outcome.LEASE_LOST]
+    row = db.run(engine, run_id)
+    assert (row["status"], row["worker_id"], row["lease_epoch"]) == ("RUNNING", "worker-b",
+                                                                     fresh.lease_epoch)
+    assert row["saga_steps"] == []
+
+
+def test_runner_completes_a_run_and_records_each_step(engine, project, settings):
+    run_id = test_runs.admit(engine, project["project_id"], "noop-3")
+
+    assert runner.execute(engine, settings, run_id) == runner.Outcome.COMPLETED
+
+    row = db.run(engine, run_id)
+    assert (row["status"], row["saga_status"]) == ("COMPLETED", "COMPLETED")
+    assert [(e["step"], e["status"]) for e in row["saga_steps"]] == [
+        ("one", "SUCCEEDED"), ("two", "SUCCEEDED"), ("three", "SUCCEEDED")]
+    kinds = [(e["kind"], e["to_status"]) for e in db.events(engine, run_id)]
+    assert kinds == [("transition", "PENDING"), ("lease", "RUNNING"), ("step", None),
+                     ("step", None), ("transition", "COMPLETED")]
+
+
+def test_runner_does_not_rerun_steps_recorded_before_a_crash(engine, project, settings):
+    run_id = test_runs.admit(engine, project["project_id"], "noop-3")
+    first = claim(engine, "crashed-worker", run_id, ttl=SHORT_TTL)
+    with engine.begin() as conn:
+        runs.record_step(conn, first, entry(first, "one"), next_step="two")
+    expire_leases()
+    reap(engine)
+
+    assert runner.execute(engine, settings, run_id) == runner.Outcome.COMPLETED
+
+    journal = db.run(engine, run_id)["saga_steps"]
+    assert [(e["step"], e["attempt"]) for e in journal] == [("one", 1), ("two", 2),
+                                                           ("three", 2)]
+
+
+def test_a_failing_step_fails_the_run_with_its_error(engine, project, settings):
+    run_id = test_runs.admit(engine, project["project_id"], "test-fail")
+
+    assert runner.execute(engine, settings, run_id) == runner.Outcome.FAILED
+
+    row = db.run(engine, run_id)
+    assert (row["status"], row["failure_code"]) == ("FAILED", "E-STEP-001")
+    assert "the downstream service said no" in row["failure_reason"]
+    assert [e["status"] for e in row["saga_steps"]] == ["SUCCEEDED", "FAILED"]
+
+
+def test_a_duplicate_message_for_a_finished_run_does_nothing(engine, project, settings):
+    run_id = test_runs.admit(engine, project["project_id"], "noop-3")
+    runner.execute(engine, settings, run_id)
+    before = db.events(engine, run_id)
+
+    assert runner.execute(engine, settings, run_id) == runner.Outcome.NOT_CLAIMED
+    assert db.events(engine, run_id) == before
+
+
+def test_a_run_whose_workflow_this_worker_lacks_is_handed_back(engine, project, settings):
+    run_id = test_runs.admit(engine, project["project_id"], "noop-3")
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE awooop_run_state SET workflow_version = 99 WHERE run_id = :r"),
+                     {"r": run_id})
+
+    assert runner.execute(engine, settings, run_id) == runner.Outcome.RELEASED
+
+    row = db.run(engine, run_id)
+    assert (row["status"], row["attempt_count"], row["worker_id"]) == ("PENDING", 0, None)
+    assert row["available_at"] > row["updated_at"]
