@@ -34,7 +34,9 @@ def test_orphan_sweep_ignores_held_and_finished_runs(engine, project, settings):
 
 def test_orphan_sweep_respects_its_batch_size(engine, project, settings):
     test_runs.admit_many(engine, project["project_id"], 5)
-    tuned = settings_with(settings, orphan_after_seconds=0, orphan_batch_size=2)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE awooop_run_state SET enqueued_at = now() - interval '1 hour'"))
+    tuned = settings_with(settings, orphan_after_seconds=60, orphan_batch_size=2)
 
     assert [len(sweeps.orphans_once(engine, tuned)) for _ in range(4)] == [2, 2, 1, 0]
 
