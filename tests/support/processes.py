@@ -1,0 +1,130 @@
+"""Starting the real web server, Celery workers and beat as child processes.
+
+Each process gets its own process group, so a test can SIGKILL a whole worker (parent and
+prefork children) the way a crashed pod dies.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(condition: Callable[[], object], timeout: float, what: str,
+               interval: float = 0.1) -> object:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+class Process:
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path):
+        self.name = name
+        self.log_path = log_dir / f"{name}.log"
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.popen = subprocess.Popen(
+            argv, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_for_log(self, needle: str, timeout: float = 30) -> None:
+        def found() -> bool:
+            if self.popen.poll() is not None:
+                raise AssertionError(f"{self.name} exited early:\n{self.log()[-3000:]}")
+            return needle in self.log()
+        wait_until(found, timeout, f"{needle!r} in {self.name}'s log")
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group: no warm shutdown, no acks, like a crash."""
+        if self.popen.poll() is None:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+            self.popen.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            os.killpg(self.popen.pid, signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self._log.close()
+
+
+class Stack:
+    """The processes of one test, all with the same AWOOOP_* environment."""
+
+    def __init__(self, env: dict[str, str], log_dir: Path):
+        self.env = env
+        self.log_dir = log_dir
+        self.processes: list[Process] = []
+
+    def _start(self, name: str, argv: list[str]) -> Process:
+        process = Process(name, argv, self.env, self.log_dir)
+        self.processes.append(process)
+        return process
+
+    def worker(self, name: str = "worker", queues: str = "runs") -> Process:
+        process = self._start(name, [
+            str(BIN / "celery"), "-A", "awooop.tasks.app", "worker", "-Q", queues,
+            "-n", f"{name}-{os.getpid()}@%h", "--concurrency", "1", "--loglevel", "INFO",
+            "--without-mingle", "--without-gossip",
+        ])
+        process.wait_for_log("ready.")
+        return process
+
+    def beat(self) -> Process:
+        process = self._start("beat", [
+            str(BIN / "celery"), "-A", "awooop.tasks.app", "beat", "--loglevel", "INFO",
+            "-s", str(self.log_dir / "celerybeat-schedule"),
+        ])
+        process.wait_for_log("beat: Starting")
+        return process
+
+    def web(self) -> tuple[Process, str]:
+        port = free_port()
+        self.env["AWOOOP_PORT"] = str(port)
+        process = self._start("web", [
+            str(BIN / "gunicorn"), "-c", "gunicorn.conf.py", "awooop.web.app:create_app()",
+        ])
+        process.wait_for_log("Booting worker")
+        base = f"http://127.0.0.1:{port}"
+
+        def listening() -> bool:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    return True
+            except OSError:
+                return False
+        wait_until(listening, 20, "the web server to listen")
+        return process, base
+
+    def stop(self) -> None:
+        for process in reversed(self.processes):
+            process.stop()
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.name} ---\n{p.log()[-4000:]}" for p in self.processes)
