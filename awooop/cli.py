@@ -30,7 +30,7 @@ def _settings(*required: str) -> Settings:
     return Settings.from_env(required=required or ("database_url", "secret_key"))
 
 
-def _engine(settings: Settings):  # type: ignore[no-untyped-def]
+def _engine(settings: Settings):
     from awooop import db
 
     return db.make_engine(settings.database_url, pool_size=1)
@@ -49,15 +49,16 @@ def default_routes() -> dict[str, str]:
     return {channel: f"demo-{channel}" for channel in CHANNEL_TYPES}
 
 
-def create_project(settings: Settings, project_id: str, name: str | None = None
-                   ) -> dict[str, Any]:
+def create_project(settings: Settings, project_id: str, name: str | None = None) -> dict[str, Any]:
     """Create a project routed to the demo workflows; returns its fresh credentials."""
     from awooop.store import projects
 
     _check_project_id(project_id)
     box = secrets.SecretBox(settings.secret_key)
     api_token = secrets.new_token()
-    channel_secrets = {channel: secrets.new_token() for channel in CHANNEL_TYPES if channel != "api"}
+    channel_secrets = {
+        channel: secrets.new_token() for channel in CHANNEL_TYPES if channel != "api"
+    }
     with _engine(settings).begin() as conn:
         try:
             projects.create_project(conn, project_id, name or project_id, default_routes())
@@ -65,11 +66,13 @@ def create_project(settings: Settings, project_id: str, name: str | None = None
             raise UsageError(f"project {project_id!r} already exists") from None
         projects.add_api_token(conn, project_id, "operator", secrets.sha256_hex(api_token))
         for channel in ("telegram", "alertmanager"):  # echoed back verbatim: keep a hash
-            projects.add_channel_secret(conn, project_id, channel,
-                                        secret_hash=secrets.sha256_hex(channel_secrets[channel]))
+            projects.add_channel_secret(
+                conn, project_id, channel, secret_hash=secrets.sha256_hex(channel_secrets[channel])
+            )
         for channel in ("gitea", "line"):  # HMAC keys: must be recoverable, keep encrypted
-            projects.add_channel_secret(conn, project_id, channel,
-                                        secret_encrypted=box.encrypt(channel_secrets[channel]))
+            projects.add_channel_secret(
+                conn, project_id, channel, secret_encrypted=box.encrypt(channel_secrets[channel])
+            )
     return {"project_id": project_id, "api_token": api_token, "secrets": channel_secrets}
 
 
@@ -125,8 +128,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 def cmd_workflows(args: argparse.Namespace) -> int:
     for wf in registry.all_workflows():
         steps = " -> ".join(s.name for s in wf.steps)
-        print(f"{wf.name} v{wf.version}  max_attempts={wf.max_attempts}  {steps}  "
-              f"{wf.description}")
+        print(f"{wf.name} v{wf.version}  max_attempts={wf.max_attempts}  {steps}  {wf.description}")
     return 0
 
 
@@ -165,8 +167,10 @@ def cmd_dev_demo(args: argparse.Namespace) -> int:
     elif saved.exists():
         creds = json.loads(saved.read_text())
     else:
-        print(f"project {DEMO_PROJECT!r} exists but its credentials are not in {saved}; "
-              "create another with `awooop project create <id>`.")
+        print(
+            f"project {DEMO_PROJECT!r} exists but its credentials are not in {saved}; "
+            "create another with `awooop project create <id>`."
+        )
         return 0
     base = f"http://127.0.0.1:{settings.port}/v1/projects/{DEMO_PROJECT}"
     print(f"""
@@ -175,14 +179,14 @@ Demo project credentials (also in {saved}):
 
 Send a first event (API channel), then read the run it created:
   curl -s -X POST {base}/runs \\
-       -H 'Authorization: Bearer {creds['api_token']}' \\
+       -H 'Authorization: Bearer {creds["api_token"]}' \\
        -H 'Idempotency-Key: first-event-1' -H 'Content-Type: application/json' \\
        -d '{{"summary": "disk almost full on db-1"}}'
-  curl -s {base}/runs/<run_id> -H 'Authorization: Bearer {creds['api_token']}'
+  curl -s {base}/runs/<run_id> -H 'Authorization: Bearer {creds["api_token"]}'
 
 A Telegram update:
   curl -s -X POST {base}/webhooks/telegram \\
-       -H 'X-Telegram-Bot-Api-Secret-Token: {creds['secrets']['telegram']}' \\
+       -H 'X-Telegram-Bot-Api-Secret-Token: {creds["secrets"]["telegram"]}' \\
        -H 'Content-Type: application/json' \\
        -d '{{"update_id": 1001, "message": {{"text": "/status", "from": {{"username": "ops"}}}}}}'
 """)
@@ -193,41 +197,56 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="awooop",
         description="AwoooP: operations events admitted exactly once and run as durable "
-                    "workflows. Configuration comes from AWOOOP_* environment variables.",
+        "workflows. Configuration comes from AWOOOP_* environment variables.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     project = sub.add_parser("project", help="create projects and change their routes")
     project_sub = project.add_subparsers(dest="project_command", required=True, metavar="ACTION")
     create = project_sub.add_parser(
-        "create", help="create a project routed to the demo workflows; prints its credentials",
+        "create",
+        help="create a project routed to the demo workflows; prints its credentials",
         description="Creates the project with an operator API token and one secret per "
-                    "channel, and prints them as JSON. They are shown once: only hashes and "
-                    "encrypted values are stored.")
+        "channel, and prints them as JSON. They are shown once: only hashes and "
+        "encrypted values are stored.",
+    )
     create.add_argument("project_id", help="1-64 characters: a-z, 0-9, '-', '_'")
     create.add_argument("--name", help="display name (default: the project id)")
     create.set_defaults(func=cmd_project_create)
     routes = project_sub.add_parser(
-        "routes", help="route channels to workflows",
+        "routes",
+        help="route channels to workflows",
         description="Sets which workflow each channel's events start, e.g. "
-                    "`awooop project routes demo telegram=demo-telegram api=noop-3`.")
+        "`awooop project routes demo telegram=demo-telegram api=noop-3`.",
+    )
     routes.add_argument("project_id")
     routes.add_argument("routes", nargs="+", metavar="CHANNEL=WORKFLOW")
     routes.set_defaults(func=cmd_project_routes)
 
     migrate = sub.add_parser("migrate", help="apply database migrations (alembic)")
-    migrate.add_argument("revision", nargs="?", default="head",
-                         help="target revision (default: head)")
-    migrate.add_argument("--down", dest="direction", action="store_const", const="down",
-                         default="up", help="downgrade to REVISION (e.g. base)")
+    migrate.add_argument(
+        "revision", nargs="?", default="head", help="target revision (default: head)"
+    )
+    migrate.add_argument(
+        "--down",
+        dest="direction",
+        action="store_const",
+        const="down",
+        default="up",
+        help="downgrade to REVISION (e.g. base)",
+    )
     migrate.set_defaults(func=cmd_migrate)
 
     workflows = sub.add_parser("workflows", help="list the registered workflows")
     workflows.set_defaults(func=cmd_workflows)
 
     dev = sub.add_parser("dev", help="the embedded development services")
-    dev.add_argument("--state-dir", type=Path, default=STATE_DIR,
-                     help=f"where data, pid files and the env file live (default: {STATE_DIR})")
+    dev.add_argument(
+        "--state-dir",
+        type=Path,
+        default=STATE_DIR,
+        help=f"where data, pid files and the env file live (default: {STATE_DIR})",
+    )
     dev_sub = dev.add_subparsers(dest="dev_command", required=True, metavar="ACTION")
     dev_sub.add_parser(
         "up", help="start embedded PostgreSQL/Redis unless AWOOOP_*_URL is set; write env file"

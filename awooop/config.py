@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass, fields
 from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 # Where the embedded development services keep their data and the state file

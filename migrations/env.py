@@ -22,8 +22,7 @@ def _url() -> str:
 
 
 def run_migrations_offline() -> None:
-    context.configure(url=_url(), target_metadata=metadata, literal_binds=True,
-                      compare_type=True)
+    context.configure(url=_url(), target_metadata=metadata, literal_binds=True, compare_type=True)
     with context.begin_transaction():
         context.run_migrations()
 

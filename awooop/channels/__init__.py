@@ -11,6 +11,5 @@ from awooop.channels import alertmanager, api, gitea, line, telegram
 from awooop.channels.base import ChannelModule
 
 CHANNELS: dict[str, ChannelModule] = {
-    m.CHANNEL: m  # type: ignore[misc]
-    for m in (telegram, alertmanager, gitea, line, api)
+    m.CHANNEL: m for m in (telegram, alertmanager, gitea, line, api)
 }

@@ -12,6 +12,7 @@ import base64
 import binascii
 from typing import Any
 
+from awooop import errors
 from awooop import secrets as crypto
 from awooop.channels.base import (
     ChannelSecrets,
@@ -47,10 +48,16 @@ def authenticate(request: RawRequest, secrets: ChannelSecrets) -> bool:
 
 def _alert_key(alert: Any) -> list[str]:
     require(isinstance(alert, dict), "each alert must be an object")
-    key = [alert.get("fingerprint"), alert.get("status"), alert.get("startsAt"),
-           alert.get("endsAt")]
-    require(all(isinstance(part, str) for part in key),
-            "each alert needs string fingerprint, status, startsAt and endsAt")
+    key = [
+        alert.get("fingerprint"),
+        alert.get("status"),
+        alert.get("startsAt"),
+        alert.get("endsAt"),
+    ]
+    require(
+        all(isinstance(part, str) for part in key),
+        "each alert needs string fingerprint, status, startsAt and endsAt",
+    )
     return key
 
 
@@ -63,7 +70,8 @@ def parse(request: RawRequest) -> list[InboundEvent]:
     require(isinstance(receiver, str), "receiver must be a string")
     require(isinstance(group_key, str), "groupKey must be a string")
     require(status in ("firing", "resolved"), "status must be 'firing' or 'resolved'")
-    require(isinstance(alerts, list) and len(alerts) > 0, "alerts must be a non-empty list")
+    if not isinstance(alerts, list) or not alerts:
+        raise errors.MalformedRequest("alerts must be a non-empty list")
     identity = [receiver, group_key, status, sorted(_alert_key(a) for a in alerts)]
     key = digest(identity)
     # The key is derived from the notification's identity, so that identity is also the

@@ -15,7 +15,7 @@ from awooop import errors
 class RawRequest:
     """The parts of an HTTP request a channel may look at (no Flask objects below web/)."""
 
-    headers: Mapping[str, str]  # case-insensitive (werkzeug Headers in production)
+    headers: Mapping[str, str]  # case-insensitive: werkzeug Headers in production
     body: bytes
     query: Mapping[str, str] = field(default_factory=dict)
 
@@ -25,11 +25,11 @@ class ChannelSecrets:
     """The project's active secrets for one channel (several during a rotation).
 
     ``hashes``: SHA-256 of secrets the provider echoes back (compare a hash).
-    ``keys``: a callable giving the decrypted HMAC keys, decrypted only when needed.
+    ``hmac_keys``: a callable giving the decrypted HMAC keys, decrypted only when needed.
     """
 
     hashes: tuple[str, ...] = ()
-    keys: Callable[[], list[str]] = field(default=lambda: [])
+    hmac_keys: Callable[[], list[str]] = field(default=lambda: [])
 
 
 @dataclass(frozen=True)
@@ -78,6 +78,8 @@ def require(condition: bool, message: str) -> None:
 
 
 def event_id(value: str) -> str:
-    require(0 < len(value) <= MAX_EVENT_ID_LENGTH,
-            f"event id must be 1 to {MAX_EVENT_ID_LENGTH} characters")
+    require(
+        0 < len(value) <= MAX_EVENT_ID_LENGTH,
+        f"event id must be 1 to {MAX_EVENT_ID_LENGTH} characters",
+    )
     return value

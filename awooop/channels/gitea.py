@@ -26,7 +26,7 @@ def authenticate(request: RawRequest, secrets: ChannelSecrets) -> bool:
     if not presented:
         return False
     found = False
-    for key in secrets.keys():
+    for key in secrets.hmac_keys():
         expected = crypto.hmac_sha256(key, request.body).hex()
         found |= crypto.signature_matches(presented, expected)
     return found
@@ -37,5 +37,8 @@ def parse(request: RawRequest) -> list[InboundEvent]:
     delivery = request.headers.get("X-Gitea-Delivery", "").strip()
     require(bool(delivery), "the X-Gitea-Delivery header is required")
     event_type = request.headers.get("X-Gitea-Event", "").strip() or "unknown"
-    return [InboundEvent(event_id(delivery), payload, digest(payload),
-                         meta={"event_type": event_type[:64]})]
+    return [
+        InboundEvent(
+            event_id(delivery), payload, digest(payload), meta={"event_type": event_type[:64]}
+        )
+    ]

@@ -8,6 +8,7 @@ webhook verification and creates nothing.
 
 from __future__ import annotations
 
+from awooop import errors
 from awooop import secrets as crypto
 from awooop.channels.base import (
     ChannelSecrets,
@@ -27,7 +28,7 @@ def authenticate(request: RawRequest, secrets: ChannelSecrets) -> bool:
     if not presented:
         return False
     found = False
-    for key in secrets.keys():
+    for key in secrets.hmac_keys():
         expected = crypto.b64(crypto.hmac_sha256(key, request.body))
         found |= crypto.signature_matches(presented, expected)
     return found
@@ -36,7 +37,8 @@ def authenticate(request: RawRequest, secrets: ChannelSecrets) -> bool:
 def parse(request: RawRequest) -> list[InboundEvent]:
     body = json_object(request.body)
     events = body.get("events")
-    require(isinstance(events, list), "events must be a list")
+    if not isinstance(events, list):
+        raise errors.MalformedRequest("events must be a list")
     parsed = []
     seen: set[str] = set()
     for event in events:
@@ -45,6 +47,12 @@ def parse(request: RawRequest) -> list[InboundEvent]:
         require(isinstance(webhook_event_id, str), "each event needs a webhookEventId string")
         require(webhook_event_id not in seen, "webhookEventId repeated within one request")
         seen.add(webhook_event_id)
-        parsed.append(InboundEvent(event_id(webhook_event_id), event, digest(event),
-                                   meta={"destination": body.get("destination")}))
+        parsed.append(
+            InboundEvent(
+                event_id(webhook_event_id),
+                event,
+                digest(event),
+                meta={"destination": body.get("destination")},
+            )
+        )
     return parsed

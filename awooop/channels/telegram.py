@@ -21,7 +21,7 @@ from awooop.channels.base import (
 )
 
 CHANNEL = "telegram"
-SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"  # noqa: S105 - a header name
 
 
 def authenticate(request: RawRequest, secrets: ChannelSecrets) -> bool:
@@ -32,8 +32,10 @@ def authenticate(request: RawRequest, secrets: ChannelSecrets) -> bool:
 def parse(request: RawRequest) -> list[InboundEvent]:
     update = json_object(request.body)
     update_id = update.get("update_id")
-    require(isinstance(update_id, int) and not isinstance(update_id, bool),
-            "update_id must be an integer")
+    require(
+        isinstance(update_id, int) and not isinstance(update_id, bool),
+        "update_id must be an integer",
+    )
     bot_id = request.query.get("bot_id", "0")
     require(bot_id.isdigit() and len(bot_id) <= 20, "bot_id must be the bot's numeric id")
     return [InboundEvent(event_id(f"{bot_id}:{update_id}"), update, digest(update))]

@@ -54,12 +54,15 @@ def execute(engine: Engine, settings: Settings, run_id: uuid.UUID | str | None) 
     with engine.begin() as conn:
         claim = runs.claim(conn, me, settings.lease_ttl_seconds, run_id)
     if claim is None:
-        log.info("run not claimable", extra={"action": "claim_skipped", "run_id": str(run_id),
-                                              "worker_id": me})
+        log.info(
+            "run not claimable",
+            extra={"action": "claim_skipped", "run_id": str(run_id), "worker_id": me},
+        )
         return Outcome.NOT_CLAIMED
     fields = _fields(claim)
-    log.info("run claimed", extra={**fields, "action": "run_claimed",
-                                   "attempt": claim.attempt_count})
+    log.info(
+        "run claimed", extra={**fields, "action": "run_claimed", "attempt": claim.attempt_count}
+    )
 
     try:
         workflow = registry.get(claim.workflow_name, claim.workflow_version)
@@ -68,8 +71,11 @@ def execute(engine: Engine, settings: Settings, run_id: uuid.UUID | str | None) 
     if workflow is None or workflow.digest != claim.workflow_digest:
         log.error(
             "workflow definition missing or changed in this worker; run handed back",
-            extra={**fields, "action": "workflow_unavailable",
-                   "workflow": f"{claim.workflow_name}:v{claim.workflow_version}"},
+            extra={
+                **fields,
+                "action": "workflow_unavailable",
+                "workflow": f"{claim.workflow_name}:v{claim.workflow_version}",
+            },
         )
         with engine.begin() as conn:
             runs.release(conn, claim, WORKFLOW_UNAVAILABLE_RETRY_SECONDS, "workflow_unavailable")
@@ -83,8 +89,9 @@ def execute(engine: Engine, settings: Settings, run_id: uuid.UUID | str | None) 
         return _run_steps(engine, claim, workflow, heartbeat)
 
 
-def _run_steps(engine: Engine, claim: runs.Claim, workflow: Workflow, heartbeat: Heartbeat
-               ) -> Outcome:
+def _run_steps(
+    engine: Engine, claim: runs.Claim, workflow: Workflow, heartbeat: Heartbeat
+) -> Outcome:
     fields = _fields(claim)
     outputs = succeeded_outputs(claim.saga_steps)
     remaining = [(i, s) for i, s in enumerate(workflow.steps) if s.name not in outputs]
@@ -124,34 +131,56 @@ def _run_steps(engine: Engine, claim: runs.Claim, workflow: Workflow, heartbeat:
         entry["duration_ms"] = round((time.monotonic() - started) * 1000, 3)
 
         if heartbeat.lost.is_set():
-            log.warning("lease lost during step; result not recorded",
-                        extra={**fields, "action": "lease_lost", "step": step.name})
+            log.warning(
+                "lease lost during step; result not recorded",
+                extra={**fields, "action": "lease_lost", "step": step.name},
+            )
             return Outcome.LEASE_LOST
 
         is_last = position == len(remaining) - 1
         with engine.begin() as conn:
             if entry["status"] == "FAILED":
                 held = runs.finish(
-                    conn, claim, entry, to_status=states.FAILED, saga_status="RUNNING",
+                    conn,
+                    claim,
+                    entry,
+                    to_status=states.FAILED,
+                    saga_status="RUNNING",
                     failure_code=STEP_FAILED_CODE,
                     failure_reason=f"step {step.name} failed: {entry['error']}"[:1000],
                 )
                 outcome = Outcome.FAILED
             elif is_last:
-                held = runs.finish(conn, claim, entry, to_status=states.COMPLETED,
-                                   saga_status="COMPLETED", output=output)
+                held = runs.finish(
+                    conn,
+                    claim,
+                    entry,
+                    to_status=states.COMPLETED,
+                    saga_status="COMPLETED",
+                    output=output,
+                )
                 outcome = Outcome.COMPLETED
             else:
-                held = runs.record_step(conn, claim, entry,
-                                        next_step=remaining[position + 1][1].name)
+                held = runs.record_step(
+                    conn, claim, entry, next_step=remaining[position + 1][1].name
+                )
                 outcome = None
         if not held:
             heartbeat.lost.set()
-            log.warning("lease lost; step result discarded",
-                        extra={**fields, "action": "lease_lost", "step": step.name})
+            log.warning(
+                "lease lost; step result discarded",
+                extra={**fields, "action": "lease_lost", "step": step.name},
+            )
             return Outcome.LEASE_LOST
-        log.info("step recorded", extra={**fields, "action": "step_recorded",
-                                         "step": step.name, "status": entry["status"]})
+        log.info(
+            "step recorded",
+            extra={
+                **fields,
+                "action": "step_recorded",
+                "step": step.name,
+                "status": entry["status"],
+            },
+        )
         if outcome is not None:
             log.info("run finished", extra={**fields, "action": f"run_{outcome.value}"})
             return outcome
@@ -162,5 +191,9 @@ def _run_steps(engine: Engine, claim: runs.Claim, workflow: Workflow, heartbeat:
 
 
 def _fields(claim: runs.Claim) -> dict[str, Any]:
-    return {"run_id": str(claim.run_id), "project_id": claim.project_id,
-            "worker_id": claim.worker_id, "lease_epoch": claim.lease_epoch}
+    return {
+        "run_id": str(claim.run_id),
+        "project_id": claim.project_id,
+        "worker_id": claim.worker_id,
+        "lease_epoch": claim.lease_epoch,
+    }

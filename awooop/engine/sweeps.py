@@ -26,9 +26,14 @@ def reap_once(engine: Engine) -> list[runs.Reaped]:
     for r in reaped:
         log.warning(
             "stale run reaped",
-            extra={"action": "run_reaped", "run_id": str(r.run_id), "project_id": r.project_id,
-                   "to_status": r.to_status, "attempt": r.attempt_count,
-                   "lost_worker_id": r.lost_worker_id},
+            extra={
+                "action": "run_reaped",
+                "run_id": str(r.run_id),
+                "project_id": r.project_id,
+                "to_status": r.to_status,
+                "attempt": r.attempt_count,
+                "lost_worker_id": r.lost_worker_id,
+            },
         )
     return reaped
 
@@ -36,12 +41,12 @@ def reap_once(engine: Engine) -> list[runs.Reaped]:
 def orphans_once(engine: Engine, settings: Settings) -> list[uuid.UUID]:
     """Claimable runs nobody claimed within ``orphan_after_seconds``: their message is re-sent."""
     with engine.begin() as conn:
-        orphans = runs.mark_orphans(
-            conn, settings.orphan_after_seconds, settings.orphan_batch_size
-        )
+        orphans = runs.mark_orphans(conn, settings.orphan_after_seconds, settings.orphan_batch_size)
     if orphans:
-        log.warning("unclaimed runs found; re-sending their messages",
-                    extra={"action": "orphans_resent", "count": len(orphans)})
+        log.warning(
+            "unclaimed runs found; re-sending their messages",
+            extra={"action": "orphans_resent", "count": len(orphans)},
+        )
     return orphans
 
 

@@ -20,7 +20,9 @@ class ChannelEventDedupe(Base):
     __tablename__ = "awooop_channel_event_dedupe"
     __table_args__ = (
         UniqueConstraint(
-            "project_id", "channel_type", "provider_event_id",
+            "project_id",
+            "channel_type",
+            "provider_event_id",
             name="uq_awooop_channel_event_dedupe_event_key",
         ),
         Index("ix_awooop_channel_event_dedupe_created_at", "created_at"),

@@ -52,9 +52,7 @@ class Credential(Base):
 
     __tablename__ = "awooop_credential"
     __table_args__ = (
-        CheckConstraint(
-            "kind IN ('api_token', 'channel_secret')", name="kind_valid"
-        ),
+        CheckConstraint("kind IN ('api_token', 'channel_secret')", name="kind_valid"),
         CheckConstraint(
             "(kind = 'api_token' AND role IS NOT NULL AND secret_hash IS NOT NULL)"
             " OR (kind = 'channel_secret' AND channel_type IS NOT NULL"

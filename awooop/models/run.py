@@ -137,7 +137,8 @@ class RunEvent(Base):
 
     seq: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
     run_id: Mapped[uuid.UUID] = mapped_column(
-        UUID(as_uuid=True), ForeignKey("awooop_run_state.run_id", ondelete="CASCADE"),
+        UUID(as_uuid=True),
+        ForeignKey("awooop_run_state.run_id", ondelete="CASCADE"),
         nullable=False,
     )
     kind: Mapped[str] = mapped_column(String(32), nullable=False)

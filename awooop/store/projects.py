@@ -41,8 +41,14 @@ def create_project(conn: Connection, project_id: str, name: str, routes: dict[st
 def add_api_token(conn: Connection, project_id: str, role: str, token_hash: str) -> None:
     conn.execute(
         _INSERT_CREDENTIAL,
-        {"project_id": project_id, "kind": "api_token", "channel_type": None, "role": role,
-         "secret_hash": token_hash, "secret_encrypted": None},
+        {
+            "project_id": project_id,
+            "kind": "api_token",
+            "channel_type": None,
+            "role": role,
+            "secret_hash": token_hash,
+            "secret_encrypted": None,
+        },
     )
 
 
@@ -56,8 +62,14 @@ def add_channel_secret(
 ) -> None:
     conn.execute(
         _INSERT_CREDENTIAL,
-        {"project_id": project_id, "kind": "channel_secret", "channel_type": channel_type,
-         "role": None, "secret_hash": secret_hash, "secret_encrypted": secret_encrypted},
+        {
+            "project_id": project_id,
+            "kind": "channel_secret",
+            "channel_type": channel_type,
+            "role": None,
+            "secret_hash": secret_hash,
+            "secret_encrypted": secret_encrypted,
+        },
     )
 
 
@@ -104,8 +116,11 @@ class ProjectAuth:
     credentials: tuple[CredentialRow, ...]
 
     def channel_secrets(self, channel_type: str) -> list[CredentialRow]:
-        return [c for c in self.credentials
-                if c.kind == "channel_secret" and c.channel_type == channel_type]
+        return [
+            c
+            for c in self.credentials
+            if c.kind == "channel_secret" and c.channel_type == channel_type
+        ]
 
     def api_tokens(self) -> list[CredentialRow]:
         return [c for c in self.credentials if c.kind == "api_token"]

@@ -109,8 +109,10 @@ def claim(
     )
 
 
-_FENCE = "run_id = :run_id AND worker_id = :worker_id AND lease_epoch = :lease_epoch" \
+_FENCE = (
+    "run_id = :run_id AND worker_id = :worker_id AND lease_epoch = :lease_epoch"
     " AND status = 'RUNNING'"
+)
 
 
 def _fence_params(c: Claim) -> dict[str, Any]:
@@ -303,8 +305,7 @@ def reap(conn: Connection, actor: str, batch_size: int = 1000) -> list[Reaped]:
     """ADR-114 D3: reclaim RUNNING runs whose lease expired."""
     rows = conn.execute(_REAP, {"actor": actor, "batch_size": batch_size}).all()
     return [
-        Reaped(r.run_id, r.project_id, r.to_status, r.attempt_count, r.lost_worker_id)
-        for r in rows
+        Reaped(r.run_id, r.project_id, r.to_status, r.attempt_count, r.lost_worker_id) for r in rows
     ]
 
 
@@ -394,6 +395,9 @@ FROM released
 
 def release(conn: Connection, c: Claim, delay_seconds: float, reason: str) -> bool:
     """Hand the run back untouched (nothing was attempted), claimable after ``delay_seconds``."""
-    return conn.execute(
-        _RELEASE, {**_fence_params(c), "delay": delay_seconds, "reason": reason}
-    ).rowcount == 1
+    return (
+        conn.execute(
+            _RELEASE, {**_fence_params(c), "delay": delay_seconds, "reason": reason}
+        ).rowcount
+        == 1
+    )

@@ -8,8 +8,8 @@ from collections.abc import Iterable
 
 from awooop import db
 from awooop.config import get_settings
-from awooop.tasks.app import app
 from awooop.engine import runner
+from awooop.tasks.app import app
 
 log = logging.getLogger("awooop.tasks.runs")
 
@@ -35,6 +35,8 @@ def enqueue(run_ids: Iterable[uuid.UUID | str]) -> int:
             execute.apply_async((str(run_id),), queue="runs")
             sent += 1
         except Exception:
-            log.exception("could not send run message; the orphan sweep will re-send it",
-                          extra={"action": "enqueue_failed", "run_id": str(run_id)})
+            log.exception(
+                "could not send run message; the orphan sweep will re-send it",
+                extra={"action": "enqueue_failed", "run_id": str(run_id)},
+            )
     return sent

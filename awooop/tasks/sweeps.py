@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from awooop import db
 from awooop.config import get_settings
-from awooop.tasks.app import app
 from awooop.domain import states
 from awooop.engine import sweeps
 from awooop.tasks import runs
+from awooop.tasks.app import app
 
 
 @app.task(name="awooop.sweeps.reap")

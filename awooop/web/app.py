@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import uuid
+from collections.abc import Callable
 
 from flask import Flask
 from sqlalchemy import Engine
@@ -13,7 +14,7 @@ from awooop.secrets import SecretBox
 from awooop.web import api, errors, ingress
 from awooop.workflows import registry
 
-Enqueue = Callable[[Iterable[object]], int]
+Enqueue = Callable[[list[uuid.UUID]], int]
 
 
 def create_app(
@@ -33,8 +34,12 @@ def create_app(
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.extensions["awooop"] = {
         "settings": settings,
-        "engine": engine or (db.get_engine() if settings is get_settings()
-                             else db.make_engine(settings.database_url, settings.db_pool_size)),
+        "engine": engine
+        or (
+            db.get_engine()
+            if settings is get_settings()
+            else db.make_engine(settings.database_url, settings.db_pool_size)
+        ),
         "secret_box": SecretBox(settings.secret_key),
         "enqueue": enqueue,
     }

@@ -1,12 +1,14 @@
-"""Accessors for what create_app() put on the application."""
+"""Accessors for what create_app() put on the application, and the current request."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, cast
 
-from flask import current_app
+from flask import current_app, request
 from sqlalchemy import Engine
 
+from awooop.channels.base import RawRequest
 from awooop.config import Settings
 from awooop.secrets import SecretBox
 
@@ -29,3 +31,10 @@ def secret_box() -> SecretBox:
 
 def enqueue(run_ids: list[Any]) -> int:
     return _ext()["enqueue"](run_ids)
+
+
+def raw_request(body: bytes = b"") -> RawRequest:
+    """The current request as the channel modules see it."""
+    # werkzeug's Headers is a case-insensitive mapping in all but its declared type.
+    headers = cast(Mapping[str, str], request.headers)
+    return RawRequest(headers=headers, body=body, query=request.args)

@@ -19,7 +19,7 @@ _HTTP_EXCEPTIONS: dict[type[HTTPException], type[errors.AwoooPError]] = {
 }
 
 
-def error_response(error: errors.AwoooPError):  # type: ignore[no-untyped-def]
+def error_response(error: errors.AwoooPError):
     response = jsonify({"error": {"code": error.code, "message": error.message}})
     response.status_code = error.http_status
     for name, value in error.headers.items():
@@ -29,11 +29,11 @@ def error_response(error: errors.AwoooPError):  # type: ignore[no-untyped-def]
 
 def register(app: Flask) -> None:
     @app.errorhandler(errors.AwoooPError)
-    def _awooop_error(error: errors.AwoooPError):  # type: ignore[no-untyped-def]
+    def _awooop_error(error: errors.AwoooPError):
         return error_response(error)
 
     @app.errorhandler(HTTPException)
-    def _http_error(error: HTTPException):  # type: ignore[no-untyped-def]
+    def _http_error(error: HTTPException):
         mapped = _HTTP_EXCEPTIONS.get(type(error))
         if mapped is not None:
             return error_response(mapped())
@@ -42,19 +42,21 @@ def register(app: Flask) -> None:
         return error_response(generic)
 
     @app.errorhandler(OperationalError)
-    def _database_unavailable(error: OperationalError):  # type: ignore[no-untyped-def]
-        log.error("database unavailable", extra={"action": "database_unavailable",
-                                                 "error": str(error.orig)[:200]})
+    def _database_unavailable(error: DBAPIError):
+        log.error(
+            "database unavailable",
+            extra={"action": "database_unavailable", "error": str(error.orig)[:200]},
+        )
         return error_response(errors.ServiceUnavailable())
 
     @app.errorhandler(DBAPIError)
-    def _database_error(error: DBAPIError):  # type: ignore[no-untyped-def]
+    def _database_error(error: DBAPIError):
         if error.connection_invalidated:
-            return _database_unavailable(error)  # type: ignore[arg-type]
+            return _database_unavailable(error)
         log.exception("database error", extra={"action": "internal_error"})
         return error_response(errors.InternalError())
 
     @app.errorhandler(Exception)
-    def _unexpected(error: Exception):  # type: ignore[no-untyped-def]
+    def _unexpected(error: Exception):
         log.exception("unhandled error", extra={"action": "internal_error"})
         return error_response(errors.InternalError())

@@ -14,7 +14,7 @@ from flask import Blueprint, Response, jsonify, request
 
 from awooop import errors
 from awooop.channels import CHANNELS
-from awooop.channels.base import ChannelSecrets, InboundEvent, RawRequest
+from awooop.channels.base import ChannelSecrets, InboundEvent
 from awooop.store import admission, projects
 from awooop.web import context
 from awooop.workflows import registry
@@ -49,9 +49,11 @@ def _read_json_body() -> bytes:
 
 def _secrets_for(auth: projects.ProjectAuth, channel: str) -> ChannelSecrets:
     if channel == "api":
-        return ChannelSecrets(hashes=tuple(
-            c.secret_hash for c in auth.api_tokens() if c.role in ADMIT_ROLES and c.secret_hash
-        ))
+        return ChannelSecrets(
+            hashes=tuple(
+                c.secret_hash for c in auth.api_tokens() if c.role in ADMIT_ROLES and c.secret_hash
+            )
+        )
     rows = auth.channel_secrets(channel)
     box = context.secret_box()
 
@@ -59,12 +61,14 @@ def _secrets_for(auth: projects.ProjectAuth, channel: str) -> ChannelSecrets:
         decrypted = (box.decrypt(c.secret_encrypted) for c in rows if c.secret_encrypted)
         return [k for k in decrypted if k is not None]
 
-    return ChannelSecrets(hashes=tuple(c.secret_hash for c in rows if c.secret_hash), keys=keys)
+    return ChannelSecrets(
+        hashes=tuple(c.secret_hash for c in rows if c.secret_hash), hmac_keys=keys
+    )
 
 
 def _admit(project_id: str, channel: str) -> tuple[Response, int]:
     module = CHANNELS[channel]
-    raw = RawRequest(headers=request.headers, body=_read_json_body(), query=request.args)
+    raw = context.raw_request(_read_json_body())
     engine = context.engine()
     with engine.begin() as conn:
         auth = projects.load_auth(conn, project_id, channel)
@@ -77,22 +81,26 @@ def _admit(project_id: str, channel: str) -> tuple[Response, int]:
         workflow_name = auth.routes.get(channel)
         workflow = registry.latest(workflow_name) if isinstance(workflow_name, str) else None
         if workflow is None:
-            return jsonify({"status": "ignored",
-                            "reason": f"no workflow is routed for channel {channel}"}), 200
+            return jsonify(
+                {"status": "ignored", "reason": f"no workflow is routed for channel {channel}"}
+            ), 200
         traceparent = request.headers.get("traceparent", "").strip().lower()
         results = [
-            admission.admit(conn, admission.NewRun(
-                project_id=project_id,
-                channel_type=channel,
-                provider_event_id=event.provider_event_id,
-                request_digest=event.request_digest,
-                workflow_name=workflow.name,
-                workflow_version=workflow.version,
-                workflow_digest=workflow.digest,
-                max_attempts=workflow.max_attempts,
-                input=_run_input(channel, event),
-                traceparent=traceparent if _TRACEPARENT.match(traceparent) else None,
-            ))
+            admission.admit(
+                conn,
+                admission.NewRun(
+                    project_id=project_id,
+                    channel_type=channel,
+                    provider_event_id=event.provider_event_id,
+                    request_digest=event.request_digest,
+                    workflow_name=workflow.name,
+                    workflow_version=workflow.version,
+                    workflow_digest=workflow.digest,
+                    max_attempts=workflow.max_attempts,
+                    input=_run_input(channel, event),
+                    traceparent=traceparent if _TRACEPARENT.match(traceparent) else None,
+                ),
+            )
             for event in events
         ]
         if not all(r.digest_matches for r in results):
@@ -105,8 +113,12 @@ def _admit(project_id: str, channel: str) -> tuple[Response, int]:
 
 
 def _run_input(channel: str, event: InboundEvent) -> dict[str, Any]:
-    return {"channel": channel, "provider_event_id": event.provider_event_id,
-            "event": event.payload, "meta": event.meta}
+    return {
+        "channel": channel,
+        "provider_event_id": event.provider_event_id,
+        "event": event.payload,
+        "meta": event.meta,
+    }
 
 
 def _describe(result: admission.Admission) -> dict[str, Any]:

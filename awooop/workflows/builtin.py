@@ -67,8 +67,12 @@ def reply(ctx: StepContext) -> dict[str, Any]:
     text = f"[awooop] {ctx.outputs['decide']['action']}: {ctx.outputs['summarise']['summary']}"
     log.info(
         "demo reply",
-        extra={"action": "reply", "run_id": ctx.run_id, "project_id": ctx.project_id,
-               "reply": text},
+        extra={
+            "action": "reply",
+            "run_id": ctx.run_id,
+            "project_id": ctx.project_id,
+            "reply": text,
+        },
     )
     return {"reply": text}
 
@@ -77,8 +81,12 @@ DEMO_STEPS = [Step("summarise", summarise), Step("decide", decide), Step("reply"
 
 DEMO_WORKFLOWS = {
     channel: register(
-        Workflow(f"demo-{channel}", version=1, steps=DEMO_STEPS,
-                 description=f"Summarise a {channel} event and log a reply")
+        Workflow(
+            f"demo-{channel}",
+            version=1,
+            steps=DEMO_STEPS,
+            description=f"Summarise a {channel} event and log a reply",
+        )
     )
     for channel in _SUMMARISERS
 }

@@ -2,7 +2,8 @@
 
 Built-in workflows register on import of :mod:`awooop.workflows.builtin`; deployments add
 their own modules with ``AWOOOP_WORKFLOW_MODULES`` (comma-separated import paths, imported by
-:func:`import_modules` when a process starts), each of which calls :func:`register`. Old versions stay registered while runs use them.
+:func:`import_modules` when a process starts), each of which calls :func:`register`.
+Old versions stay registered while runs use them.
 """
 
 from __future__ import annotations

@@ -22,8 +22,7 @@ def status_of(engine, run_id) -> str:  # type: ignore[no-untyped-def]
 
 
 def wait_for_status(engine, run_id, status: str, timeout: float = 30) -> dict:  # type: ignore[no-untyped-def]
-    wait_until(lambda: status_of(engine, run_id) == status, timeout,
-               f"run {run_id} to be {status}")
+    wait_until(lambda: status_of(engine, run_id) == status, timeout, f"run {run_id} to be {status}")
     return db.run(engine, run_id)
 
 
@@ -45,9 +44,11 @@ def test_one_event_per_channel_runs_to_completion(stack, engine, project):
         run = wait_for_status(engine, run_id, "COMPLETED")
         assert run["output"]["reply"].startswith("[awooop]"), channel
         assert run["workflow_name"] == f"demo-{channel}"
-        response = http.get(f"{base}/v1/projects/{project['project_id']}/runs/{run_id}",
-                            headers={"Authorization": f"Bearer {project['api_token']}"},
-                            timeout=10)
+        response = http.get(
+            f"{base}/v1/projects/{project['project_id']}/runs/{run_id}",
+            headers={"Authorization": f"Bearer {project['api_token']}"},
+            timeout=10,
+        )
         assert response.json()["status"] == "COMPLETED"
         assert len(response.json()["saga_steps"]) == 3
 
@@ -81,11 +82,11 @@ def test_fifty_concurrent_identical_posts_create_exactly_one_run(stack, engine, 
 
 
 def test_worker_killed_mid_step_is_reaped_and_another_worker_completes_the_run(
-        stack, engine, project, tmp_path):
+    stack, engine, project, tmp_path
+):
     # Given a worker executing a step that blocks on its first attempt
     marker = tmp_path / "step-started"
-    run_id = test_runs.admit(engine, project["project_id"], "test-crash",
-                             {"marker": str(marker)})
+    run_id = test_runs.admit(engine, project["project_id"], "test-crash", {"marker": str(marker)})
     first = stack.worker("worker-1")
     stack.worker("maintenance", queues="maintenance")
     stack.beat()
@@ -99,8 +100,10 @@ def test_worker_killed_mid_step_is_reaped_and_another_worker_completes_the_run(
 
     # Then the reaper returns the run to PENDING within one reaper interval of expiry...
     reaped = wait_until(
-        lambda: [e for e in db.events(engine, run_id) if e["trigger"] == "reaper"], 30,
-        "the reaper to reclaim the run")
+        lambda: [e for e in db.events(engine, run_id) if e["trigger"] == "reaper"],
+        30,
+        "the reaper to reclaim the run",
+    )
     reaper_interval = float(stack.env["AWOOOP_REAPER_INTERVAL_SECONDS"])
     late_by = (reaped[0]["at"] - killed_at_lease).total_seconds()
     assert 0 <= late_by <= reaper_interval + 1.0, late_by  # +1 s for beat/queue scheduling
@@ -114,10 +117,18 @@ def test_worker_killed_mid_step_is_reaped_and_another_worker_completes_the_run(
     assert len(block) == 1 and block[0]["attempt"] == 2
     assert marker.read_text().startswith(block[0]["effect_id"] + ":")
     assert [e["step"] for e in run["saga_steps"]] == ["before", "block", "after"]
-    history = [(e["trigger"], e["to_status"]) for e in db.events(engine, run_id)
-               if e["kind"] in ("transition", "lease")]
-    assert history == [("event", "PENDING"), ("worker", "RUNNING"), ("reaper", "PENDING"),
-                       ("worker", "RUNNING"), ("worker", "COMPLETED")]
+    history = [
+        (e["trigger"], e["to_status"])
+        for e in db.events(engine, run_id)
+        if e["kind"] in ("transition", "lease")
+    ]
+    assert history == [
+        ("event", "PENDING"),
+        ("worker", "RUNNING"),
+        ("reaper", "PENDING"),
+        ("worker", "RUNNING"),
+        ("worker", "COMPLETED"),
+    ]
 
 
 def test_run_whose_message_was_lost_is_executed_via_the_orphan_sweep(stack, engine, project):

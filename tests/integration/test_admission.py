@@ -14,7 +14,8 @@ def post(client, request):  # type: ignore[no-untyped-def]
 
 
 def test_new_telegram_update_creates_a_pending_run_and_sends_one_message(
-        client, engine, project, redis_client):
+    client, engine, project, redis_client
+):
     response = post(client, requests.telegram(project, update_id=1))
 
     assert response.status_code == 202
@@ -26,7 +27,8 @@ def test_new_telegram_update_creates_a_pending_run_and_sends_one_message(
     message = json.loads(redis_client.lindex("runs", 0))
     assert message["headers"]["task"] == "awooop.runs.execute"
     assert json.loads(__import__("base64").b64decode(message["body"]))[0] == [
-        response.json["run_id"]]
+        response.json["run_id"]
+    ]
 
 
 def test_same_telegram_update_twice_creates_one_run(client, engine, project, redis_client):
@@ -35,8 +37,11 @@ def test_same_telegram_update_twice_creates_one_run(client, engine, project, red
 
     assert first.status_code == 202
     assert second.status_code == 200
-    assert second.json == {"run_id": first.json["run_id"], "status": "PENDING",
-                           "code": "E-IDEMPOTENT-001"}
+    assert second.json == {
+        "run_id": first.json["run_id"],
+        "status": "PENDING",
+        "code": "E-IDEMPOTENT-001",
+    }
     assert db.count(engine, "awooop_run_state") == 1
     assert db.count(engine, "awooop_channel_event_dedupe") == 1
     assert queued_messages(redis_client) == 1
@@ -65,8 +70,9 @@ def test_alertmanager_retry_is_a_duplicate(client, engine, project):
 
 def test_alertmanager_resolved_notification_is_a_new_run(client, engine, project):
     firing = post(client, requests.alertmanager(project, requests.alertmanager_payload("firing")))
-    resolved = post(client, requests.alertmanager(project,
-                                                  requests.alertmanager_payload("resolved")))
+    resolved = post(
+        client, requests.alertmanager(project, requests.alertmanager_payload("resolved"))
+    )
 
     assert (firing.status_code, resolved.status_code) == (202, 202)
     assert firing.json["run_id"] != resolved.json["run_id"]
@@ -75,18 +81,24 @@ def test_alertmanager_resolved_notification_is_a_new_run(client, engine, project
 
 def test_alertmanager_alert_order_does_not_change_the_event(client, engine, project):
     alerts = [requests.alert("a"), requests.alert("b")]
-    first = post(client, requests.alertmanager(
-        project, requests.alertmanager_payload(alerts=alerts)))
-    reordered = post(client, requests.alertmanager(
-        project, requests.alertmanager_payload(alerts=list(reversed(alerts)))))
+    first = post(
+        client, requests.alertmanager(project, requests.alertmanager_payload(alerts=alerts))
+    )
+    reordered = post(
+        client,
+        requests.alertmanager(
+            project, requests.alertmanager_payload(alerts=list(reversed(alerts)))
+        ),
+    )
 
     assert first.status_code == 202
     assert reordered.status_code == 200
     assert reordered.json["run_id"] == first.json["run_id"]
 
 
-def test_line_request_with_several_events_creates_one_run_per_event(client, engine, project,
-                                                                    redis_client):
+def test_line_request_with_several_events_creates_one_run_per_event(
+    client, engine, project, redis_client
+):
     events = [requests.line_event("e1"), requests.line_event("e2"), requests.line_event("e3")]
 
     response = post(client, requests.line(project, events))
@@ -101,8 +113,9 @@ def test_line_request_with_several_events_creates_one_run_per_event(client, engi
 def test_line_redelivery_of_some_events_only_creates_the_new_ones(client, engine, project):
     post(client, requests.line(project, [requests.line_event("e1")]))
 
-    response = post(client, requests.line(project, [requests.line_event("e1"),
-                                                    requests.line_event("e2")]))
+    response = post(
+        client, requests.line(project, [requests.line_event("e1"), requests.line_event("e2")])
+    )
 
     assert response.status_code == 202
     codes = [r.get("code") for r in response.json["runs"]]
@@ -129,7 +142,8 @@ def test_gitea_delivery_id_is_the_event_key(client, engine, project):
 
 
 def test_api_key_reused_with_another_body_is_refused_and_creates_no_run(
-        client, engine, project, redis_client):
+    client, engine, project, redis_client
+):
     first = post(client, requests.api(project, key="k", payload={"n": 1}))
     reused = post(client, requests.api(project, key="k", payload={"n": 2}))
 
@@ -178,7 +192,11 @@ def test_admission_writes_the_first_history_row(client, engine, project):
 
     [event] = db.events(engine, response.json["run_id"])
     assert (event["kind"], event["from_status"], event["to_status"], event["trigger"]) == (
-        "transition", None, "PENDING", "event")
+        "transition",
+        None,
+        "PENDING",
+        "event",
+    )
 
 
 def test_valid_traceparent_is_kept_on_the_run(client, engine, project):
@@ -194,13 +212,19 @@ def test_get_run_returns_the_run_for_a_reader_token(client, project):
     created = post(client, requests.api(project))
     run_id = created.json["run_id"]
 
-    response = client.get(f"/v1/projects/{project['project_id']}/runs/{run_id}",
-                          headers={"Authorization": f"Bearer {project['api_token']}"})
+    response = client.get(
+        f"/v1/projects/{project['project_id']}/runs/{run_id}",
+        headers={"Authorization": f"Bearer {project['api_token']}"},
+    )
 
     assert response.status_code == 200
     body = response.json
     assert (body["run_id"], body["status"], body["attempt_count"], body["saga_steps"]) == (
-        run_id, "PENDING", 0, [])
+        run_id,
+        "PENDING",
+        0,
+        [],
+    )
 
 
 def test_get_run_of_another_project_is_not_found(client, project, settings):
@@ -209,8 +233,10 @@ def test_get_run_of_another_project_is_not_found(client, project, settings):
     other = cli.create_project(settings, "other-project")
     created = post(client, requests.api(other))
 
-    response = client.get(f"/v1/projects/{project['project_id']}/runs/{created.json['run_id']}",
-                          headers={"Authorization": f"Bearer {project['api_token']}"})
+    response = client.get(
+        f"/v1/projects/{project['project_id']}/runs/{created.json['run_id']}",
+        headers={"Authorization": f"Bearer {project['api_token']}"},
+    )
 
     assert response.status_code == 404
     assert response.json["error"]["code"] == "E-NOT-FOUND-001"

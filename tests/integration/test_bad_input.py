@@ -15,6 +15,7 @@ def assert_nothing_written(engine, redis_client):  # type: ignore[no-untyped-def
     def check() -> None:
         assert db.row_counts(engine) == dict.fromkeys(db.TABLES, 0)
         assert queued_messages(redis_client) == 0
+
     return check
 
 
@@ -75,8 +76,9 @@ def test_signature_of_another_body_is_401(client, project, channel, assert_nothi
 
 
 @pytest.mark.parametrize("channel", CHANNELS)
-def test_unknown_project_answers_like_bad_credentials(client, project, channel,
-                                                      assert_nothing_written):
+def test_unknown_project_answers_like_bad_credentials(
+    client, project, channel, assert_nothing_written
+):
     path, headers, raw = requests.valid(channel, project)
     path = path.replace(project["project_id"], "no-such-project")
 
@@ -85,8 +87,9 @@ def test_unknown_project_answers_like_bad_credentials(client, project, channel,
 
 
 @pytest.mark.parametrize("channel", CHANNELS)
-def test_oversized_body_is_413_before_parsing(client, project, settings, channel,
-                                              assert_nothing_written):
+def test_oversized_body_is_413_before_parsing(
+    client, project, settings, channel, assert_nothing_written
+):
     path, headers, _ = requests.valid(channel, project)
     raw = b'{"pad": "' + b"x" * settings.max_body_bytes + b'"}'
 
@@ -109,8 +112,9 @@ def test_wrong_content_type_is_415(client, project, channel, assert_nothing_writ
     ("key", "reason"),
     [(None, "missing"), ("", "empty"), ("k" * 256, "too long"), ("caf\u00e9", "not ascii")],
 )
-def test_api_without_a_valid_idempotency_key_is_400(client, project, key, reason,
-                                                    assert_nothing_written):
+def test_api_without_a_valid_idempotency_key_is_400(
+    client, project, key, reason, assert_nothing_written
+):
     path, headers, raw = requests.api(project)
     del headers["Idempotency-Key"]
     if key is not None:
@@ -141,14 +145,17 @@ def test_viewer_token_cannot_admit(client, engine, project, assert_nothing_writt
         ("telegram", {"message": {"text": "no update id"}}),
         ("telegram", {"update_id": "12"}),
         ("alertmanager", {"receiver": "r", "groupKey": "g", "status": "odd", "alerts": []}),
-        ("alertmanager", {"receiver": "r", "groupKey": "g", "status": "firing",
-                          "alerts": [{"fingerprint": 1}]}),
+        (
+            "alertmanager",
+            {"receiver": "r", "groupKey": "g", "status": "firing", "alerts": [{"fingerprint": 1}]},
+        ),
         ("line", {"events": [{"type": "message"}]}),
         ("line", {"events": "nope"}),
     ],
 )
-def test_payload_missing_its_event_id_is_400(client, project, channel, payload,
-                                             assert_nothing_written):
+def test_payload_missing_its_event_id_is_400(
+    client, project, channel, payload, assert_nothing_written
+):
     path, headers, _ = requests.valid(channel, project)
     raw = requests.body(payload)
 
@@ -167,15 +174,17 @@ def test_gitea_without_delivery_header_is_400(client, project, assert_nothing_wr
 
 
 def test_line_event_ids_repeated_in_one_request_are_400(client, project, assert_nothing_written):
-    path, headers, raw = requests.line(project, [requests.line_event("x"),
-                                                 requests.line_event("x")])
+    path, headers, raw = requests.line(
+        project, [requests.line_event("x"), requests.line_event("x")]
+    )
 
     expect_error(client.post(path, headers=headers, data=raw), 400, "E-REQUEST-001")
     assert_nothing_written()
 
 
-def test_line_request_with_one_reused_event_id_writes_nothing(client, engine, project,
-                                                              redis_client):
+def test_line_request_with_one_reused_event_id_writes_nothing(
+    client, engine, project, redis_client
+):
     path, headers, raw = requests.line(project, [requests.line_event("a")])
     assert client.post(path, headers=headers, data=raw).status_code == 202
     before = db.row_counts(engine)
@@ -191,8 +200,11 @@ def test_line_request_with_one_reused_event_id_writes_nothing(client, engine, pr
 def test_unknown_channel_is_404(client, project, assert_nothing_written):
     path, headers, raw = requests.telegram(project)
 
-    expect_error(client.post(path.replace("telegram", "fax"), headers=headers, data=raw),
-                 404, "E-NOT-FOUND-001")
+    expect_error(
+        client.post(path.replace("telegram", "fax"), headers=headers, data=raw),
+        404,
+        "E-NOT-FOUND-001",
+    )
     assert_nothing_written()
 
 
@@ -206,8 +218,9 @@ def test_get_on_a_webhook_is_405(client, project, assert_nothing_written):
 def test_database_down_is_503_so_the_provider_retries(settings, project, redis_client):
     from awooop.web.app import create_app
 
-    dead = settings.__class__(**{**settings.__dict__,
-                                 "database_url": "postgresql+psycopg2://x@127.0.0.1:1/none"})
+    dead = settings.__class__(
+        **{**settings.__dict__, "database_url": "postgresql+psycopg2://x@127.0.0.1:1/none"}
+    )
     client = create_app(dead).test_client()
     path, headers, raw = requests.telegram(project)
 

@@ -33,9 +33,16 @@ def expire_leases() -> None:
 
 
 def entry(c: runs.Claim, step: str = "one") -> dict:
-    return {"step": step, "index": 0, "phase": "forward", "attempt": c.attempt_count,
-            "lease_epoch": c.lease_epoch, "worker_id": c.worker_id, "status": "SUCCEEDED",
-            "output": {"by": c.worker_id}}
+    return {
+        "step": step,
+        "index": 0,
+        "phase": "forward",
+        "attempt": c.attempt_count,
+        "lease_epoch": c.lease_epoch,
+        "worker_id": c.worker_id,
+        "status": "SUCCEEDED",
+        "output": {"by": c.worker_id},
+    }
 
 
 def test_claim_takes_the_lease_and_bumps_attempt_and_epoch(engine, project):
@@ -88,8 +95,9 @@ def test_ten_concurrent_workers_claim_every_run_exactly_once(engine, project):
                 with lock:
                     executed.append(c.run_id)
                 with engine.begin() as conn:
-                    assert runs.finish(conn, c, entry(c), to_status="COMPLETED",
-                                       saga_status="COMPLETED")
+                    assert runs.finish(
+                        conn, c, entry(c), to_status="COMPLETED", saga_status="COMPLETED"
+                    )
         except BaseException as exc:  # surfaced below
             errors.append(exc)
 
@@ -102,14 +110,21 @@ def test_ten_concurrent_workers_claim_every_run_exactly_once(engine, project):
     assert errors == []
     assert Counter(executed) == Counter(run_ids)  # each run once, none twice
     with engine.connect() as conn:
-        rows = conn.execute(text(
-            "SELECT status, attempt_count, count(*) AS n FROM awooop_run_state "
-            "GROUP BY status, attempt_count")).all()
-        claims = conn.execute(text(
-            "SELECT run_id, count(*) FROM awooop_run_event WHERE trigger_id LIKE 'claim:%' "
-            "GROUP BY run_id HAVING count(*) <> 1")).all()
-        workers = conn.execute(text(
-            "SELECT count(DISTINCT worker_id) FROM awooop_run_state")).scalar_one()
+        rows = conn.execute(
+            text(
+                "SELECT status, attempt_count, count(*) AS n FROM awooop_run_state "
+                "GROUP BY status, attempt_count"
+            )
+        ).all()
+        claims = conn.execute(
+            text(
+                "SELECT run_id, count(*) FROM awooop_run_event WHERE trigger_id LIKE 'claim:%' "
+                "GROUP BY run_id HAVING count(*) <> 1"
+            )
+        ).all()
+        workers = conn.execute(
+            text("SELECT count(DISTINCT worker_id) FROM awooop_run_state")
+        ).scalar_one()
     assert [(r.status, r.attempt_count, r.n) for r in rows] == [("COMPLETED", 1, 200)]
     assert claims == []
     assert workers > 1  # the work was really shared
@@ -141,8 +156,10 @@ def test_reaper_never_touches_a_waiting_approval_run_with_an_expired_lease(engin
     run_id = test_runs.admit(engine, project["project_id"])
     claim(engine, "w1", run_id, ttl=SHORT_TTL)
     with engine.begin() as conn:
-        conn.execute(text("UPDATE awooop_run_state SET status = 'WAITING_APPROVAL' "
-                          "WHERE run_id = :r"), {"r": run_id})
+        conn.execute(
+            text("UPDATE awooop_run_state SET status = 'WAITING_APPROVAL' WHERE run_id = :r"),
+            {"r": run_id},
+        )
     expire_leases()
     before = db.run(engine, run_id)
 
@@ -162,7 +179,10 @@ def test_attempts_exhausted_fail_the_run(engine, project):
     assert outcomes == ["PENDING", "PENDING", "FAILED"]
     row = db.run(engine, run_id)
     assert (row["status"], row["failure_reason"], row["attempt_count"]) == (
-        "FAILED", "Max retry attempts exceeded", 3)
+        "FAILED",
+        "Max retry attempts exceeded",
+        3,
+    )
     assert claim(engine, "w9", run_id) is None
 
 
@@ -199,8 +219,9 @@ def test_stale_claim_cannot_record_after_the_run_was_reclaimed(engine, project):
     with engine.begin() as conn:
         assert not runs.renew(conn, stale, lease_ttl=30)
         assert not runs.record_step(conn, stale, entry(stale), next_step="two")
-        assert not runs.finish(conn, stale, entry(stale), to_status="COMPLETED",
-                               saga_status="COMPLETED")
+        assert not runs.finish(
+            conn, stale, entry(stale), to_status="COMPLETED", saga_status="COMPLETED"
+        )
         assert runs.record_step(conn, fresh, entry(fresh), next_step="two")
 
     journal = db.run(engine, run_id)["saga_steps"]
@@ -208,16 +229,19 @@ def test_stale_claim_cannot_record_after_the_run_was_reclaimed(engine, project):
 
 
 def test_worker_whose_lease_was_reaped_stops_and_its_late_result_is_not_recorded(
-        engine, project, settings):
+    engine, project, settings
+):
     # Given a worker running a step that outlives its lease (no heartbeat in between)
     gate = uuid.uuid4().hex
     test_workflows.GATES[gate] = threading.Event()
     run_id = test_runs.admit(engine, project["project_id"], "test-gated", {"gate": gate})
-    short = settings.__class__(**{**settings.__dict__, "lease_ttl_seconds": SHORT_TTL,
-                                  "heartbeat_interval_seconds": 60.0})
+    short = settings.__class__(
+        **{**settings.__dict__, "lease_ttl_seconds": SHORT_TTL, "heartbeat_interval_seconds": 60.0}
+    )
     outcome: list[runner.Outcome] = []
-    worker_a = threading.Thread(target=lambda: outcome.append(
-        runner.execute(engine, short, run_id)))
+    worker_a = threading.Thread(
+        target=lambda: outcome.append(runner.execute(engine, short, run_id))
+    )
     worker_a.start()
     deadline = time.monotonic() + 10
     while db.run(engine, run_id)["status"] != "RUNNING" and time.monotonic() < deadline:
@@ -234,8 +258,11 @@ def test_worker_whose_lease_was_reaped_stops_and_its_late_result_is_not_recorded
     assert test_workflows.LEASE_HELD_AFTER_GATE[gate] is False
     assert outcome == [runner.Outcome.LEASE_LOST]
     row = db.run(engine, run_id)
-    assert (row["status"], row["worker_id"], row["lease_epoch"]) == ("RUNNING", "worker-b",
-                                                                     fresh.lease_epoch)
+    assert (row["status"], row["worker_id"], row["lease_epoch"]) == (
+        "RUNNING",
+        "worker-b",
+        fresh.lease_epoch,
+    )
     assert row["saga_steps"] == []
 
 
@@ -247,10 +274,18 @@ def test_runner_completes_a_run_and_records_each_step(engine, project, settings)
     row = db.run(engine, run_id)
     assert (row["status"], row["saga_status"]) == ("COMPLETED", "COMPLETED")
     assert [(e["step"], e["status"]) for e in row["saga_steps"]] == [
-        ("one", "SUCCEEDED"), ("two", "SUCCEEDED"), ("three", "SUCCEEDED")]
+        ("one", "SUCCEEDED"),
+        ("two", "SUCCEEDED"),
+        ("three", "SUCCEEDED"),
+    ]
     kinds = [(e["kind"], e["to_status"]) for e in db.events(engine, run_id)]
-    assert kinds == [("transition", "PENDING"), ("lease", "RUNNING"), ("step", None),
-                     ("step", None), ("transition", "COMPLETED")]
+    assert kinds == [
+        ("transition", "PENDING"),
+        ("lease", "RUNNING"),
+        ("step", None),
+        ("step", None),
+        ("transition", "COMPLETED"),
+    ]
 
 
 def test_runner_does_not_rerun_steps_recorded_before_a_crash(engine, project, settings):
@@ -264,8 +299,7 @@ def test_runner_does_not_rerun_steps_recorded_before_a_crash(engine, project, se
     assert runner.execute(engine, settings, run_id) == runner.Outcome.COMPLETED
 
     journal = db.run(engine, run_id)["saga_steps"]
-    assert [(e["step"], e["attempt"]) for e in journal] == [("one", 1), ("two", 2),
-                                                           ("three", 2)]
+    assert [(e["step"], e["attempt"]) for e in journal] == [("one", 1), ("two", 2), ("three", 2)]
 
 
 def test_a_failing_step_fails_the_run_with_its_error(engine, project, settings):
@@ -291,8 +325,10 @@ def test_a_duplicate_message_for_a_finished_run_does_nothing(engine, project, se
 def test_a_run_whose_workflow_this_worker_lacks_is_handed_back(engine, project, settings):
     run_id = test_runs.admit(engine, project["project_id"], "noop-3")
     with engine.begin() as conn:
-        conn.execute(text("UPDATE awooop_run_state SET workflow_version = 99 WHERE run_id = :r"),
-                     {"r": run_id})
+        conn.execute(
+            text("UPDATE awooop_run_state SET workflow_version = 99 WHERE run_id = :r"),
+            {"r": run_id},
+        )
 
     assert runner.execute(engine, settings, run_id) == runner.Outcome.RELEASED
 

@@ -45,8 +45,13 @@ def test_prune_deletes_only_dedupe_rows_past_their_ttl_in_batches(engine, projec
     test_runs.admit_many(engine, project["project_id"], 3)
     old = test_runs.admit_many(engine, project["project_id"], 7)
     with engine.begin() as conn:
-        conn.execute(text("UPDATE awooop_channel_event_dedupe SET created_at = now() - "
-                          "interval '8 days' WHERE run_id = ANY(:ids)"), {"ids": old})
+        conn.execute(
+            text(
+                "UPDATE awooop_channel_event_dedupe SET created_at = now() - "
+                "interval '8 days' WHERE run_id = ANY(:ids)"
+            ),
+            {"ids": old},
+        )
 
     pruned = sweeps.prune_dedupe_once(engine, settings_with(settings, prune_batch_size=2))
 

@@ -26,8 +26,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_until(condition: Callable[[], object], timeout: float, what: str,
-               interval: float = 0.1) -> object:
+def wait_until(
+    condition: Callable[[], object], timeout: float, what: str, interval: float = 0.1
+) -> object:
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
@@ -44,7 +45,11 @@ class Process:
         self.log_path = log_dir / f"{name}.log"
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.popen = subprocess.Popen(
-            argv, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+            argv,
+            cwd=ROOT,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
 
@@ -56,6 +61,7 @@ class Process:
             if self.popen.poll() is not None:
                 raise AssertionError(f"{self.name} exited early:\n{self.log()[-3000:]}")
             return needle in self.log()
+
         wait_until(found, timeout, f"{needle!r} in {self.name}'s log")
 
     def kill(self) -> None:
@@ -88,28 +94,57 @@ class Stack:
         return process
 
     def worker(self, name: str = "worker", queues: str = "runs") -> Process:
-        process = self._start(name, [
-            str(BIN / "celery"), "-A", "awooop.tasks.app", "worker", "-Q", queues,
-            "-n", f"{name}-{os.getpid()}@%h", "--concurrency", "1", "--loglevel", "INFO",
-            "--without-mingle", "--without-gossip",
-        ])
+        process = self._start(
+            name,
+            [
+                str(BIN / "celery"),
+                "-A",
+                "awooop.tasks.app",
+                "worker",
+                "-Q",
+                queues,
+                "-n",
+                f"{name}-{os.getpid()}@%h",
+                "--concurrency",
+                "1",
+                "--loglevel",
+                "INFO",
+                "--without-mingle",
+                "--without-gossip",
+            ],
+        )
         process.wait_for_log("ready.")
         return process
 
     def beat(self) -> Process:
-        process = self._start("beat", [
-            str(BIN / "celery"), "-A", "awooop.tasks.app", "beat", "--loglevel", "INFO",
-            "-s", str(self.log_dir / "celerybeat-schedule"),
-        ])
+        process = self._start(
+            "beat",
+            [
+                str(BIN / "celery"),
+                "-A",
+                "awooop.tasks.app",
+                "beat",
+                "--loglevel",
+                "INFO",
+                "-s",
+                str(self.log_dir / "celerybeat-schedule"),
+            ],
+        )
         process.wait_for_log("beat: Starting")
         return process
 
     def web(self) -> tuple[Process, str]:
         port = free_port()
         self.env["AWOOOP_PORT"] = str(port)
-        process = self._start("web", [
-            str(BIN / "gunicorn"), "-c", "gunicorn.conf.py", "awooop.web.app:create_app()",
-        ])
+        process = self._start(
+            "web",
+            [
+                str(BIN / "gunicorn"),
+                "-c",
+                "gunicorn.conf.py",
+                "awooop.web.app:create_app()",
+            ],
+        )
         process.wait_for_log("Booting worker")
         base = f"http://127.0.0.1:{port}"
 
@@ -119,6 +154,7 @@ class Stack:
                     return True
             except OSError:
                 return False
+
         wait_until(listening, 20, "the web server to listen")
         return process, base
 

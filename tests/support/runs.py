@@ -11,22 +11,37 @@ from awooop.store import admission
 from awooop.workflows import registry
 
 
-def admit(engine: Engine, project_id: str, workflow: str = "noop-3",
-          event: dict[str, Any] | None = None) -> uuid.UUID:
+def admit(
+    engine: Engine, project_id: str, workflow: str = "noop-3", event: dict[str, Any] | None = None
+) -> uuid.UUID:
     wf = registry.latest(workflow)
     assert wf is not None, workflow
     key = uuid.uuid4().hex
     with engine.begin() as conn:
-        result = admission.admit(conn, admission.NewRun(
-            project_id=project_id, channel_type="api", provider_event_id=key,
-            request_digest=key, workflow_name=wf.name, workflow_version=wf.version,
-            workflow_digest=wf.digest, max_attempts=wf.max_attempts,
-            input={"channel": "api", "provider_event_id": key, "event": event or {}, "meta": {}},
-        ))
+        result = admission.admit(
+            conn,
+            admission.NewRun(
+                project_id=project_id,
+                channel_type="api",
+                provider_event_id=key,
+                request_digest=key,
+                workflow_name=wf.name,
+                workflow_version=wf.version,
+                workflow_digest=wf.digest,
+                max_attempts=wf.max_attempts,
+                input={
+                    "channel": "api",
+                    "provider_event_id": key,
+                    "event": event or {},
+                    "meta": {},
+                },
+            ),
+        )
     assert result.created
     return result.run_id
 
 
-def admit_many(engine: Engine, project_id: str, n: int, workflow: str = "noop-3"
-               ) -> list[uuid.UUID]:
+def admit_many(
+    engine: Engine, project_id: str, n: int, workflow: str = "noop-3"
+) -> list[uuid.UUID]:
     return [admit(engine, project_id, workflow) for _ in range(n)]

@@ -45,8 +45,13 @@ def _fail(ctx: StepContext) -> None:
 
 
 GATED = register(Workflow("test-gated", 1, [Step("wait", _wait_for_gate), Step("after", _noop)]))
-CRASH = register(Workflow("test-crash", 1, [Step("before", _noop), Step("block",
-                                                                        _block_first_attempt),
-                                            Step("after", _noop)]))
-FAIL = register(Workflow("test-fail", 1, [Step("first", _noop), Step("broken", _fail),
-                                          Step("never", _noop)]))
+CRASH = register(
+    Workflow(
+        "test-crash",
+        1,
+        [Step("before", _noop), Step("block", _block_first_attempt), Step("after", _noop)],
+    )
+)
+FAIL = register(
+    Workflow("test-fail", 1, [Step("first", _noop), Step("broken", _fail), Step("never", _noop)])
+)

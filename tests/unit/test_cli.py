@@ -1,0 +1,50 @@
+"""The awooop command's input checks (no database needed: they fail before connecting)."""
+
+from __future__ import annotations
+
+import pytest
+
+from awooop import cli
+
+
+def run(capsys, *argv: str) -> tuple[int, str]:  # type: ignore[no-untyped-def]
+    code = cli.main(list(argv))
+    return code, capsys.readouterr().err
+
+
+def test_invalid_project_id_is_refused(capsys, monkeypatch):
+    monkeypatch.setenv("AWOOOP_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
+    code, err = run(capsys, "project", "create", "Bad Id!")
+    assert code == 2
+    assert "invalid project id 'Bad Id!'" in err
+
+
+@pytest.mark.parametrize(
+    ("route", "message"),
+    [
+        ("telegram", "must look like <channel>=<workflow>"),
+        ("fax=demo-api", "unknown channel 'fax'"),
+        ("api=no-such-workflow", "unknown workflow 'no-such-workflow'"),
+    ],
+)
+def test_bad_routes_are_refused_before_touching_the_database(capsys, monkeypatch, route, message):
+    monkeypatch.setenv("AWOOOP_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
+    code, err = run(capsys, "project", "routes", "demo", route)
+    assert code == 2
+    assert message in err
+
+
+def test_missing_configuration_is_a_clear_error(capsys, monkeypatch):
+    monkeypatch.delenv("AWOOOP_DATABASE_URL", raising=False)
+    code, err = run(capsys, "project", "routes", "demo", "api=noop-3")
+    assert code == 2
+    assert "AWOOOP_DATABASE_URL is not set" in err
+
+
+def test_help_lists_the_commands(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    for command in ("project", "migrate", "workflows", "dev"):
+        assert command in out

@@ -1,0 +1,74 @@
+"""Configuration parsing, credential material and log lines."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from awooop import secrets
+from awooop.config import ConfigError, Settings
+from awooop.logs import JsonFormatter
+
+BASE = {
+    "AWOOOP_DATABASE_URL": "postgresql://x/y",
+    "AWOOOP_BROKER_URL": "redis://x",
+    "AWOOOP_SECRET_KEY": "k",
+}
+
+
+def test_defaults_are_the_adr_values():
+    s = Settings.from_env(BASE)
+    assert (s.lease_ttl_seconds, s.heartbeat_interval_seconds, s.reaper_interval_seconds) == (
+        300,
+        30,
+        60,
+    )
+    assert s.default_max_attempts == 3
+    assert s.max_body_bytes == 1024 * 1024
+
+
+def test_numbers_are_parsed_and_bad_numbers_named():
+    assert Settings.from_env({**BASE, "AWOOOP_LEASE_TTL_SECONDS": "2.5"}).lease_ttl_seconds == 2.5
+    with pytest.raises(ConfigError, match="AWOOOP_PORT"):
+        Settings.from_env({**BASE, "AWOOOP_PORT": "eighty"})
+
+
+def test_missing_required_setting_says_which_and_how():
+    with pytest.raises(ConfigError, match="AWOOOP_BROKER_URL is not set.*make run"):
+        Settings.from_env({"AWOOOP_DATABASE_URL": "x", "AWOOOP_SECRET_KEY": "k"})
+
+
+def test_tokens_are_43_url_safe_characters():
+    token = secrets.new_token()
+    assert len(token) == 43
+    assert all(c.isalnum() or c in "-_" for c in token)
+
+
+def test_secret_box_round_trip_and_wrong_key():
+    box = secrets.SecretBox(secrets.new_encryption_key())
+    sealed = box.encrypt("hmac-key")
+    assert "hmac-key" not in sealed
+    assert box.decrypt(sealed) == "hmac-key"
+    assert secrets.SecretBox(secrets.new_encryption_key()).decrypt(sealed) is None
+
+
+def test_invalid_encryption_key_is_a_clear_error():
+    with pytest.raises(ValueError, match="AWOOOP_SECRET_KEY"):
+        secrets.SecretBox("not-a-key")
+
+
+def test_json_log_line_carries_the_context_fields():
+    record = logging.LogRecord("awooop.x", logging.INFO, __file__, 1, "run claimed", None, None)
+    record.action = "run_claimed"
+    record.run_id = "r-1"
+
+    line = json.loads(JsonFormatter().format(record))
+
+    assert (line["msg"], line["action"], line["run_id"], line["level"]) == (
+        "run claimed",
+        "run_claimed",
+        "r-1",
+        "info",
+    )

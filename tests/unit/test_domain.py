@@ -1,0 +1,73 @@
+"""Run states, workflow definitions and the registry."""
+
+from __future__ import annotations
+
+import pytest
+
+from awooop.domain import states
+from awooop.domain.workflow import Step, Workflow
+from awooop.workflows import registry
+
+
+def test_terminal_statuses_go_nowhere():
+    for terminal in states.TERMINAL_STATUSES:
+        for target in states.RUN_STATUSES:
+            assert not states.can_transition(terminal, target)
+
+
+def test_waiting_approval_is_left_only_by_a_decision_or_an_ending():
+    assert states.ALLOWED_TRANSITIONS[states.WAITING_APPROVAL] == {
+        states.RESUMED,
+        states.FAILED,
+        states.CANCELLED,
+    }
+
+
+def test_illegal_transition_is_refused():
+    with pytest.raises(states.IllegalTransition, match="COMPLETED cannot move to RUNNING"):
+        states.check_transition(states.COMPLETED, states.RUNNING)
+
+
+def test_every_status_has_an_entry_in_the_table():
+    assert set(states.ALLOWED_TRANSITIONS) == set(states.RUN_STATUSES)
+
+
+def _step(ctx):  # type: ignore[no-untyped-def]
+    return None
+
+
+def test_workflow_digest_changes_with_structure():
+    a = Workflow("w", 1, [Step("s", _step)])
+    assert a.digest == Workflow("w", 1, [Step("s", _step)]).digest
+    assert a.digest != Workflow("w", 1, [Step("s", _step), Step("t", _step)]).digest
+    assert a.digest != Workflow("w", 1, [Step("s", _step)], max_attempts=5).digest
+
+
+@pytest.mark.parametrize(
+    ("steps", "kwargs", "message"),
+    [
+        ([], {}, "no steps"),
+        ([Step("a", _step), Step("a", _step)], {}, "duplicate"),
+        ([Step("a", _step)], {"max_attempts": 0}, "max_attempts"),
+    ],
+)
+def test_invalid_workflows_are_refused(steps, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        Workflow("w", 1, steps, **kwargs)
+
+
+def test_registry_keeps_old_versions_and_refuses_a_changed_redefinition():
+    v1 = registry.register(Workflow("unit-wf", 1, [Step("a", _step)]))
+    v2 = registry.register(Workflow("unit-wf", 2, [Step("a", _step), Step("b", _step)]))
+
+    assert registry.get("unit-wf", 1) is v1
+    assert registry.latest("unit-wf") is v2
+    with pytest.raises(ValueError, match="bump the version"):
+        registry.register(Workflow("unit-wf", 1, [Step("z", _step)]))
+    with pytest.raises(registry.UnknownWorkflow):
+        registry.get("unit-wf", 3)
+
+
+def test_builtin_demo_workflow_for_every_channel():
+    for channel in ("telegram", "alertmanager", "gitea", "line", "api"):
+        assert registry.latest(f"demo-{channel}") is not None
