@@ -286,7 +286,9 @@ def up(root: Path, environ: dict[str, str] | None = None) -> dict[str, str]:
     paths = Paths(root)
     root.mkdir(parents=True, exist_ok=True)
     state = read_env(paths.env_file)
-    values: dict[str, str] = {}
+    # Remember embedded servers even while configured URLs are in use, so they can be
+    # reused or stopped later.
+    values = {k: v for k, v in state.items() if k.startswith("AWOOOP_EMBEDDED_")}
 
     if env.get("AWOOOP_DATABASE_URL"):
         values["AWOOOP_DATABASE_URL"] = env["AWOOOP_DATABASE_URL"]
