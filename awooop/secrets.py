@@ -11,7 +11,7 @@ import base64
 import hashlib
 import hmac
 import secrets as _stdlib_secrets
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from cryptography.fernet import Fernet, InvalidToken
 
@@ -44,12 +44,24 @@ def hmac_sha256(key: str, body: bytes) -> bytes:
     return hmac.new(key.encode("utf-8"), body, hashlib.sha256).digest()
 
 
-def signature_matches(presented: str, expected: str) -> bool:
-    return hmac.compare_digest(presented.encode("utf-8"), expected.encode("utf-8"))
-
-
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
+
+
+def any_hmac_matches(
+    presented: str, body: bytes, keys: Iterable[str], encode: Callable[[bytes], str]
+) -> bool:
+    """Whether ``presented`` is the encoded HMAC-SHA256 of ``body`` under any of ``keys``.
+
+    Every key is tried (no early exit) and compared in constant time.
+    """
+    if not presented:
+        return False
+    found = False
+    for key in keys:
+        expected = encode(hmac_sha256(key, body))
+        found |= hmac.compare_digest(presented.encode("utf-8"), expected.encode("utf-8"))
+    return found
 
 
 class SecretBox:

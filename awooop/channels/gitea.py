@@ -23,13 +23,7 @@ CHANNEL = "gitea"
 
 def authenticate(request: RawRequest, secrets: ChannelSecrets) -> bool:
     presented = request.headers.get("X-Gitea-Signature", "").strip().lower()
-    if not presented:
-        return False
-    found = False
-    for key in secrets.hmac_keys():
-        expected = crypto.hmac_sha256(key, request.body).hex()
-        found |= crypto.signature_matches(presented, expected)
-    return found
+    return crypto.any_hmac_matches(presented, request.body, secrets.hmac_keys(), bytes.hex)
 
 
 def parse(request: RawRequest) -> list[InboundEvent]:

@@ -25,13 +25,7 @@ CHANNEL = "line"
 
 def authenticate(request: RawRequest, secrets: ChannelSecrets) -> bool:
     presented = request.headers.get("X-Line-Signature", "").strip()
-    if not presented:
-        return False
-    found = False
-    for key in secrets.hmac_keys():
-        expected = crypto.b64(crypto.hmac_sha256(key, request.body))
-        found |= crypto.signature_matches(presented, expected)
-    return found
+    return crypto.any_hmac_matches(presented, request.body, secrets.hmac_keys(), crypto.b64)
 
 
 def parse(request: RawRequest) -> list[InboundEvent]:
