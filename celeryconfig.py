@@ -27,7 +27,9 @@ task_acks_late = True
 task_reject_on_worker_lost = True
 worker_prefetch_multiplier = 1
 worker_send_task_events = True
-task_send_sent_event = True
+# Flower gets received/started/succeeded events from the workers; "sent" events would cost
+# a second Redis publish per run on the admission path.
+task_send_sent_event = False
 worker_hijack_root_logger = False
 worker_redirect_stdouts = False
 

@@ -13,7 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from awooop import secrets
+from sqlalchemy import Engine
+
+from awooop import db, secrets
 from awooop.config import STATE_DIR, ConfigError, Settings
 from awooop.models.project import CHANNEL_TYPES
 from awooop.workflows import registry
@@ -30,9 +32,7 @@ def _settings(*required: str) -> Settings:
     return Settings.from_env(required=required or ("database_url", "secret_key"))
 
 
-def _engine(settings: Settings):
-    from awooop import db
-
+def _engine(settings: Settings) -> Engine:
     return db.make_engine(settings.database_url, pool_size=1)
 
 
@@ -59,7 +59,7 @@ def create_project(settings: Settings, project_id: str, name: str | None = None)
     channel_secrets = {
         channel: secrets.new_token() for channel in CHANNEL_TYPES if channel != "api"
     }
-    with _engine(settings).begin() as conn:
+    with db.transaction(_engine(settings)) as conn:
         try:
             projects.create_project(conn, project_id, name or project_id, default_routes())
         except projects.ProjectExists:
@@ -103,7 +103,7 @@ def cmd_project_routes(args: argparse.Namespace) -> int:
     settings = _settings("database_url")
     registry.import_modules(settings.workflow_module_list)
     routes = _parse_routes(args.routes)
-    with _engine(settings).begin() as conn:
+    with _engine(settings).connect() as conn:
         updated = projects.set_routes(conn, args.project_id, routes)
     if updated is None:
         raise UsageError(f"no project {args.project_id!r}")
@@ -151,9 +151,13 @@ def cmd_dev_down(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dev_key(args: argparse.Namespace) -> int:
+    print(secrets.new_encryption_key())
+    return 0
+
+
 def cmd_dev_demo(args: argparse.Namespace) -> int:
     """Create the demo project once; print its credentials and example requests."""
-    from awooop import db
     from awooop.store import projects
 
     settings = _settings()
@@ -252,6 +256,9 @@ def build_parser() -> argparse.ArgumentParser:
         "up", help="start embedded PostgreSQL/Redis unless AWOOOP_*_URL is set; write env file"
     ).set_defaults(func=cmd_dev_up)
     dev_sub.add_parser("down", help="stop the embedded services").set_defaults(func=cmd_dev_down)
+    dev_sub.add_parser(
+        "key", help="print a new AWOOOP_SECRET_KEY (a Fernet key) for a deployment"
+    ).set_defaults(func=cmd_dev_key)
     dev_sub.add_parser(
         "demo", help="create the demo project (once) and print how to send a first event"
     ).set_defaults(func=cmd_dev_demo)

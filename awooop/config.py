@@ -46,6 +46,9 @@ class Settings:
     prune_batch_size: int = 5000
     default_max_attempts: int = 3
     max_body_bytes: int = 1024 * 1024
+    # How long a web process reuses a project's routes and credential hashes (0: never).
+    # Revoked credentials and changed routes take effect within this many seconds.
+    auth_cache_seconds: float = 5.0
     db_pool_size: int = 5
     log_level: str = "INFO"
     # Comma-separated modules that register deployment workflows at process start.

@@ -1,16 +1,22 @@
 """The process's SQLAlchemy engine.
 
-Hot paths use SQLAlchemy Core with one short transaction each. There is no
-``pool_pre_ping``: a ping is a round trip per checkout; a connection the server dropped
-fails its statement instead, the pool discards it (``is_disconnect``) and the caller's
-retry or the client's retry (503) recovers.
+**Every statement commits by itself.** The engine runs in autocommit mode: the hot paths
+(admission, claim, step records, sweeps) are single statements — data-modifying CTEs — so
+each is atomic on its own, and psycopg2 no longer spends a round trip on ``BEGIN`` and
+another on ``COMMIT``. Work that needs several statements in one transaction must use
+:func:`transaction`; ``engine.begin()`` on this engine does *not* group statements.
+
+There is no ``pool_pre_ping``: a ping is a round trip per checkout. A connection the server
+dropped fails its statement instead, the pool discards it (``is_disconnect``), and the
+caller's retry or the client's retry (503) recovers.
 """
 
 from __future__ import annotations
 
 import functools
+from contextlib import AbstractContextManager
 
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Connection, Engine, create_engine
 
 from awooop.config import get_settings
 
@@ -18,6 +24,7 @@ from awooop.config import get_settings
 def make_engine(database_url: str, pool_size: int = 5) -> Engine:
     return create_engine(
         database_url,
+        isolation_level="AUTOCOMMIT",
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_pre_ping=False,
@@ -25,6 +32,11 @@ def make_engine(database_url: str, pool_size: int = 5) -> Engine:
         # Answer quickly with 503 instead of hanging when the database is down.
         connect_args={"connect_timeout": 5, "application_name": "awooop"},
     )
+
+
+def transaction(engine: Engine) -> AbstractContextManager[Connection]:
+    """``with db.transaction(engine) as conn:`` — several statements, one transaction."""
+    return engine.execution_options(isolation_level="READ COMMITTED").begin()
 
 
 @functools.cache

@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
-from awooop import secrets
+from awooop import db, secrets
 from awooop.config import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -101,7 +101,8 @@ def database_url(server_url: str, template_database: str) -> Iterator[str]:
 
 @pytest.fixture
 def engine(database_url: str) -> Iterator[Engine]:
-    engine = create_engine(database_url, pool_size=12, max_overflow=4)
+    """The production engine configuration (autocommit) over this test's database."""
+    engine = db.make_engine(database_url, pool_size=12)
     yield engine
     engine.dispose()
 

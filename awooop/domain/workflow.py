@@ -15,6 +15,7 @@ anything it changes elsewhere.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Callable, Mapping
@@ -98,7 +99,7 @@ class Workflow:
         object.__setattr__(self, "lease_ttl_seconds", lease_ttl_seconds)
         object.__setattr__(self, "description", description)
 
-    @property
+    @functools.cached_property
     def digest(self) -> str:
         """SHA-256 over the structure and policies; a run keeps the digest it started with."""
         shape = {

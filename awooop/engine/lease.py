@@ -45,7 +45,7 @@ class Heartbeat:
             if self.lost.is_set():
                 return False
             try:
-                with self._engine.begin() as conn:
+                with self._engine.connect() as conn:
                     held = runs.renew(conn, self._claim, self._lease_ttl)
             except Exception:
                 # A failed renewal is not a lost lease: the lease may still be ours. Retry on

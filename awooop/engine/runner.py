@@ -51,7 +51,7 @@ def succeeded_outputs(journal: list[dict[str, Any]]) -> dict[str, Any]:
 def execute(engine: Engine, settings: Settings, run_id: uuid.UUID | str | None) -> Outcome:
     """Claim ``run_id`` (or the oldest claimable run) and drive it as far as it goes."""
     me = identity.worker_id()
-    with engine.begin() as conn:
+    with engine.connect() as conn:
         claim = runs.claim(conn, me, settings.lease_ttl_seconds, run_id)
     if claim is None:
         log.info(
@@ -77,7 +77,7 @@ def execute(engine: Engine, settings: Settings, run_id: uuid.UUID | str | None) 
                 "workflow": f"{claim.workflow_name}:v{claim.workflow_version}",
             },
         )
-        with engine.begin() as conn:
+        with engine.connect() as conn:
             runs.release(conn, claim, WORKFLOW_UNAVAILABLE_RETRY_SECONDS, "workflow_unavailable")
         return Outcome.RELEASED
 
@@ -138,7 +138,7 @@ def _run_steps(
             return Outcome.LEASE_LOST
 
         is_last = position == len(remaining) - 1
-        with engine.begin() as conn:
+        with engine.connect() as conn:  # each write is one statement
             if entry["status"] == "FAILED":
                 held = runs.finish(
                     conn,

@@ -21,7 +21,7 @@ log = logging.getLogger("awooop.engine.sweeps")
 
 def reap_once(engine: Engine) -> list[runs.Reaped]:
     """ADR-114 D3: expired leases back to PENDING (or FAILED when attempts are exhausted)."""
-    with engine.begin() as conn:
+    with engine.connect() as conn:
         reaped = runs.reap(conn, actor=identity.worker_id())
     for r in reaped:
         log.warning(
@@ -40,7 +40,7 @@ def reap_once(engine: Engine) -> list[runs.Reaped]:
 
 def orphans_once(engine: Engine, settings: Settings) -> list[uuid.UUID]:
     """Claimable runs nobody claimed within ``orphan_after_seconds``: their message is re-sent."""
-    with engine.begin() as conn:
+    with engine.connect() as conn:
         orphans = runs.mark_orphans(conn, settings.orphan_after_seconds, settings.orphan_batch_size)
     if orphans:
         log.warning(
@@ -54,7 +54,7 @@ def prune_dedupe_once(engine: Engine, settings: Settings) -> int:
     """Delete dedupe rows past their TTL, one batch per transaction, until none is left."""
     total = 0
     while True:
-        with engine.begin() as conn:
+        with engine.connect() as conn:
             deleted = dedupe.prune_batch(
                 conn, settings.dedupe_ttl_seconds, settings.prune_batch_size
             )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from collections.abc import Iterable
@@ -9,11 +10,13 @@ from collections.abc import Iterable
 from awooop import db
 from awooop.config import get_settings
 from awooop.engine import runner
+from awooop.tasks import publish
 from awooop.tasks.app import app
 
 log = logging.getLogger("awooop.tasks.runs")
 
 EXECUTE = "awooop.runs.execute"
+RUNS_QUEUE = "runs"
 
 
 @app.task(name=EXECUTE)
@@ -23,20 +26,31 @@ def execute(run_id: str) -> str:
     return outcome.value
 
 
+@functools.cache
+def _redis_publisher() -> publish.RedisPublisher | None:
+    url = app.conf.broker_url
+    return publish.RedisPublisher(url) if publish.is_redis_url(url) else None
+
+
 def enqueue(run_ids: Iterable[uuid.UUID | str]) -> int:
     """Send one execute message per run, after the caller committed. Returns how many sent.
 
-    A failed send is logged, not raised: the run is already committed, and the orphan sweep
-    re-sends messages for runs nobody claimed.
+    A failed send is logged, not raised: the runs are already committed, and the orphan
+    sweep re-sends messages for runs nobody claimed.
     """
-    sent = 0
-    for run_id in run_ids:
-        try:
-            execute.apply_async((str(run_id),), queue="runs")
-            sent += 1
-        except Exception:
-            log.exception(
-                "could not send run message; the orphan sweep will re-send it",
-                extra={"action": "enqueue_failed", "run_id": str(run_id)},
-            )
-    return sent
+    ids = [str(run_id) for run_id in run_ids]
+    if not ids:
+        return 0
+    try:
+        publisher = _redis_publisher()
+        if publisher is not None:
+            return publisher.publish(EXECUTE, RUNS_QUEUE, ([run_id] for run_id in ids))
+        for run_id in ids:
+            execute.apply_async((run_id,), queue=RUNS_QUEUE)
+        return len(ids)
+    except Exception:
+        log.exception(
+            "could not send run messages; the orphan sweep will re-send them",
+            extra={"action": "enqueue_failed", "run_ids": ids},
+        )
+        return 0

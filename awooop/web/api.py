@@ -10,7 +10,7 @@ from flask import Blueprint, Response, jsonify
 from awooop import errors
 from awooop.channels import api as api_channel
 from awooop.secrets import matches_any_hash
-from awooop.store import projects, runs
+from awooop.store import runs
 from awooop.web import context
 
 blueprint = Blueprint("api", __name__)
@@ -25,16 +25,14 @@ def get_run(project_id: str, run_id: str) -> Response:
         parsed_id = uuid.UUID(run_id)
     except ValueError:
         parsed_id = None
-    with context.engine().connect() as conn:
-        auth = projects.load_auth(conn, project_id, "api")
-        hashes = (
-            [c.secret_hash for c in auth.api_tokens() if c.role in READ_ROLES and c.secret_hash]
-            if auth
-            else []
-        )
-        if token is None or not matches_any_hash(token, hashes):
-            raise errors.Unauthenticated()
-        run = runs.get_run(conn, project_id, parsed_id) if parsed_id else None
+    auth = context.project_auth(project_id, "api")
+    hashes = [c.secret_hash for c in (auth.api_tokens() if auth else []) if c.role in READ_ROLES]
+    if token is None or not matches_any_hash(token, [h for h in hashes if h]):
+        raise errors.Unauthenticated()
+    run = None
+    if parsed_id is not None:
+        with context.engine().connect() as conn:
+            run = runs.get_run(conn, project_id, parsed_id)
     if run is None:
         raise errors.NotFound("no such run in this project")
     return jsonify(_public(run))

@@ -12,6 +12,7 @@ from awooop import db, logs
 from awooop.config import Settings, get_settings
 from awooop.secrets import SecretBox
 from awooop.web import api, errors, ingress
+from awooop.web.auth import ProjectAuthCache
 from awooop.workflows import registry
 
 Enqueue = Callable[[list[uuid.UUID]], int]
@@ -41,6 +42,7 @@ def create_app(
             else db.make_engine(settings.database_url, settings.db_pool_size)
         ),
         "secret_box": SecretBox(settings.secret_key),
+        "auth_cache": ProjectAuthCache(settings.auth_cache_seconds),
         "enqueue": enqueue,
     }
     app.register_blueprint(ingress.blueprint)

@@ -11,6 +11,8 @@ from sqlalchemy import Engine
 from awooop.channels.base import RawRequest
 from awooop.config import Settings
 from awooop.secrets import SecretBox
+from awooop.store.projects import ProjectAuth
+from awooop.web.auth import ProjectAuthCache
 
 
 def _ext() -> dict[str, Any]:
@@ -27,6 +29,11 @@ def engine() -> Engine:
 
 def secret_box() -> SecretBox:
     return _ext()["secret_box"]
+
+
+def project_auth(project_id: str, channel: str) -> ProjectAuth | None:
+    cache: ProjectAuthCache = _ext()["auth_cache"]
+    return cache.load(engine(), project_id, channel)
 
 
 def enqueue(run_ids: list[Any]) -> int:

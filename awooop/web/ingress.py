@@ -12,7 +12,7 @@ from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
 
-from awooop import errors
+from awooop import db, errors
 from awooop.channels import CHANNELS
 from awooop.channels.base import ChannelSecrets, InboundEvent
 from awooop.store import admission, projects
@@ -69,42 +69,42 @@ def _secrets_for(auth: projects.ProjectAuth, channel: str) -> ChannelSecrets:
 def _admit(project_id: str, channel: str) -> tuple[Response, int]:
     module = CHANNELS[channel]
     raw = context.raw_request(_read_json_body())
+    auth = context.project_auth(project_id, channel)
+    # An unknown project answers exactly like bad credentials: no enumeration.
+    if auth is None or not module.authenticate(raw, _secrets_for(auth, channel)):
+        raise errors.Unauthenticated()
+    events = module.parse(raw)
+    if not events:  # LINE's webhook verification request
+        return jsonify({"status": "ok", "runs": []}), 200
+    workflow_name = auth.routes.get(channel)
+    workflow = registry.latest(workflow_name) if isinstance(workflow_name, str) else None
+    if workflow is None:
+        reason = f"no workflow is routed for channel {channel}"
+        return jsonify({"status": "ignored", "reason": reason}), 200
+    traceparent = request.headers.get("traceparent", "").strip().lower()
+    new_runs = [
+        admission.NewRun(
+            project_id=project_id,
+            channel_type=channel,
+            provider_event_id=event.provider_event_id,
+            request_digest=event.request_digest,
+            workflow_name=workflow.name,
+            workflow_version=workflow.version,
+            workflow_digest=workflow.digest,
+            max_attempts=workflow.max_attempts,
+            input=_run_input(channel, event),
+            traceparent=traceparent if _TRACEPARENT.match(traceparent) else None,
+        )
+        for event in events
+    ]
+    # One event: one statement, atomic by itself. Several (LINE): one transaction, so a
+    # refused event rolls back the others.
     engine = context.engine()
-    with engine.begin() as conn:
-        auth = projects.load_auth(conn, project_id, channel)
-        # An unknown project answers exactly like bad credentials: no enumeration.
-        if auth is None or not module.authenticate(raw, _secrets_for(auth, channel)):
-            raise errors.Unauthenticated()
-        events = module.parse(raw)
-        if not events:  # LINE's webhook verification request
-            return jsonify({"status": "ok", "runs": []}), 200
-        workflow_name = auth.routes.get(channel)
-        workflow = registry.latest(workflow_name) if isinstance(workflow_name, str) else None
-        if workflow is None:
-            return jsonify(
-                {"status": "ignored", "reason": f"no workflow is routed for channel {channel}"}
-            ), 200
-        traceparent = request.headers.get("traceparent", "").strip().lower()
-        results = [
-            admission.admit(
-                conn,
-                admission.NewRun(
-                    project_id=project_id,
-                    channel_type=channel,
-                    provider_event_id=event.provider_event_id,
-                    request_digest=event.request_digest,
-                    workflow_name=workflow.name,
-                    workflow_version=workflow.version,
-                    workflow_digest=workflow.digest,
-                    max_attempts=workflow.max_attempts,
-                    input=_run_input(channel, event),
-                    traceparent=traceparent if _TRACEPARENT.match(traceparent) else None,
-                ),
-            )
-            for event in events
-        ]
+    with db.transaction(engine) if len(new_runs) > 1 else engine.connect() as conn:
+        results = [admission.admit(conn, new) for new in new_runs]
         if not all(r.digest_matches for r in results):
-            # Raising inside the transaction rolls back every row of this request.
+            # A mismatch is always a duplicate (nothing inserted for it); raising here rolls
+            # back the other events of a multi-event request.
             raise errors.IdempotencyKeyReused()
     created = [r.run_id for r in results if r.created]
     if created:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 from tests.integration.conftest import queued_messages
 from tests.support import db, requests
@@ -246,3 +247,24 @@ def test_get_run_without_a_token_is_unauthenticated(client, project):
     response = client.get(f"/v1/projects/{project['project_id']}/runs/not-a-uuid")
 
     assert response.status_code == 401
+
+
+def test_route_changes_reach_a_web_process_within_the_auth_cache_time(
+    settings, engine, project, redis_client
+):
+    from sqlalchemy import text
+
+    from awooop.web.app import create_app
+
+    quick = settings.__class__(**{**settings.__dict__, "auth_cache_seconds": 0.5})
+    client = create_app(quick, engine).test_client()
+    assert post(client, requests.telegram(project, update_id=1)).status_code == 202
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE awooop_project SET routes = routes - 'telegram'"))
+
+    cached = post(client, requests.telegram(project, update_id=2))
+    time.sleep(0.6)
+    refreshed = post(client, requests.telegram(project, update_id=3))
+
+    assert cached.status_code == 202
+    assert (refreshed.status_code, refreshed.json["status"]) == (200, "ignored")

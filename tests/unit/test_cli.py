@@ -48,3 +48,11 @@ def test_help_lists_the_commands(capsys):
     out = capsys.readouterr().out
     for command in ("project", "migrate", "workflows", "dev"):
         assert command in out
+
+
+def test_dev_key_prints_a_usable_secret_key(capsys):
+    from awooop.secrets import SecretBox
+
+    assert cli.main(["dev", "key"]) == 0
+    key = capsys.readouterr().out.strip()
+    assert SecretBox(key).decrypt(SecretBox(key).encrypt("x")) == "x"

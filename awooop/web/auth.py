@@ -1,0 +1,37 @@
+"""Project routes and credential hashes for ingress, cached briefly per web process.
+
+Every admission needs them; reading them once per ``auth_cache_seconds`` instead of once per
+request saves a database round trip on the hot path. Unknown projects are cached too, so a
+flood of requests for made-up projects does not reach the database either.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from cachetools import TTLCache
+from sqlalchemy import Engine
+
+from awooop.store import projects
+
+
+class ProjectAuthCache:
+    def __init__(self, ttl_seconds: float, maxsize: int = 4096) -> None:
+        self._ttl = ttl_seconds
+        self._cache: TTLCache[tuple[str, str], projects.ProjectAuth | None] = TTLCache(
+            maxsize=maxsize, ttl=max(ttl_seconds, 0.001)
+        )
+        self._lock = threading.Lock()
+
+    def load(self, engine: Engine, project_id: str, channel: str) -> projects.ProjectAuth | None:
+        key = (project_id, channel)
+        if self._ttl > 0:
+            with self._lock:
+                if key in self._cache:
+                    return self._cache[key]
+        with engine.connect() as conn:
+            auth = projects.load_auth(conn, project_id, channel)
+        if self._ttl > 0:
+            with self._lock:
+                self._cache[key] = auth
+        return auth
