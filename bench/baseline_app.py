@@ -17,7 +17,7 @@ import uuid
 
 import psycopg2
 import redis
-from flask import Flask, jsonify, request
+from flask import Flask, Response, jsonify, request
 from psycopg2.pool import ThreadedConnectionPool
 
 from awooop.config import Settings
@@ -46,24 +46,29 @@ def _dsn(url: str) -> str:
 
 def create_app() -> Flask:
     settings = Settings.from_env(required=("database_url", "broker_url"))
-    # One connection per gunicorn thread (plus slack): getconn never runs dry.
+    # One connection per gunicorn thread, all kept open (psycopg2's pool closes returned
+    # connections beyond ``minconn``, so minconn = maxconn).
+    size = settings.web_threads
     pool = ThreadedConnectionPool(
-        1, settings.web_threads + 2, _dsn(settings.database_url),
+        size,
+        size,
+        _dsn(settings.database_url),
         application_name="awooop-bench-baseline",
     )
     broker = redis.Redis.from_url(settings.broker_url)
     app = Flask("awooop_bench_baseline")
 
     @app.post("/v1/projects/<project_id>/runs")
-    def admit(project_id: str):  # type: ignore[no-untyped-def]
+    def admit(project_id: str) -> tuple[Response, int]:
         body = request.get_data() or b"{}"
         key = request.headers.get("Idempotency-Key") or uuid.uuid4().hex
         run_id = str(uuid.uuid4())
         conn = pool.getconn()
         try:
             with conn, conn.cursor() as cur:  # commit on success, rollback on error
-                cur.execute(_INSERT_DEDUPE,
-                            (project_id, key, run_id, hashlib.sha256(body).hexdigest()))
+                cur.execute(
+                    _INSERT_DEDUPE, (project_id, key, run_id, hashlib.sha256(body).hexdigest())
+                )
                 created = cur.fetchone() is not None
                 if created:
                     cur.execute(_INSERT_RUN, (run_id, project_id, body.decode("utf-8")))

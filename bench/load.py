@@ -115,6 +115,7 @@ class LoadResult:
     errors: int = 0  # connections dropped with a request in flight, failed reconnects
     unfinished: int = 0  # requests still in flight when the run had to stop
     issued: int = 0  # requests sent in total (warm-up included)
+    spread: str = ""  # connections per server process when spread (see Spread)
 
     @property
     def rps(self) -> float:
@@ -142,7 +143,48 @@ class LoadResult:
             f"{self.connections:>3} conns  {self.rps:8.0f} req/s  p50 {self.p50:6.1f} ms  "
             f"p99 {self.p99:6.1f} ms  non-2xx {self.non_2xx}  errors {self.errors}  "
             f"unfinished {self.unfinished}  [{codes}]"
+            + (f"  per worker {self.spread}" if self.spread else "")
         )
+
+
+# --- spreading connections over server processes ------------------------------------------
+
+
+class Spread:
+    """Open each connection until the server process that accepted it has room.
+
+    A pre-fork server whose workers share one listening socket (gunicorn) hands a burst
+    of new connections to whichever worker wakes first, and a keep-alive connection stays
+    with its worker: 16 connections opened at once often all land on ONE worker, which then
+    does all the work under one GIL while the others idle, and the figures vary 2x from run
+    to run. ``owner_of(local_port)`` says which server process holds the accepted socket
+    (None: not accepted yet). A connection whose owner already holds its share,
+    ``ceil(connections / processes)``, is closed and opened again; each placed connection
+    starts sending at once (warm-up), which keeps it alive and makes busy workers lose the
+    next accept() race. When a slot stays unfilled after many tries the share grows by one.
+    """
+
+    def __init__(self, owner_of: Callable[[int], int | None], processes: int) -> None:
+        self.owner_of = owner_of
+        self.processes = max(1, processes)
+        self.held: collections.Counter[int] = collections.Counter()
+        self.reopened = 0
+
+    def layout(self) -> str:
+        """Connections per server process, e.g. ``4/4/4/4``."""
+        counts = sorted(self.held.values(), reverse=True)
+        counts += [0] * (self.processes - len(counts))
+        return "/".join(str(c) for c in counts)
+
+    async def owner(self, conn: _Conn) -> int | None:
+        assert conn.transport is not None
+        local_port = conn.transport.get_extra_info("sockname")[1]
+        for _ in range(100):  # up to ~1 s for the server to accept()
+            owner = self.owner_of(local_port)
+            if owner is not None:
+                return owner
+            await asyncio.sleep(0.01)
+        return None
 
 
 # --- the engine ----------------------------------------------------------------------------
@@ -229,8 +271,10 @@ class _Run:
         warmup: float,
         duration: float | None,
         grace: float,
+        spread: Spread | None = None,
     ) -> None:
         self.host, self.port = host, port
+        self.spread = spread
         self.source = source
         self.connections = connections
         self.warmup = warmup if duration is not None else 0.0
@@ -239,7 +283,7 @@ class _Run:
         self.result = LoadResult(connections=connections, seconds=0.0)
         self.conns: list[_Conn] = []
         self.stopping = False
-        self.window = (0.0, float("inf"))
+        self.window = (float("inf"), float("inf"))
         self.first_done = float("inf")
         self.last_done = 0.0
         self.quiet = asyncio.Event()  # set whenever nothing is in flight
@@ -293,18 +337,45 @@ class _Run:
         self.conns.append(conn)
         return conn
 
+    async def _open_spread(self, spread: Spread) -> list[_Conn]:
+        opened: list[_Conn] = []
+        share = -(-self.connections // spread.processes)
+        while len(opened) < self.connections:
+            for _attempt in range(10 * spread.processes):
+                conn = await self._open()
+                owner = await spread.owner(conn)
+                if owner is not None and spread.held[owner] < share:
+                    spread.held[owner] += 1
+                    opened.append(conn)
+                    conn.send_next()  # warm-up traffic from now on
+                    break
+                spread.reopened += 1
+                self.conns.remove(conn)
+                conn.close()
+            else:
+                share += 1  # one worker keeps losing the accept() race: accept imbalance
+        return opened
+
     async def main(self) -> LoadResult:
+        opening = time.perf_counter()
+        # Timed mode: nothing counts before the window; count mode: everything counts.
+        never = float("inf")
+        self.window = (never, never) if self.duration is not None else (0.0, never)
         try:
-            opened = await asyncio.wait_for(
-                asyncio.gather(*(self._open() for _ in range(self.connections))), timeout=10
-            )
+            if self.spread is None:
+                opened = await asyncio.wait_for(
+                    asyncio.gather(*(self._open() for _ in range(self.connections))), timeout=10
+                )
+                for conn in opened:
+                    conn.send_next()
+            else:
+                await asyncio.wait_for(self._open_spread(self.spread), timeout=60)
+                self.result.spread = self.spread.layout()
         except (OSError, TimeoutError) as exc:
             raise LoadError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
         started = time.perf_counter()
         if self.duration is not None:
             self.window = (started + self.warmup, started + self.warmup + self.duration)
-        for conn in opened:
-            conn.send_next()
         if self.duration is not None:
             await asyncio.sleep(self.warmup + self.duration)
             self.stopping = True
@@ -324,7 +395,7 @@ class _Run:
         for conn in list(self.conns):
             conn.close()
         if self.duration is None:
-            self.result.seconds = max(0.0, self.last_done - started)
+            self.result.seconds = max(0.0, self.last_done - opening)
         self.result.issued = self.source.issued
         return self.result
 
@@ -338,11 +409,12 @@ def run(
     warmup: float = 0.0,
     grace: float = 5.0,
     timeout: float | None = None,
+    spread: Spread | None = None,
 ) -> LoadResult:
     """Drive ``source`` against ``url`` (host and port only) with ``connections`` connections.
 
     ``duration`` set: timed mode; ``None``: until ``source`` is exhausted (count mode), bounded
-    by ``timeout`` seconds (required in count mode).
+    by ``timeout`` seconds (required in count mode). ``spread``: see :class:`Spread`.
     """
     parts = urlsplit(url)
     host, port = parts.hostname or "", parts.port or 80
@@ -351,7 +423,9 @@ def run(
     if duration is None and timeout is None:
         raise LoadError("count mode needs a timeout")
     bound = timeout if timeout is not None else warmup + (duration or 0.0) + grace + 15.0
-    the_run = _Run(host, port, source, connections, warmup, duration, grace)
+    if spread is not None:
+        bound += 60.0
+    the_run = _Run(host, port, source, connections, warmup, duration, grace, spread)
 
     async def bounded() -> LoadResult:
         try:
@@ -369,8 +443,11 @@ def run(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.load", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.load",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("url")
     parser.add_argument("-c", "--connections", type=int, default=16)
     parser.add_argument("-d", "--duration", type=float, default=5.0)
@@ -393,8 +470,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.requests:
             result = run(args.url, source, args.connections, timeout=300)
         else:
-            result = run(args.url, source, args.connections, duration=args.duration,
-                         warmup=args.warmup)
+            result = run(
+                args.url, source, args.connections, duration=args.duration, warmup=args.warmup
+            )
     except LoadError as exc:
         print(f"bench.load: {exc}", file=sys.stderr)
         return 1

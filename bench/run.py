@@ -1,0 +1,1464 @@
+"""``make bench``: AwoooP against its baselines (DESIGN §8); prints a table, writes
+``docs/benchmarks.md``.
+
+(a) Admission over real HTTP: the real app and ``bench.baseline_app`` under the same
+    ``gunicorn.conf.py``; new events (unique ``Idempotency-Key``) and duplicates (the same keys
+    again) at 16 and 64 keep-alive connections. No worker runs; the queued messages are purged.
+(b) End to end: raw Celery no-op tasks/s (``bench.raw_celery``) vs AwoooP ``noop-3`` runs/s,
+    one prefork worker process each, the queue filled first; PostgreSQL commits per run over
+    the whole lifecycle (admission included).
+(c) Memory: resident size of the web (gunicorn master + workers) and worker (celery parent +
+    child) processes over the end-to-end batch and over a further soak of runs.
+
+Everything this starts runs in its own process group and is stopped (SIGTERM, then SIGKILL)
+on the way out; only loopback traffic. Knobs (environment): BENCH_DURATION (s, per measured
+phase, default 6), BENCH_WARMUP (1.5), BENCH_CONNECTIONS ("16,64"), BENCH_RAW_TASKS (3000),
+BENCH_E2E_RUNS (2000), BENCH_SOAK_RUNS (10000), BENCH_TIMEOUT (whole run, s, 420),
+BENCH_KEEP=1 keeps the bench projects' rows, BENCH_OUTPUT (default docs/benchmarks.md),
+BENCH_PHASES ("admission,e2e"; a partial run writes no report unless BENCH_OUTPUT is set),
+BENCH_SPREAD=0 leaves connections where gunicorn puts them (see ``bench.load.Spread``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import gc
+import json
+import os
+import platform
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg2
+import redis
+
+from bench import load
+from bench.baseline_app import RUN_LIST
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+MARKER = "<!-- Everything below this line is kept when `make bench` rewrites this file. -->"
+
+TARGETS = {
+    "admission_ratio": 0.80,  # AwoooP new events / baseline, req/s
+    "duplicate_ratio": 1.70,  # AwoooP duplicates / AwoooP new events, req/s
+    "p99_ratio": 1.20,  # AwoooP p99 / baseline p99 at 64 connections
+    "e2e_ratio": 0.40,  # AwoooP noop-3 runs/s / raw Celery no-op tasks/s
+    "commits_per_run": 5.0,
+    "memory_growth_pct": 10.0,
+}
+
+
+class BenchError(RuntimeError):
+    """The benchmark could not run; the message says what to check."""
+
+
+class Timeout(BaseException):
+    """BENCH_TIMEOUT elapsed (a BaseException, so nothing swallows it on the way out)."""
+
+
+def _env_float(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError as exc:
+        raise BenchError(f"{name} must be a number") from exc
+
+
+def _env_int(name: str, default: int) -> int:
+    return int(_env_float(name, default))
+
+
+PHASES = ("admission", "e2e")
+
+
+@dataclass(frozen=True)
+class Knobs:
+    duration: float = field(default_factory=lambda: _env_float("BENCH_DURATION", 6.0))
+    warmup: float = field(default_factory=lambda: _env_float("BENCH_WARMUP", 1.5))
+    connections: tuple[int, ...] = field(
+        default_factory=lambda: tuple(
+            int(c) for c in os.environ.get("BENCH_CONNECTIONS", "16,64").split(",") if c.strip()
+        )
+    )
+    raw_tasks: int = field(default_factory=lambda: _env_int("BENCH_RAW_TASKS", 3000))
+    e2e_runs: int = field(default_factory=lambda: _env_int("BENCH_E2E_RUNS", 2000))
+    soak_runs: int = field(default_factory=lambda: _env_int("BENCH_SOAK_RUNS", 10000))
+    timeout: float = field(default_factory=lambda: _env_float("BENCH_TIMEOUT", 420))
+    phases: tuple[str, ...] = field(
+        default_factory=lambda: tuple(
+            p.strip()
+            for p in os.environ.get("BENCH_PHASES", ",".join(PHASES)).split(",")
+            if p.strip()
+        )
+    )
+    keep: bool = field(default_factory=lambda: os.environ.get("BENCH_KEEP") == "1")
+    output: Path = field(
+        default_factory=lambda: ROOT / os.environ.get("BENCH_OUTPUT", "docs/benchmarks.md")
+    )
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+# --- processes -----------------------------------------------------------------------------
+
+
+def _children() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        tree.setdefault(ppid, []).append(int(entry.name))
+    return tree
+
+
+def _tree(pid: int) -> list[int]:
+    tree, out, todo = _children(), [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(tree.get(p, []))
+    return out
+
+
+def _rss_kib(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _cpu_seconds(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    # utime, stime (own) + cutime, cstime (children already reaped)
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+class Proc:
+    """A child process in its own process group, with its output in a log file."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], logdir: Path) -> None:
+        self.name = name
+        self.log_path = logdir / f"{name}.log"
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.popen = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        self.pid = self.popen.pid
+        _RUNNING.append(self)
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def pids(self) -> list[int]:
+        return _tree(self.pid) if self.alive() else []
+
+    def rss_mib(self) -> float:
+        return sum(_rss_kib(p) for p in self.pids()) / 1024.0
+
+    def cpu_seconds(self) -> float:
+        return sum(_cpu_seconds(p) for p in self.pids())
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join("    " + line for line in text[-lines:])
+
+    def check(self) -> None:
+        if not self.alive():
+            raise BenchError(
+                f"{self.name} exited with status {self.popen.returncode}; "
+                f"log {self.log_path}:\n{self.log_tail()}"
+            )
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """SIGTERM to the group, wait, then SIGKILL whatever is left of the group."""
+        if self in _RUNNING:
+            _RUNNING.remove(self)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, signal.SIGTERM)
+        try:
+            self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            log(f"{self.name} did not stop within {timeout:.0f} s; killing it")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout=5)
+        self._log.close()
+
+
+_RUNNING: list[Proc] = []
+
+
+def stop_all() -> None:
+    for proc in reversed(list(_RUNNING)):
+        proc.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env["PATH"] = os.pathsep.join([str(BIN), env.get("PATH", "")])
+    env.update(extra)
+    return env
+
+
+def wait_http(proc: Proc, port: int, timeout: float = 30.0) -> None:
+    """Until the server answers an HTTP request (any status)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        proc.check()
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+                s.sendall(
+                    b"GET /bench-ready HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+                )
+                if s.recv(16).startswith(b"HTTP/1."):
+                    return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise BenchError(
+        f"{proc.name} did not answer on port {port} within {timeout:.0f} s; "
+        f"log {proc.log_path}:\n{proc.log_tail()}"
+    )
+
+
+def _tcp_inode(server_port: int, client_port: int) -> str | None:
+    """The inode of the server side of a loopback connection, from /proc/net/tcp{,6}."""
+    local, remote = f":{server_port:04X}", f":{client_port:04X}"
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as f:
+            next(f)
+            for line in f:
+                cols = line.split()
+                if cols[1].endswith(local) and cols[2].endswith(remote):
+                    return cols[9]
+    return None
+
+
+def socket_owner(web: Proc, server_port: int) -> Callable[[int], int | None]:
+    """local port of a client connection -> the gunicorn worker pid that accepted it."""
+
+    def owner_of(client_port: int) -> int | None:
+        inode = _tcp_inode(server_port, client_port)
+        if inode is None or inode == "0":
+            return None
+        target = f"socket:[{inode}]"
+        for pid in web.pids()[1:]:  # the workers, not the master
+            with contextlib.suppress(OSError):
+                for fd in os.listdir(f"/proc/{pid}/fd"):
+                    with contextlib.suppress(OSError):
+                        if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
+                            return pid
+        return None
+
+    return owner_of
+
+
+def spread_over(web: Proc, port: int) -> load.Spread | None:
+    """Connections spread evenly over the gunicorn workers (BENCH_SPREAD=0: as accepted)."""
+    if os.environ.get("BENCH_SPREAD", "1") == "0":
+        return None
+    return load.Spread(socket_owner(web, port), len(web.pids()) - 1)
+
+
+def start_web(name: str, app: str, logdir: Path) -> tuple[Proc, int]:
+    port = free_port()
+    proc = Proc(
+        name,
+        [str(BIN / "gunicorn"), "-c", "gunicorn.conf.py", app],
+        child_env(AWOOOP_PORT=str(port), AWOOOP_ACCESS_LOG="0"),
+        logdir,
+    )
+    return proc, port
+
+
+def start_worker(name: str, app: str, queue: str, logdir: Path) -> Proc:
+    return Proc(
+        name,
+        [
+            str(BIN / "celery"),
+            "-A",
+            app,
+            "worker",
+            "-Q",
+            queue,
+            "-c",
+            "1",
+            "-n",
+            f"{name}-{os.getpid()}@%h",
+            "--without-mingle",
+            "--without-gossip",
+            "--without-heartbeat",
+            "-P",
+            "prefork",
+        ],
+        child_env(),
+        logdir,
+    )
+
+
+# --- machine and noise -----------------------------------------------------------------------
+
+
+def _cpu_busy() -> tuple[float, float]:
+    with open("/proc/stat") as f:
+        values = [int(x) for x in f.readline().split()[1:]]
+    idle = values[3] + values[4]
+    return (sum(values) - idle) / os.sysconf("SC_CLK_TCK"), sum(values) / os.sysconf("SC_CLK_TCK")
+
+
+class Noise:
+    """CPU used during a phase by processes other than the bench, its children and the
+    database / broker servers (other people's tests, editors…), as a share of all CPUs."""
+
+    def __init__(self, ours: Callable[[], list[int]]) -> None:
+        self._ours = ours
+
+    def _sample(self) -> tuple[float, float, float]:
+        busy, total = _cpu_busy()
+        ours = set(self._ours()) | {os.getpid()}
+        mine = 0.0
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            pid = int(entry.name)
+            try:
+                with open(f"/proc/{pid}/comm") as f:
+                    comm = f.read().strip()
+            except OSError:
+                continue
+            if pid in ours or comm in ("postgres", "redis-server"):
+                mine += _cpu_seconds(pid)
+        return busy, total, mine
+
+    @contextlib.contextmanager
+    def measure(self, into: dict[str, Any]) -> Iterator[None]:
+        b0, t0, m0 = self._sample()
+        yield
+        b1, t1, m1 = self._sample()
+        # Others = all busy time minus ours (approximate: exited processes are not seen).
+        into["other_cpu_pct"] = max(0.0, ((b1 - b0) - (m1 - m0)) / max(t1 - t0, 1e-9) * 100)
+
+
+def machine_info(db_url: str, broker_url: str) -> dict[str, str]:
+    cpu_model = "unknown"
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    mem = "unknown"
+    with contextlib.suppress(OSError), open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                mem = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
+                break
+    nproc = subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip()
+    head = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    changed = subprocess.run(
+        [
+            "git",
+            "-C",
+            str(ROOT),
+            "status",
+            "--porcelain",
+            "--",
+            "awooop",
+            "celeryconfig.py",
+            "gunicorn.conf.py",
+            "migrations",
+        ],
+        capture_output=True,
+        text=True,
+    ).stdout.splitlines()
+    code = head or "unknown"
+    if changed:
+        code += f" + uncommitted changes in {len(changed)} files: " + ", ".join(
+            line[3:] for line in changed
+        )
+    with _pg(db_url) as conn, conn.cursor() as cur:
+        cur.execute(
+            "SELECT current_setting('server_version'), current_setting('fsync'),"
+            " current_setting('synchronous_commit'), current_setting('shared_buffers')"
+        )
+        pg_version, fsync, sync_commit, shared_buffers = cur.fetchone()
+    redis_version = redis.Redis.from_url(broker_url).info("server").get("redis_version", "?")
+    return {
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpus": nproc or str(os.cpu_count()),
+        "cpu_model": cpu_model,
+        "memory": mem,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "postgresql": f"{pg_version} (fsync={fsync}, synchronous_commit={sync_commit}, "
+        f"shared_buffers={shared_buffers})",
+        "redis": str(redis_version),
+        "load_before": Path("/proc/loadavg").read_text().split()[0],
+        "code": code,
+    }
+
+
+# --- database helpers ------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _pg(url: str, autocommit: bool = True) -> Iterator[Any]:
+    """A fresh connection (its backend exits, flushing its statistics, on close)."""
+    conn = psycopg2.connect(
+        url.replace("postgresql+psycopg2://", "postgresql://", 1),
+        application_name="awooop-bench",
+        connect_timeout=5,
+    )
+    conn.autocommit = autocommit
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def xact_commit(url: str) -> int:
+    with _pg(url) as conn, conn.cursor() as cur:
+        cur.execute("SELECT pg_stat_clear_snapshot()")
+        cur.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
+        return int(cur.fetchone()[0])
+
+
+def other_clients(url: str) -> int:
+    with _pg(url) as conn, conn.cursor() as cur:
+        cur.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid()"
+        )
+        return int(cur.fetchone()[0])
+
+
+def create_projects(settings: Any, ids: list[str]) -> dict[str, str]:
+    """Each project with an API token, its ``api`` channel routed to ``noop-3``."""
+    from awooop import cli, db
+    from awooop.store import projects
+
+    tokens = {}
+    for project_id in ids:
+        try:
+            tokens[project_id] = cli.create_project(settings, project_id)["api_token"]
+        except cli.UsageError as exc:
+            raise BenchError(str(exc)) from exc
+    engine = db.make_engine(settings.database_url, pool_size=1)
+    with engine.begin() as conn:
+        for project_id in ids:
+            projects.set_routes(conn, project_id, {"api": "noop-3"})
+    engine.dispose()
+    gc.collect()  # cli.create_project's engines: close their pooled connections now
+    return tokens
+
+
+def delete_projects(url: str, ids: list[str]) -> None:
+    with _pg(url, autocommit=False) as conn, conn.cursor() as cur:
+        cur.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+            " AND tablename LIKE 'awooop%'"
+        )
+        tables = {r[0] for r in cur.fetchall()}
+        # Children first; awooop_run_event goes with its runs (ON DELETE CASCADE).
+        for table in (
+            "awooop_channel_event_dedupe",
+            "awooop_run_state",
+            "awooop_credential",
+            "awooop_project",
+        ):
+            if table in tables:
+                cur.execute(f"DELETE FROM {table} WHERE project_id = ANY(%s)", (ids,))
+        conn.commit()
+
+
+# --- (a) admission ---------------------------------------------------------------------------
+
+# The soak after the e2e batch runs at most this long at the measured rate.
+SOAK_BUDGET_S = 75.0
+# The e2e phases give up when no run completes for this long.
+STALL_S = 20.0
+
+BODY = b'{"summary": "disk almost full on db-1", "source": "bench"}'
+
+
+def _requests(
+    project_id: str, token: str, keys: Iterator[str], limit: int | None = None
+) -> load.Requests:
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    return load.Requests(
+        "POST",
+        f"/v1/projects/{project_id}/runs",
+        headers,
+        BODY,
+        key_header="Idempotency-Key",
+        keys=keys,
+        limit=limit,
+    )
+
+
+def _phase(
+    label: str, web: Proc, port: int, source: load.Requests, conns: int, knobs: Knobs, noise: Noise
+) -> dict[str, Any]:
+    web.check()
+    info: dict[str, Any] = {"label": label, "connections": conns}
+    cpu0 = web.cpu_seconds()
+    with noise.measure(info):
+        result = load.run(
+            f"http://127.0.0.1:{port}/",
+            source,
+            conns,
+            duration=knobs.duration,
+            warmup=knobs.warmup,
+            spread=spread_over(web, port),
+        )
+    cpu1 = web.cpu_seconds()
+    info.update(
+        rps=result.rps,
+        p50=result.p50,
+        p99=result.p99,
+        completed=result.completed,
+        non_2xx=result.non_2xx,
+        errors=result.errors,
+        unfinished=result.unfinished,
+        statuses=dict(result.statuses),
+        issued=result.issued,
+        # CPU of the gunicorn processes per request, warm-up included in both terms.
+        web_cpu_ms=(cpu1 - cpu0) * 1000 / max(result.issued, 1),
+    )
+    log(f"{label:<28} {result.summary()}  other CPU {info['other_cpu_pct']:.0f}%")
+    if result.completed == 0:
+        raise BenchError(f"{label}: no response completed; log {web.log_path}:\n{web.log_tail()}")
+    return info
+
+
+def purge_queue(r: redis.Redis, queue: str) -> int:
+    """Delete a kombu Redis queue (and its priority sub-queues); returns messages dropped."""
+    names = [queue] + [f"{queue}\x06\x16{p}" for p in range(1, 10)]
+    dropped = sum(int(r.llen(n)) for n in names)
+    r.delete(*names)
+    return dropped
+
+
+def bench_admission(
+    knobs: Knobs,
+    logdir: Path,
+    projects_: dict[str, str],
+    real_id: str,
+    base_id: str,
+    r: redis.Redis,
+    noise: Noise,
+    procs: list[Proc],
+) -> list[dict[str, Any]]:
+    real, real_port = start_web("web-awooop", "awooop.web.app:create_app()", logdir)
+    base, base_port = start_web("web-baseline", "bench.baseline_app:create_app()", logdir)
+    procs += [real, base]
+    try:
+        wait_http(real, real_port)
+        wait_http(base, base_port)
+        results = []
+        for conns in knobs.connections:
+            # Interleaved, so a burst of outside load hits both sides alike.
+            prefix = f"a{conns}-{secrets.token_hex(4)}"
+            unique = _phase(
+                "AwoooP new events",
+                real,
+                real_port,
+                _requests(real_id, projects_[real_id], load.unique_keys(prefix)),
+                conns,
+                knobs,
+                noise,
+            )
+            results.append({**unique, "app": "awooop", "kind": "new"})
+            baseline = _phase(
+                "baseline new events",
+                base,
+                base_port,
+                _requests(
+                    base_id,
+                    projects_[base_id],
+                    load.unique_keys(f"b{conns}-{secrets.token_hex(4)}"),
+                ),
+                conns,
+                knobs,
+                noise,
+            )
+            results.append({**baseline, "app": "baseline", "kind": "new"})
+            duplicates = _phase(
+                "AwoooP duplicates",
+                real,
+                real_port,
+                _requests(real_id, projects_[real_id], load.replay_keys(prefix, unique["issued"])),
+                conns,
+                knobs,
+                noise,
+            )
+            results.append({**duplicates, "app": "awooop", "kind": "duplicate"})
+    finally:
+        for proc in (real, base):
+            proc.stop()
+            procs.remove(proc)
+    dropped = purge_queue(r, "runs") + int(r.llen(RUN_LIST))
+    r.delete(RUN_LIST)
+    log(f"purged {dropped} queued messages (no worker ran during admission)")
+    return results
+
+
+# --- (b) end to end, (c) memory -------------------------------------------------------------
+
+
+def bench_raw_celery(
+    knobs: Knobs, logdir: Path, r: redis.Redis, procs: list[Proc], noise: Noise
+) -> dict[str, Any]:
+    from bench import raw_celery
+
+    n = knobs.raw_tasks
+    r.delete(*raw_celery.KEYS)
+    purge_queue(r, raw_celery.QUEUE)
+    t0 = time.perf_counter()
+    with raw_celery.app.producer_or_acquire() as producer:
+        for _ in range(n):
+            raw_celery.noop.apply_async((n,), queue=raw_celery.QUEUE, producer=producer)
+    enqueue_s = time.perf_counter() - t0
+    queued = int(r.llen(raw_celery.QUEUE))
+    if queued != n:
+        raise BenchError(f"raw Celery: {queued} messages in {raw_celery.QUEUE}, expected {n}")
+    info: dict[str, Any] = {"tasks": n, "enqueue_per_s": n / enqueue_s}
+    worker = start_worker("worker-raw-celery", "bench.raw_celery", raw_celery.QUEUE, logdir)
+    procs.append(worker)
+    started = time.perf_counter()
+    deadline = started + max(60.0, n / 100)
+    try:
+        with noise.measure(info):
+            while int(r.get(raw_celery.COUNTER) or 0) < n:
+                worker.check()
+                if time.perf_counter() > deadline:
+                    raise BenchError(
+                        f"raw Celery: {int(r.get(raw_celery.COUNTER) or 0)}/{n} "
+                        f"tasks after {deadline - started:.0f} s; "
+                        f"log {worker.log_path}:\n{worker.log_tail()}"
+                    )
+                time.sleep(0.02)
+        info["wall_s"] = time.perf_counter() - started
+        info["worker_cpu_ms"] = worker.cpu_seconds() * 1000 / n
+    finally:
+        worker.stop()
+        procs.remove(worker)
+    first, last = float(r.get(raw_celery.FIRST) or 0), float(r.get(raw_celery.LAST) or 0)
+    info["seconds"] = last - first
+    info["per_s"] = n / (last - first) if last > first else float("nan")
+    info["left_in_queue"] = int(r.llen(raw_celery.QUEUE))
+    r.delete(*raw_celery.KEYS)
+    log(
+        f"raw Celery: {n} no-op tasks in {info['seconds']:.2f} s = {info['per_s']:.0f} "
+        f"tasks/s (worker start to drained {info['wall_s']:.1f} s)  other CPU "
+        f"{info['other_cpu_pct']:.0f}%"
+    )
+    return info
+
+
+_PROGRESS = """
+SELECT count(*) FILTER (WHERE status = 'COMPLETED'),
+       count(*) FILTER (WHERE status IN ('FAILED', 'CANCELLED')),
+       count(*)
+FROM awooop_run_state WHERE project_id = %s
+"""
+
+_SPAN = """
+SELECT (SELECT min(e.at) FROM awooop_run_event e JOIN awooop_run_state r USING (run_id)
+        WHERE r.project_id = %(p)s AND e.kind = 'lease' AND e.trigger_id LIKE 'claim:%%'),
+       (SELECT max(finished_at) FROM awooop_run_state WHERE project_id = %(p)s)
+"""
+
+
+def _local_port_owned(pids: list[int], local_port: int, remote_port: int) -> bool:
+    """Whether one of ``pids`` holds the client socket 127.0.0.1:local_port -> remote_port."""
+    inode = _tcp_inode(local_port, remote_port)
+    if inode is None:
+        return False
+    target = f"socket:[{inode}]"
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
+                        return True
+    return False
+
+
+class SessionWatch(threading.Thread):
+    """Notes every session on the database that is not the benchmark's or its children's,
+    twice a second, from one transaction that is rolled back (so it commits nothing)."""
+
+    def __init__(self, url: str, ours: Callable[[], list[int]]) -> None:
+        super().__init__(name="bench-session-watch", daemon=True)
+        self.url, self.ours = url, ours
+        self.foreign: dict[tuple[int, str], str] = {}  # (pid, backend_start) -> app name
+        self._mine: set[tuple[int, str]] = set()
+        self._halt = threading.Event()
+        self.error: str | None = None
+
+    def run(self) -> None:
+        try:
+            with _pg(self.url, autocommit=False) as conn, conn.cursor() as cur:
+                port = conn.info.port
+                while not self._halt.wait(0.5):
+                    cur.execute("SELECT pg_stat_clear_snapshot()")
+                    cur.execute(
+                        "SELECT pid, backend_start::text, application_name, client_port"
+                        " FROM pg_stat_activity WHERE datname = current_database()"
+                        " AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+                    )
+                    for pid, started, app, client_port in cur.fetchall():
+                        key = (pid, started)
+                        if key in self._mine or key in self.foreign:
+                            continue
+                        ours = [os.getpid(), *self.ours()]
+                        if client_port and _local_port_owned(ours, client_port, port):
+                            self._mine.add(key)
+                        else:
+                            self.foreign[key] = app or "?"
+                conn.rollback()
+        except psycopg2.Error as exc:
+            self.error = str(exc)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(timeout=5)
+
+
+class Progress:
+    """Polls run counts inside ONE transaction (READ COMMITTED: each statement sees the
+    latest commits), rolled back at the end, so polling adds no ``xact_commit``."""
+
+    def __init__(self, url: str, project_id: str) -> None:
+        self._cm = _pg(url, autocommit=False)
+        self.conn = self._cm.__enter__()
+        self.project_id = project_id
+
+    def counts(self) -> tuple[int, int, int]:
+        with self.conn.cursor() as cur:
+            cur.execute(_PROGRESS, (self.project_id,))
+            done, failed, total = cur.fetchone()
+        return int(done), int(failed), int(total)
+
+    def span(self) -> float:
+        with self.conn.cursor() as cur:
+            cur.execute(_SPAN, {"p": self.project_id})
+            first, last = cur.fetchone()
+        return (last - first).total_seconds() if first and last else float("nan")
+
+    def close(self) -> None:
+        self.conn.rollback()
+        self._cm.__exit__(None, None, None)
+
+
+def _admit(
+    label: str,
+    web: Proc,
+    port: int,
+    project_id: str,
+    token: str,
+    n: int,
+    conns: int,
+    timeout: float,
+) -> load.LoadResult:
+    source = _requests(project_id, token, load.unique_keys(secrets.token_hex(6)), limit=n)
+    result = load.run(
+        f"http://127.0.0.1:{port}/", source, conns, timeout=timeout, spread=spread_over(web, port)
+    )
+    log(
+        f"{label}: admitted {result.statuses.get(202, 0)}/{n} in {result.seconds:.1f} s "
+        f"({result.rps:.0f} req/s, non-2xx {result.non_2xx}, errors {result.errors})"
+    )
+    return result
+
+
+def _wait_runs(
+    progress: Progress,
+    worker: Proc,
+    web: Proc,
+    broker: redis.Redis,
+    expected: int,
+    timeout: float,
+    on_first: Callable[[], None] | None = None,
+) -> None:
+    """Until ``expected`` runs of the project are COMPLETED; fails early on a stall."""
+    deadline = time.monotonic() + timeout
+    first_seen = False
+    last_done, last_change = -1, time.monotonic()
+    while True:
+        done, failed, total = progress.counts()
+        if not first_seen and done > 0:
+            first_seen = True
+            if on_first:
+                on_first()
+        if done + failed >= expected:
+            if failed:
+                raise BenchError(f"{failed} runs failed; see {worker.log_path}")
+            return
+        worker.check()
+        web.check()
+        now = time.monotonic()
+        if done != last_done:
+            last_done, last_change = done, now
+        stalled = now - last_change > STALL_S
+        if now > deadline or stalled:
+            why = f"no progress for {STALL_S:.0f} s" if stalled else f"after {timeout:.0f} s"
+            raise BenchError(
+                f"only {done}/{expected} runs COMPLETED ({why}); {total} admitted, "
+                f"{broker.llen('runs')} messages queued in 'runs', {broker.hlen('unacked')} "
+                "unacked (another consumer of this broker's 'runs' queue, e.g. a `make run` "
+                f"worker, takes messages meant for the bench); worker log "
+                f"{worker.log_path}:\n{worker.log_tail()}"
+            )
+        time.sleep(0.1)
+
+
+def bench_awooop_e2e(
+    knobs: Knobs,
+    logdir: Path,
+    url: str,
+    e2e_id: str,
+    token: str,
+    r: redis.Redis,
+    procs: list[Proc],
+    noise: Noise,
+) -> dict[str, Any]:
+    n, soak = knobs.e2e_runs, knobs.soak_runs
+    info: dict[str, Any] = {"runs": n, "soak_runs": soak}
+    purge_queue(r, "runs")
+    web, port = start_web("web-awooop-e2e", "awooop.web.app:create_app()", logdir)
+    procs.append(web)
+    worker: Proc | None = None
+    progress: Progress | None = None
+    watch: SessionWatch | None = None
+    try:
+        wait_http(web, port)
+        mem: dict[str, dict[str, float]] = {"web": {"start": web.rss_mib()}, "worker": {}}
+        time.sleep(1.0)  # statistics of earlier, now closed, sessions are flushed
+        commits0 = xact_commit(url)
+        info["other_db_clients"] = other_clients(url)
+        watch = SessionWatch(url, lambda: [p for proc in procs for p in proc.pids()])
+        watch.start()
+
+        result = _admit("e2e batch", web, port, e2e_id, token, n, 16, timeout=max(60.0, n / 50))
+        info["admit_per_s"] = result.rps
+        progress = Progress(url, e2e_id)
+        _, _, total = progress.counts()
+        if total != n:
+            raise BenchError(
+                f"e2e batch: {total} runs admitted, expected {n}; "
+                f"log {web.log_path}:\n{web.log_tail()}"
+            )
+
+        worker = start_worker("worker-awooop", "awooop.tasks.app", "runs", logdir)
+        procs.append(worker)
+        w = worker
+        started = time.perf_counter()
+        with noise.measure(info):
+            _wait_runs(
+                progress,
+                w,
+                web,
+                r,
+                n,
+                timeout=max(90.0, n / 20),
+                on_first=lambda: mem["worker"].__setitem__("start", w.rss_mib()),
+            )
+        info["wall_s"] = time.perf_counter() - started
+        info["worker_cpu_ms"] = worker.cpu_seconds() * 1000 / n
+        info["seconds"] = progress.span()
+        info["per_s"] = n / info["seconds"]
+        log(
+            f"AwoooP: {n} noop-3 runs, first claim to last completion {info['seconds']:.2f} s"
+            f" = {info['per_s']:.0f} runs/s (worker start to done {info['wall_s']:.1f} s)"
+            f"  other CPU {info['other_cpu_pct']:.0f}%"
+        )
+        mem["web"]["after_e2e"] = web.rss_mib()
+        mem["worker"]["after_e2e"] = worker.rss_mib()
+
+        if soak > 0 and info["per_s"] == info["per_s"]:
+            # Bounded in time: at most ~SOAK_BUDGET_S of work at the measured rate.
+            fits = max(100, int(info["per_s"] * SOAK_BUDGET_S))
+            if fits < soak:
+                log(
+                    f"soak: {soak} runs would take ~{soak / info['per_s']:.0f} s at "
+                    f"{info['per_s']:.0f} runs/s; running {fits}"
+                )
+                soak = info["soak_runs"] = fits
+        if soak > 0:
+            t0 = time.perf_counter()
+            soak_result = _admit(
+                "soak", web, port, e2e_id, token, soak, 8, timeout=max(120.0, soak / 50)
+            )
+            if soak_result.statuses.get(202, 0) != soak:
+                raise BenchError(
+                    f"soak: only {soak_result.statuses.get(202, 0)}/{soak} "
+                    f"admitted; log {web.log_path}:\n{web.log_tail()}"
+                )
+            _wait_runs(
+                progress,
+                worker,
+                web,
+                r,
+                n + soak,
+                timeout=max(60.0, 2 * soak / max(info["per_s"], 1.0)),
+            )
+            info["soak_wall_s"] = time.perf_counter() - t0
+            log(f"soak: {soak} more runs admitted and completed in {info['soak_wall_s']:.1f} s")
+            mem["web"]["after_soak"] = web.rss_mib()
+            mem["worker"]["after_soak"] = worker.rss_mib()
+        info["memory"] = mem
+        progress.close()
+        progress = None
+    finally:
+        if watch is not None:  # before our processes go: their sessions must look ours
+            watch.stop()
+        if progress is not None:
+            progress.close()
+        # Stopping closes every session, which flushes its statistics before we read them.
+        for proc in (worker, web):
+            if proc is not None:
+                proc.stop()
+                procs.remove(proc)
+    time.sleep(1.0)
+    commits1 = xact_commit(url)
+    assert watch is not None
+    info["commits"] = commits1 - commits0
+    info["commits_per_run"] = (commits1 - commits0) / (n + soak)
+    info["foreign_sessions"] = sorted(set(watch.foreign.values()))
+    info["foreign_session_count"] = len(watch.foreign)
+    log(
+        f"PostgreSQL commits: {commits1 - commits0} for {n + soak} runs = "
+        f"{info['commits_per_run']:.3f} per run; other sessions on the database meanwhile: "
+        f"{len(watch.foreign)} {info['foreign_sessions'] or ''}"
+    )
+    if watch.error:
+        log(f"(session watch failed: {watch.error})")
+    return info
+
+
+# --- report ----------------------------------------------------------------------------------
+
+
+def _find(results: list[dict[str, Any]], app: str, kind: str, conns: int) -> dict[str, Any]:
+    for res in results:
+        if (res["app"], res["kind"], res["connections"]) == (app, kind, conns):
+            return res
+    return {}
+
+
+def _ratio(a: float | None, b: float | None) -> float:
+    if not a or not b:
+        return float("nan")
+    return a / b
+
+
+def _verdict(value: float, target: float, higher_is_better: bool) -> str:
+    if value != value:  # NaN
+        return "n/a"
+    ok = value >= target if higher_is_better else value <= target
+    return "met" if ok else "MISSED"
+
+
+def ratios(
+    results: list[dict[str, Any]], raw: dict[str, Any], e2e: dict[str, Any], conns: tuple[int, ...]
+) -> list[tuple[str, float, str, str]]:
+    """(what, measured, target text, verdict)."""
+    rows = []
+    for c in conns:
+        new = _find(results, "awooop", "new", c)
+        base = _find(results, "baseline", "new", c)
+        value = _ratio(new.get("rps"), base.get("rps"))
+        t = TARGETS["admission_ratio"]
+        rows.append(
+            (
+                f"AwoooP new events / baseline, req/s @{c}",
+                value,
+                f">= {t:.2f}",
+                _verdict(value, t, True),
+            )
+        )
+    for c in conns:
+        new = _find(results, "awooop", "new", c)
+        dup = _find(results, "awooop", "duplicate", c)
+        value = _ratio(dup.get("rps"), new.get("rps"))
+        t = TARGETS["duplicate_ratio"]
+        rows.append(
+            (
+                f"AwoooP duplicates / new events, req/s @{c}",
+                value,
+                f">= {t:.2f}",
+                _verdict(value, t, True),
+            )
+        )
+    c = max(conns)
+    value = _ratio(
+        _find(results, "awooop", "new", c).get("p99"),
+        _find(results, "baseline", "new", c).get("p99"),
+    )
+    t = TARGETS["p99_ratio"]
+    rows.append(
+        (f"p99 AwoooP new events / baseline @{c}", value, f"<= {t:.2f}", _verdict(value, t, False))
+    )
+    value = _ratio(e2e.get("per_s"), raw.get("per_s"))
+    t = TARGETS["e2e_ratio"]
+    rows.append(
+        (
+            "AwoooP noop-3 runs/s / raw Celery tasks/s",
+            value,
+            f">= {t:.2f}",
+            _verdict(value, t, True),
+        )
+    )
+    value = e2e.get("commits_per_run", float("nan"))
+    t = TARGETS["commits_per_run"]
+    rows.append(
+        (
+            "PostgreSQL commits per run (admission included)",
+            value,
+            f"<= {t:.0f}",
+            _verdict(value, t, False),
+        )
+    )
+    for side in ("web", "worker"):
+        m = e2e.get("memory", {}).get(side, {})
+        value = (_ratio(m.get("after_soak"), m.get("after_e2e")) - 1) * 100
+        t = TARGETS["memory_growth_pct"]
+        rows.append(
+            (f"{side} RSS growth over the soak, %", value, f"< {t:.0f}", _verdict(value, t, False))
+        )
+    return rows
+
+
+def _fmt(value: Any, digits: int = 0) -> str:
+    if isinstance(value, float):
+        return "n/a" if value != value else f"{value:,.{digits}f}"
+    return str(value)
+
+
+def _digits(what: str) -> int:
+    return 3 if "commits" in what else 1 if "%" in what else 2
+
+
+def render_table(
+    results: list[dict[str, Any]],
+    raw: dict[str, Any],
+    e2e: dict[str, Any],
+    rows: list[tuple[str, float, str, str]],
+) -> str:
+    out = [
+        "",
+        "Admission, POST /v1/projects/{p}/runs (API channel)",
+        f"  {'':<22}{'conns':>6}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'non-2xx':>9}"
+        f"{'web CPU ms/req':>16}{'other CPU':>11}",
+    ]
+    for res in results:
+        name = f"{'AwoooP' if res['app'] == 'awooop' else 'baseline'} " + (
+            "new events" if res["kind"] == "new" else "duplicates"
+        )
+        out.append(
+            f"  {name:<22}{res['connections']:>6}{res['rps']:>9.0f}{res['p50']:>9.1f}"
+            f"{res['p99']:>9.1f}{res['non_2xx']:>9}{res['web_cpu_ms']:>16.2f}"
+            f"{res['other_cpu_pct']:>10.0f}%"
+        )
+    out += [
+        "",
+        "End to end (one prefork worker process, queue filled first)",
+        f"  raw Celery no-op        {raw.get('per_s', float('nan')):>8.0f} tasks/s"
+        f"  ({raw.get('tasks')} tasks, worker CPU {raw.get('worker_cpu_ms', 0):.2f} ms/task)",
+        f"  AwoooP noop-3           {e2e.get('per_s', float('nan')):>8.0f} runs/s "
+        f"  ({e2e.get('runs')} runs, worker CPU {e2e.get('worker_cpu_ms', 0):.2f} ms/run)",
+        f"  commits                 {e2e.get('commits', 'n/a'):>8} "
+        f"  for {e2e.get('runs', 0) + e2e.get('soak_runs', 0)} runs",
+    ]
+    mem = e2e.get("memory", {})
+    out += ["", "Memory, RSS MiB (start / after e2e batch / after soak)"]
+    for side in ("web", "worker"):
+        m = mem.get(side, {})
+        out.append(
+            f"  {side:<8}"
+            + " / ".join(
+                _fmt(m.get(k, float("nan")), 1) for k in ("start", "after_e2e", "after_soak")
+            )
+        )
+    out += ["", f"  {'ratio':<52}{'measured':>10}  {'target':<9}verdict"]
+    for what, value, target, verdict in rows:
+        out.append(f"  {what:<52}{_fmt(value, _digits(what)):>10}  {target:<9}{verdict}")
+    return "\n".join(out)
+
+
+def render_markdown(
+    machine: dict[str, str],
+    knobs: Knobs,
+    results: list[dict[str, Any]],
+    raw: dict[str, Any],
+    e2e: dict[str, Any],
+    rows: list[tuple[str, float, str, str]],
+    kept: str,
+) -> str:
+    m = machine
+    lines = [
+        "# Benchmarks",
+        "",
+        "Written by `make bench` (`python -m bench.run`); the figures below are from the last "
+        "run. A benchmark, not a test: nothing fails when a target is missed. DESIGN §8 "
+        "states the targets as ratios measured in the same run, so the machine cancels out.",
+        "",
+        "## Machine",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| date | {m['date']} |",
+        f"| CPUs (`nproc`) | {m['cpus']} × {m['cpu_model']} |",
+        f"| memory | {m['memory']} |",
+        f"| kernel | {m['kernel']} |",
+        f"| Python | {m['python']} |",
+        f"| PostgreSQL | {m['postgresql']} |",
+        f"| Redis | {m['redis']} |",
+        f"| load average at start | {m['load_before']} |",
+        f"| code measured | {m['code']} |",
+        "",
+        "Everything — load generator, gunicorn, Celery, PostgreSQL, Redis — shares these CPUs. "
+        '"other CPU" is the share of all CPUs that processes outside the benchmark (and '
+        "outside PostgreSQL/Redis) used during a phase; above a few percent the figures are "
+        "noisy.",
+        "",
+        "## Targets (DESIGN §8)",
+        "",
+        "| measure | measured | target | |",
+        "|---|---:|---|---|",
+    ]
+    for what, value, target, verdict in rows:
+        shown = target.replace(">=", "≥").replace("<=", "≤")
+        lines.append(f"| {what} | {_fmt(value, _digits(what))} | {shown} | {verdict} |")
+    lines += [
+        "",
+        "## (a) Admission over HTTP",
+        "",
+        f"`POST /v1/projects/{{p}}/runs` (the API channel) with a Bearer token, a JSON body "
+        f"and an `Idempotency-Key`; {knobs.warmup:g} s warm-up then {knobs.duration:g} s "
+        f"measured per row, N keep-alive connections each with one request in flight "
+        f"(`bench/load.py`, asyncio, in the benchmark process). Rows run interleaved per "
+        f"connection count. Connections are spread evenly over the 4 gunicorn workers "
+        f'("per worker" in the console output): the bench looks up which worker accepted '
+        f"each connection and reconnects until every worker holds its share, starting each "
+        f"placed connection's requests at once (part of the warm-up). Without that, gunicorn "
+        f"hands a burst of new keep-alive connections to whichever worker wakes first — often "
+        f"all 16 to one worker, which then serves everything under one GIL — and req/s "
+        f"varies 2x between runs (`BENCH_SPREAD=0` shows it).",
+        "",
+        "| app | events | conns | req/s | p50 ms | p99 ms | non-2xx | web CPU ms/req | other CPU |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for res in results:
+        lines.append(
+            f"| {'AwoooP' if res['app'] == 'awooop' else 'baseline'} | "
+            f"{'new' if res['kind'] == 'new' else 'duplicate'} | {res['connections']} | "
+            f"{res['rps']:,.0f} | {res['p50']:.1f} | {res['p99']:.1f} | {res['non_2xx']} | "
+            f"{res['web_cpu_ms']:.2f} | {res['other_cpu_pct']:.0f}% |"
+        )
+    mem = e2e.get("memory", {})
+    lines += [
+        "",
+        "- **AwoooP**: `gunicorn -c gunicorn.conf.py 'awooop.web.app:create_app()'` with "
+        "`AWOOOP_ACCESS_LOG=0`; full admission: token check, validation, routing, the "
+        "dedupe + run + history CTE, commit, the run's Celery message to Redis. New events answer "
+        "202; duplicates (the new-event row's keys sent again) answer 200 `E-IDEMPOTENT-001`.",
+        "- **baseline**: `bench/baseline_app.py` under the same `gunicorn.conf.py` — plain "
+        "Flask, psycopg2 pool, one transaction with the dedupe insert (`ON CONFLICT DO "
+        "NOTHING`) and the run insert, commit, one Redis `LPUSH`, 202 JSON. No auth, no "
+        "validation, no ORM.",
+        "- req/s: responses completed in the measured window / its length. p50/p99: "
+        "client-side latency of those responses (send to last byte). web CPU ms/req: user + "
+        "system CPU of the gunicorn master and workers per request (warm-up included).",
+        "- No worker runs during (a); the queued Celery messages (and the baseline's list) "
+        "are deleted afterwards — the runs stay PENDING until the bench projects are deleted "
+        "at the end.",
+        "",
+        "## (b) End to end",
+        "",
+        "| | count | per second | seconds | worker CPU ms/item | other CPU |",
+        "|---|---:|---:|---:|---:|---:|",
+        f"| raw Celery no-op task | {raw.get('tasks')} | {_fmt(raw.get('per_s'), 0)} | "
+        f"{_fmt(raw.get('seconds'), 2)} | {_fmt(raw.get('worker_cpu_ms'), 2)} | "
+        f"{_fmt(raw.get('other_cpu_pct'), 0)}% |",
+        f"| AwoooP `noop-3` run (3 steps) | {e2e.get('runs')} | {_fmt(e2e.get('per_s'), 0)} "
+        f"| {_fmt(e2e.get('seconds'), 2)} | {_fmt(e2e.get('worker_cpu_ms'), 2)} | "
+        f"{_fmt(e2e.get('other_cpu_pct'), 0)}% |",
+        "",
+        "- raw Celery: `bench/raw_celery.py` on the same broker (JSON, acks late, prefetch 1, "
+        f"results ignored, queue `bench_noop`). {raw.get('tasks')} tasks are queued, then ONE "
+        "worker starts (`celery -A bench.raw_celery worker -Q bench_noop -c 1 -P prefork "
+        "--without-mingle --without-gossip --without-heartbeat`). Each task INCRs a Redis "
+        "counter; the first and the last record the time: tasks / (last - first).",
+        f"- AwoooP: {e2e.get('runs')} runs of `noop-3` are admitted over HTTP "
+        f"({_fmt(e2e.get('admit_per_s'), 0)} req/s, 16 connections) with no worker running; "
+        "then ONE worker starts (`celery -A awooop.tasks.app worker -Q runs`, same flags; "
+        "`celeryconfig.py` turns task events on for Flower, raw Celery has them off). "
+        "runs / (last `finished_at` - first claim's history row), both from the database "
+        "clock. Worker start to all COMPLETED took "
+        f"{_fmt(e2e.get('wall_s'), 1)} s (raw Celery: {_fmt(raw.get('wall_s'), 1)} s), "
+        "which includes the worker's start-up.",
+        f"- Commits: `xact_commit` of the database from `pg_stat_database`, read after every "
+        f"session of the previous phases was closed and again after the web and worker "
+        f"processes of this phase stopped (so their statistics are flushed). The delta, "
+        f"{e2e.get('commits')}, covers admitting and running all "
+        f"{e2e.get('runs', 0) + e2e.get('soak_runs', 0)} runs (the batch and the soak) and "
+        "also includes anything else that committed in this database meanwhile: the "
+        "benchmark's own final statistics read, autovacuum/analyze, other clients "
+        f"({e2e.get('other_db_clients')} other sessions were connected at the start; "
+        f"{e2e.get('foreign_session_count', 'n/a')} sessions not belonging to the benchmark "
+        "were seen on the database during the window, sampled twice a second"
+        + (f": {', '.join(e2e['foreign_sessions'])}" if e2e.get("foreign_sessions") else "")
+        + "). The benchmark's progress polling and session sampling run in transactions that "
+        "are rolled back, so they add none. Nothing is subtracted.",
+        "",
+        "## (c) Memory",
+        "",
+        "| process | RSS at start MiB | after e2e batch | after soak | growth over e2e batch "
+        "| growth over soak |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for side, what in (
+        ("web", "web (gunicorn master + workers)"),
+        ("worker", "worker (celery parent + child)"),
+    ):
+        mm = mem.get(side, {})
+        growth = (_ratio(mm.get("after_soak"), mm.get("after_e2e")) - 1) * 100
+        warmup = (_ratio(mm.get("after_e2e"), mm.get("start")) - 1) * 100
+        lines.append(
+            f"| {what} | {_fmt(mm.get('start', float('nan')), 1)} | "
+            f"{_fmt(mm.get('after_e2e', float('nan')), 1)} | "
+            f"{_fmt(mm.get('after_soak', float('nan')), 1)} | {_fmt(warmup, 1)} % | "
+            f"{_fmt(growth, 1)} % |"
+        )
+    lines += [
+        "",
+        'VmRSS from `/proc/<pid>/status`, summed over the process tree. "start": the web '
+        "server just after it answered its first request, the worker when its first run "
+        f"completed. The soak admits {e2e.get('soak_runs')} more runs (8 connections) while "
+        "the worker runs them. The target (DESIGN §8: flat, < 10 % over 10,000 runs) is "
+        "judged on the growth over the soak, from the end of the e2e batch (warm) to the end "
+        "of the soak; the growth over the e2e batch starts from cold processes and is mostly "
+        "warm-up (imports on first use, per-thread pooled connections, statement caches). "
+        "The soak is cut to what fits in ~75 s at the measured runs/s.",
+        "",
+        "## Running it",
+        "",
+        "`make bench` (migrations first, then `python -m bench.run`); or, with the services "
+        "up, `set -a; . .awooop/env; set +a; .venv/bin/python -m bench.run`. It takes about "
+        "three minutes. Knobs: `BENCH_DURATION`, `BENCH_WARMUP`, `BENCH_CONNECTIONS`, "
+        "`BENCH_RAW_TASKS`, `BENCH_E2E_RUNS`, `BENCH_SOAK_RUNS`, `BENCH_TIMEOUT`, "
+        "`BENCH_PHASES` (`admission`, `e2e`; a partial run leaves this file alone unless "
+        "`BENCH_OUTPUT` is set), `BENCH_SPREAD=0` (connections as gunicorn accepts them), "
+        "`BENCH_KEEP=1` (keep the bench projects' rows; by default they are deleted at the "
+        "end). The process logs' folder is printed at the start of the run. The bench purges "
+        "the `runs` queue after admission and before the e2e phase: a message is only a "
+        "nudge (DESIGN §1), "
+        "but a `make run` worker on the same broker would take the bench's messages, so run "
+        "it with nothing else using that broker database.",
+        "",
+        MARKER,
+    ]
+    return "\n".join(lines) + "\n" + kept
+
+
+def _kept_notes(path: Path) -> str:
+    try:
+        text = path.read_text()
+    except OSError:
+        return ""
+    _, found, rest = text.partition(MARKER)
+    return rest.lstrip("\n") if found else ""
+
+
+# --- main ------------------------------------------------------------------------------------
+
+
+def main() -> int:
+    from awooop.config import ConfigError, Settings
+
+    try:
+        knobs = Knobs()
+        unknown = set(knobs.phases) - set(PHASES)
+        if unknown:
+            raise BenchError(
+                f"BENCH_PHASES: unknown {', '.join(sorted(unknown))}; known: {', '.join(PHASES)}"
+            )
+    except (BenchError, ValueError) as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 2
+
+    try:
+        settings = Settings.from_env()
+    except ConfigError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 2
+    url = settings.database_url
+    logdir = Path(tempfile.mkdtemp(prefix="awooop-bench-"))
+    log(f"process logs in {logdir}")
+    procs: list[Proc] = []
+
+    def on_timeout(*_: object) -> None:
+        raise Timeout()
+
+    def on_term(*_: object) -> None:
+        raise KeyboardInterrupt()
+
+    signal.signal(signal.SIGALRM, on_timeout)
+    signal.signal(signal.SIGTERM, on_term)
+    signal.alarm(int(knobs.timeout))
+
+    tag = f"bench-{time.strftime('%Y%m%d%H%M%S')}-{secrets.token_hex(2)}"
+    real_id, base_id, e2e_id = tag, f"{tag}-base", f"{tag}-e2e"
+    ids = [real_id, base_id, e2e_id]
+    created = False
+    try:
+        try:
+            r = redis.Redis.from_url(settings.broker_url, socket_timeout=10)
+            r.ping()
+        except redis.RedisError as exc:
+            raise BenchError(f"no Redis at AWOOOP_BROKER_URL: {exc}") from exc
+        try:
+            machine = machine_info(url, settings.broker_url)
+        except psycopg2.Error as exc:
+            raise BenchError(f"no PostgreSQL at AWOOOP_DATABASE_URL: {exc}") from exc
+        log(
+            f"{machine['cpus']} CPUs ({machine['cpu_model']}), PostgreSQL "
+            f"{machine['postgresql']}, Redis {machine['redis']}, load {machine['load_before']}"
+        )
+
+        def ours() -> list[int]:
+            return [p for proc in procs for p in proc.pids()]
+
+        noise = Noise(ours)
+        consumers = [
+            c
+            for c in r.client_list()
+            if c.get("cmd") in ("brpop", "blpop", "bzpopmin")
+            and c.get("db") == str(r.connection_pool.connection_kwargs.get("db", 0))
+        ]
+        if consumers:
+            log(
+                f"warning: {len(consumers)} other client(s) are blocked reading lists on this "
+                "broker database (Celery workers?); they may take the bench's run messages"
+            )
+        tokens = create_projects(settings, ids)
+        created = True
+        log(f"projects {', '.join(ids)} created, api -> noop-3")
+
+        results: list[dict[str, Any]] = []
+        raw: dict[str, Any] = {}
+        e2e: dict[str, Any] = {}
+        if "admission" in knobs.phases:
+            results = bench_admission(knobs, logdir, tokens, real_id, base_id, r, noise, procs)
+        if "e2e" in knobs.phases:
+            raw = bench_raw_celery(knobs, logdir, r, procs, noise)
+            with _pg(url) as conn, conn.cursor() as cur:  # the admission rows, out of the way
+                cur.execute(
+                    "VACUUM (ANALYZE) awooop_run_state, awooop_run_event,"
+                    " awooop_channel_event_dedupe"
+                )
+            e2e = bench_awooop_e2e(knobs, logdir, url, e2e_id, tokens[e2e_id], r, procs, noise)
+
+        rows = ratios(results, raw, e2e, knobs.connections)
+        print(render_table(results, raw, e2e, rows), flush=True)
+        if set(knobs.phases) != set(PHASES) and "BENCH_OUTPUT" not in os.environ:
+            log(f"only {','.join(knobs.phases)} ran: {knobs.output} left as it was")
+            return 0
+        knobs.output.parent.mkdir(parents=True, exist_ok=True)
+        knobs.output.write_text(
+            render_markdown(machine, knobs, results, raw, e2e, rows, _kept_notes(knobs.output))
+        )
+        (logdir / "results.json").write_text(
+            json.dumps(
+                {"machine": machine, "admission": results, "raw_celery": raw, "awooop_e2e": e2e},
+                indent=2,
+                default=str,
+            )
+        )
+        log(f"wrote {knobs.output} (raw figures: {logdir}/results.json)")
+        return 0
+    except BenchError as exc:
+        print(f"\nbench: error: {exc}", file=sys.stderr)
+        return 1
+    except Timeout:
+        print(
+            f"\nbench: error: gave up after BENCH_TIMEOUT={knobs.timeout:.0f} s; "
+            f"process logs in {logdir}",
+            file=sys.stderr,
+        )
+        return 1
+    except KeyboardInterrupt:
+        print("\nbench: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        signal.alarm(0)
+        for proc in reversed(procs):
+            proc.stop()
+        stop_all()
+        if created:
+            # Interrupted runs leave messages behind; they nudge runs that are about to go.
+            with contextlib.suppress(redis.RedisError):
+                from bench import raw_celery
+
+                broker = redis.Redis.from_url(settings.broker_url, socket_timeout=10)
+                purge_queue(broker, "runs")
+                purge_queue(broker, raw_celery.QUEUE)
+                broker.delete(RUN_LIST, *raw_celery.KEYS)
+        if created and not knobs.keep:
+            try:
+                delete_projects(url, ids)
+                log(f"deleted the bench projects' rows ({', '.join(ids)})")
+            except psycopg2.Error as exc:
+                log(f"could not delete the bench projects' rows: {exc}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
