@@ -26,7 +26,7 @@ result_backend = None
 task_acks_late = True
 task_reject_on_worker_lost = True
 worker_prefetch_multiplier = 1
-worker_send_task_events = True
+worker_send_task_events = bool(_settings.task_events)
 # Flower gets received/started/succeeded events from the workers; "sent" events would cost
 # a second Redis publish per run on the admission path.
 task_send_sent_event = False

@@ -51,6 +51,8 @@ class Settings:
     auth_cache_seconds: float = 5.0
     db_pool_size: int = 5
     log_level: str = "INFO"
+    # Celery task events for Flower ("1"); "0" saves about 0.8 ms of worker CPU per run.
+    task_events: int = 1
     # Comma-separated modules that register deployment workflows at process start.
     workflow_modules: str = ""
     beat_schedule_file: str = str(STATE_DIR / "celerybeat-schedule")

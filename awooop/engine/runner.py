@@ -19,8 +19,8 @@ from sqlalchemy import Engine
 from awooop.config import Settings
 from awooop.domain import states
 from awooop.domain.workflow import StepContext, Workflow
-from awooop.engine import identity
-from awooop.engine.lease import Heartbeat
+from awooop.engine import identity, lease
+from awooop.engine.lease import Lease
 from awooop.store import runs
 from awooop.workflows import registry
 
@@ -82,16 +82,18 @@ def execute(engine: Engine, settings: Settings, run_id: uuid.UUID | str | None) 
         return Outcome.RELEASED
 
     lease_ttl = workflow.lease_ttl_seconds or settings.lease_ttl_seconds
-    heartbeat = Heartbeat(engine, claim, lease_ttl, settings.heartbeat_interval_seconds)
-    if lease_ttl != settings.lease_ttl_seconds and not heartbeat.renew_now():
+    held = Lease(engine, claim, lease_ttl, settings.heartbeat_interval_seconds)
+    if lease_ttl != settings.lease_ttl_seconds and not held.renew_now():
         return Outcome.LEASE_LOST
-    with heartbeat:
-        return _run_steps(engine, claim, workflow, heartbeat)
+    keeper = lease.keeper()
+    keeper.hold(held)
+    try:
+        return _run_steps(engine, claim, workflow, held)
+    finally:
+        keeper.drop(held)
 
 
-def _run_steps(
-    engine: Engine, claim: runs.Claim, workflow: Workflow, heartbeat: Heartbeat
-) -> Outcome:
+def _run_steps(engine: Engine, claim: runs.Claim, workflow: Workflow, heartbeat: Lease) -> Outcome:
     fields = _fields(claim)
     outputs = succeeded_outputs(claim.saga_steps)
     remaining = [(i, s) for i, s in enumerate(workflow.steps) if s.name not in outputs]
@@ -172,7 +174,7 @@ def _run_steps(
                 extra={**fields, "action": "lease_lost", "step": step.name},
             )
             return Outcome.LEASE_LOST
-        log.info(
+        log.debug(
             "step recorded",
             extra={
                 **fields,

@@ -58,6 +58,8 @@ class RunState(Base):
         ),
         # Listing per project.
         Index("ix_awooop_run_state_project_status", "project_id", "status", "created_at"),
+        # The migration sets fillfactor = 70: room on each page, so step records (which
+        # change no indexed column) are HOT updates that rewrite no index.
     )
 
     run_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)

@@ -13,10 +13,19 @@ from sqlalchemy import Connection, text
 # first history row; otherwise return the run the earlier event created.
 _ADMIT = text(
     """
-WITH dedupe AS (
+WITH seen AS (
+    SELECT d.run_id, d.request_digest
+    FROM awooop_channel_event_dedupe d
+    WHERE d.project_id = :project_id
+      AND d.channel_type = :channel_type
+      AND d.provider_event_id = :provider_event_id
+), dedupe AS (
+    -- A key already seen inserts nothing and writes nothing (a read-only statement);
+    -- ON CONFLICT settles a race with a concurrent first copy of the same event.
     INSERT INTO awooop_channel_event_dedupe
         (project_id, channel_type, provider_event_id, run_id, request_digest)
-    VALUES (:project_id, :channel_type, :provider_event_id, :run_id, :request_digest)
+    SELECT :project_id, :channel_type, :provider_event_id, :run_id, :request_digest
+    WHERE NOT EXISTS (SELECT 1 FROM seen)
     ON CONFLICT (project_id, channel_type, provider_event_id) DO NOTHING
     RETURNING run_id
 ), run AS (
@@ -37,13 +46,9 @@ WITH dedupe AS (
 SELECT run_id, status, TRUE AS created, CAST(:request_digest AS text) AS request_digest
 FROM run
 UNION ALL
-SELECT d.run_id, r.status, FALSE, d.request_digest
-FROM awooop_channel_event_dedupe d
-JOIN awooop_run_state r ON r.run_id = d.run_id
-WHERE d.project_id = :project_id
-  AND d.channel_type = :channel_type
-  AND d.provider_event_id = :provider_event_id
-  AND NOT EXISTS (SELECT 1 FROM dedupe)
+SELECT s.run_id, r.status, FALSE, s.request_digest
+FROM seen s
+JOIN awooop_run_state r ON r.run_id = s.run_id
 """
 )
 

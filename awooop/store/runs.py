@@ -140,22 +140,15 @@ _JOURNAL_APPEND = (
     "CAST(:entry AS jsonb) || jsonb_build_object('recorded_at', now()))"
 )
 
+# A step record is not a transition: the journal entry is its history (no run_event row).
 _RECORD_STEP = text(
     f"""
-WITH recorded AS (
-    UPDATE awooop_run_state
-    SET {_JOURNAL_APPEND},
-        current_step = :next_step,
-        heartbeat_at = now(),
-        updated_at = now()
-    WHERE {_FENCE}
-    RETURNING run_id
-), history AS (
-    INSERT INTO awooop_run_event (run_id, kind, trigger, trigger_id, actor, detail)
-    SELECT run_id, 'step', 'worker', :trigger_id, :worker_id, CAST(:detail AS jsonb)
-    FROM recorded
-)
-SELECT count(*) FROM recorded
+UPDATE awooop_run_state
+SET {_JOURNAL_APPEND},
+    current_step = :next_step,
+    heartbeat_at = now(),
+    updated_at = now()
+WHERE {_FENCE}
 """
 )
 
@@ -188,24 +181,10 @@ SELECT count(*) FROM finished
 )
 
 
-def _trigger_id(entry: dict[str, Any]) -> str:
-    return f"{entry['phase']}:{entry['step']}:{entry['lease_epoch']}"
-
-
 def record_step(conn: Connection, c: Claim, entry: dict[str, Any], next_step: str | None) -> bool:
     """Append one step attempt's outcome to the journal, fenced. False: lease lost."""
-    detail = {"step": entry["step"], "status": entry["status"], "attempt": entry["attempt"]}
-    count = conn.execute(
-        _RECORD_STEP,
-        {
-            **_fence_params(c),
-            "entry": json.dumps(entry),
-            "next_step": next_step,
-            "trigger_id": _trigger_id(entry),
-            "detail": json.dumps(detail),
-        },
-    ).scalar_one()
-    return count == 1
+    params = {**_fence_params(c), "entry": json.dumps(entry), "next_step": next_step}
+    return conn.execute(_RECORD_STEP, params).rowcount == 1
 
 
 def finish(

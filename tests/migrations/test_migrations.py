@@ -102,3 +102,14 @@ def test_downgrade_base_removes_everything_and_upgrade_works_again(empty_engine)
 
     migrate(empty_engine, "upgrade", "head")
     assert "awooop_run_state" in inspect(empty_engine).get_table_names()
+
+
+def test_run_state_leaves_room_for_hot_updates(empty_engine):
+    migrate(empty_engine, "upgrade", "head")
+
+    with empty_engine.connect() as conn:
+        options = conn.execute(
+            text("SELECT reloptions FROM pg_class WHERE relname = 'awooop_run_state'")
+        ).scalar_one()
+
+    assert options == ["fillfactor=70"]
