@@ -9,9 +9,12 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from awooop.store.prepared import PreparedStatement
+
 # One round trip: insert the dedupe row; only if it was inserted, insert the run and its
 # first history row; otherwise return the run the earlier event created.
-_ADMIT = text(
+_ADMIT = PreparedStatement(
+    "awooop_admit",
     """
 WITH seen AS (
     SELECT d.run_id, d.request_digest
@@ -49,7 +52,7 @@ UNION ALL
 SELECT s.run_id, r.status, FALSE, s.request_digest
 FROM seen s
 JOIN awooop_run_state r ON r.run_id = s.run_id
-"""
+""",
 )
 
 # When a concurrent admission of the same key committed after our statement's snapshot was
@@ -107,7 +110,7 @@ def admit(conn: Connection, new: NewRun) -> Admission:
         "max_attempts": new.max_attempts,
         "traceparent": new.traceparent,
     }
-    row = conn.execute(_ADMIT, params).first()
+    row = _ADMIT.execute(conn, params).first()
     if row is None:
         row = conn.execute(_EXISTING, params).one()
     return Admission(

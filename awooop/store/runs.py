@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from awooop.domain import states
+from awooop.store.prepared import PreparedStatement
 
 # Each transition below is checked against the one table in awooop.domain.states at import.
 for _from, _to in [
@@ -62,8 +63,10 @@ WITH candidate AS (
 )
 SELECT * FROM claimed
 """
-_CLAIM_BY_ID = text(_CLAIM_TEMPLATE.format(filter="AND run_id = :run_id"))
-_CLAIM_OLDEST = text(_CLAIM_TEMPLATE.format(filter=""))
+_CLAIM_BY_ID = PreparedStatement(
+    "awooop_claim_by_id", _CLAIM_TEMPLATE.format(filter="AND run_id = :run_id")
+)
+_CLAIM_OLDEST = PreparedStatement("awooop_claim_oldest", _CLAIM_TEMPLATE.format(filter=""))
 
 
 @dataclass(frozen=True)
@@ -89,9 +92,9 @@ def claim(
     """Take the lease on ``run_id`` (or the oldest claimable run); None if nothing is claimable."""
     params = {"worker_id": worker_id, "lease_ttl": lease_ttl}
     if run_id is None:
-        row = conn.execute(_CLAIM_OLDEST, params).first()
+        row = _CLAIM_OLDEST.execute(conn, params).first()
     else:
-        row = conn.execute(_CLAIM_BY_ID, {**params, "run_id": run_id}).first()
+        row = _CLAIM_BY_ID.execute(conn, {**params, "run_id": run_id}).first()
     if row is None:
         return None
     return Claim(
@@ -119,19 +122,20 @@ def _fence_params(c: Claim) -> dict[str, Any]:
     return {"run_id": c.run_id, "worker_id": c.worker_id, "lease_epoch": c.lease_epoch}
 
 
-_RENEW = text(
+_RENEW = PreparedStatement(
+    "awooop_renew",
     f"""
 UPDATE awooop_run_state
 SET lease_until = now() + make_interval(secs => :lease_ttl),
     heartbeat_at = now()
 WHERE {_FENCE}
-"""
+""",
 )
 
 
 def renew(conn: Connection, c: Claim, lease_ttl: float) -> bool:
     """Heartbeat (ADR-114 D2). False: the lease was reaped or re-claimed — stop."""
-    return conn.execute(_RENEW, {**_fence_params(c), "lease_ttl": lease_ttl}).rowcount == 1
+    return _RENEW.execute(conn, {**_fence_params(c), "lease_ttl": lease_ttl}).rowcount == 1
 
 
 # The journal entry gets the database's clock as recorded_at.
@@ -141,7 +145,8 @@ _JOURNAL_APPEND = (
 )
 
 # A step record is not a transition: the journal entry is its history (no run_event row).
-_RECORD_STEP = text(
+_RECORD_STEP = PreparedStatement(
+    "awooop_record_step",
     f"""
 UPDATE awooop_run_state
 SET {_JOURNAL_APPEND},
@@ -149,10 +154,11 @@ SET {_JOURNAL_APPEND},
     heartbeat_at = now(),
     updated_at = now()
 WHERE {_FENCE}
-"""
+""",
 )
 
-_FINISH = text(
+_FINISH = PreparedStatement(
+    "awooop_finish",
     f"""
 WITH finished AS (
     UPDATE awooop_run_state
@@ -177,14 +183,14 @@ WITH finished AS (
     FROM finished
 )
 SELECT count(*) FROM finished
-"""
+""",
 )
 
 
 def record_step(conn: Connection, c: Claim, entry: dict[str, Any], next_step: str | None) -> bool:
     """Append one step attempt's outcome to the journal, fenced. False: lease lost."""
     params = {**_fence_params(c), "entry": json.dumps(entry), "next_step": next_step}
-    return conn.execute(_RECORD_STEP, params).rowcount == 1
+    return _RECORD_STEP.execute(conn, params).rowcount == 1
 
 
 def finish(
@@ -201,8 +207,8 @@ def finish(
     """Record the last step's outcome and end the run in the same statement, fenced."""
     states.check_transition(states.RUNNING, to_status)
     detail = {"step": entry["step"], "status": entry["status"], "failure_code": failure_code}
-    count = conn.execute(
-        _FINISH,
+    count = _FINISH.execute(
+        conn,
         {
             **_fence_params(c),
             "entry": json.dumps(entry),

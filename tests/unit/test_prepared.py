@@ -1,0 +1,11 @@
+"""Named parameters become positional ones for PREPARE; casts are left alone."""
+
+from awooop.store.prepared import PreparedStatement
+
+
+def test_named_parameters_become_positional_in_order_of_first_use():
+    stmt = PreparedStatement("s", "SELECT :a, CAST(:b AS jsonb), :a, x::text, 'k:' || :c")
+
+    assert stmt._prepare == "PREPARE s AS SELECT $1, CAST($2 AS jsonb), $1, x::text, 'k:' || $3"
+    assert stmt._execute == "EXECUTE s(%s, %s, %s)"
+    assert stmt._order == ["a", "b", "c"]
