@@ -58,6 +58,11 @@ beat_schedule = {
         "schedule": _settings.orphan_interval_seconds,
         "options": {"expires": _settings.orphan_interval_seconds},
     },
+    "fire-due-timers": {
+        "task": "awooop.sweeps.fire_due_timers",
+        "schedule": _settings.timer_interval_seconds,
+        "options": {"expires": _settings.timer_interval_seconds},
+    },
     "prune-dedupe": {
         "task": "awooop.sweeps.prune_dedupe",
         "schedule": _settings.prune_interval_seconds,

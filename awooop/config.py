@@ -45,6 +45,9 @@ class Settings:
     prune_interval_seconds: float = 3600.0
     prune_batch_size: int = 5000
     default_max_attempts: int = 3
+    # The due-timer sweep (retry wake-ups; step, tool and approval timeouts).
+    timer_interval_seconds: float = 2.0
+    timer_batch_size: int = 500
     max_body_bytes: int = 1024 * 1024
     # How long a web process reuses a project's routes and credential hashes (0: never).
     # Revoked credentials and changed routes take effect within this many seconds.

@@ -1,16 +1,28 @@
-"""Declaring workflows: a name, a version, ordered steps with handlers.
+"""Declaring workflows: a name, a version, ordered steps with handlers (DESIGN §5).
 
-This is the skeleton's step runner contract; the saga engine grows it (compensation, retry
-policies, timeouts, resolvers) without changing how a simple workflow is written::
+::
 
-    def summarise(ctx: StepContext) -> dict:
-        return {"text": ctx.input["event"]["message"]["text"]}
+    def restart(ctx: StepContext) -> dict:
+        response = http.post(url, headers={"Idempotency-Key": ctx.effect_id})
+        if response.status_code == 409:
+            raise Reject("service is locked")        # business no: compensate
+        response.raise_for_status()                   # anything else: retried
+        return {"restarted": True}
 
-    DEMO = Workflow("demo", version=1, steps=[Step("summarise", summarise)])
+    def undo_restart(ctx: StepContext) -> None: ...
 
-A handler receives a :class:`StepContext` and returns something JSON-serialisable. It may be
-run more than once (work is at-least-once): use ``ctx.effect_id`` as the idempotency key for
-anything it changes elsewhere.
+    WORKFLOW = Workflow("restart", version=1, steps=[
+        Step("restart", restart, compensate=undo_restart,
+             retry=RetryPolicy(max_retries=3, base_delay=2.0)),
+    ])
+
+A handler receives a :class:`StepContext` and returns something JSON-serialisable. Its
+outcome is what it does: return → SUCCEEDED; raise :class:`Reject` → business rejection,
+compensation of the steps that succeeded, in reverse order; raise :class:`Halt` → manual
+intervention; any other exception → transient: retried with back-off by the step's
+:class:`RetryPolicy`, a rejection once retries are exhausted. A handler may run more than once
+(work is at-least-once): ``ctx.effect_id`` is the idempotency key for anything it changes
+elsewhere — the same across retries and crashes of this step in this phase.
 """
 
 from __future__ import annotations
@@ -18,6 +30,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,12 +46,14 @@ class StepContext:
     # Outputs of the steps that already succeeded, by step name.
     outputs: Mapping[str, Any]
     step: str
-    # The run's claim number (attempt_count): 1 for the first worker to hold it.
+    # This step's attempt in this phase: 1, then 2 after a retry (a crash re-runs the same).
     attempt: int
     # Stable across retries of this step: the idempotency key for downstream calls.
     effect_id: str
     # Unique per attempt.
     command_id: str
+    # "forward", or "compensate" when undoing a step that succeeded.
+    phase: str = "forward"
     _heartbeat: Callable[[], bool] = field(repr=False, default=lambda: True)
     _lease_held: Callable[[], bool] = field(repr=False, default=lambda: True)
 
@@ -54,15 +69,68 @@ class StepContext:
 Handler = Callable[[StepContext], Any]
 
 
+class Reject(Exception):
+    """The step said no (a business rejection): compensate what succeeded, then fail."""
+
+
+class Halt(Exception):
+    """Stop and hand the run to a person (manual intervention)."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Transient failures: up to ``max_retries`` more attempts, exponential back-off.
+
+    The n-th retry waits ``min(max_delay, base_delay * factor**(n-1))``, spread by ±``jitter``
+    (a fraction) so that runs failing together do not retry together.
+    """
+
+    max_retries: int = 0
+    base_delay: float = 1.0
+    factor: float = 2.0
+    max_delay: float = 300.0
+    jitter: float = 0.1
+
+    def __post_init__(self) -> None:
+        if (
+            self.max_retries < 0
+            or self.base_delay < 0
+            or self.factor < 1
+            or not (0 <= self.jitter < 1)
+        ):
+            raise ValueError(f"invalid retry policy: {self}")
+
+    def delay(self, retry: int, rng: random.Random | None = None) -> float:
+        """Seconds to wait before retry number ``retry`` (1-based)."""
+        base = min(self.max_delay, self.base_delay * self.factor ** (retry - 1))
+        spread = (rng or random).uniform(-self.jitter, self.jitter)
+        return max(0.0, base * (1 + spread))
+
+
+NO_RETRY = RetryPolicy()
+# Compensations must not give up easily: their own, larger budget (DESIGN §5).
+COMPENSATION_RETRY = RetryPolicy(max_retries=4, base_delay=1.0)
+
+
+def _name(fn: Callable[..., Any] | None) -> str | None:
+    return None if fn is None else f"{fn.__module__}.{fn.__qualname__}"
+
+
 @dataclass(frozen=True)
 class Step:
     name: str
     handler: Handler
+    compensate: Handler | None = None
+    retry: RetryPolicy = NO_RETRY
+    compensation_retry: RetryPolicy = COMPENSATION_RETRY
 
     def describe(self) -> dict[str, Any]:
         return {
             "name": self.name,
-            "handler": f"{self.handler.__module__}.{self.handler.__qualname__}",
+            "handler": _name(self.handler),
+            "compensate": _name(self.compensate),
+            "retry": vars(self.retry),
+            "compensation_retry": vars(self.compensation_retry),
         }
 
 

@@ -1,8 +1,10 @@
-"""Executing one run segment under a lease: claim → (check → run → record) per step → finish.
+"""Driving one run segment under a lease: claim, then check → run → record, step by step.
 
-The skeleton's step runner: steps run in order; a recorded success is replayed from the
-journal, never re-executed; a step that raises fails the run (retries, compensation and
-waiting states come with the saga engine). Every write is fenced by the claim's lease.
+The saga's decisions are :mod:`awooop.domain.saga`'s; this module runs handlers and writes
+what was decided, each write one statement fenced by the claim's lease. A recorded outcome
+is never re-executed after a crash: the journal says what is done. A segment ends when the
+run completes, fails after compensation, waits for a retry, needs a person, or the lease is
+lost (then nothing more is written).
 """
 
 from __future__ import annotations
@@ -14,11 +16,11 @@ import time
 import uuid
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from awooop.config import Settings
-from awooop.domain import states
-from awooop.domain.workflow import StepContext, Workflow
+from awooop.domain import saga, states
+from awooop.domain.workflow import Halt, Reject, StepContext, Workflow
 from awooop.engine import identity, lease
 from awooop.engine.lease import Lease
 from awooop.store import runs
@@ -26,26 +28,26 @@ from awooop.workflows import registry
 
 log = logging.getLogger("awooop.engine.runner")
 
-FORWARD = "forward"
-STEP_FAILED_CODE = "E-STEP-001"
 WORKFLOW_UNAVAILABLE_RETRY_SECONDS = 60.0
 
 
 class Outcome(enum.Enum):
     NOT_CLAIMED = "not_claimed"  # someone else holds it, or it is not claimable (a duplicate nudge)
     COMPLETED = "completed"
-    FAILED = "failed"
+    FAILED = "failed"  # compensated (or nothing to compensate) and failed
+    RETRY_SCHEDULED = "retry_scheduled"  # released until its retry timer
+    ESCALATED = "escalated"  # waiting for a person (manual intervention)
     LEASE_LOST = "lease_lost"  # reaped or re-claimed while we ran: stopped without writing
     RELEASED = "released"  # this worker cannot run the workflow; handed back for another
 
 
-def succeeded_outputs(journal: list[dict[str, Any]]) -> dict[str, Any]:
-    """Outputs of the forward steps already recorded as SUCCEEDED, by step name."""
-    return {
-        e["step"]: e.get("output")
-        for e in journal
-        if e.get("phase") == FORWARD and e.get("status") == "SUCCEEDED"
-    }
+# How a segment ends, by the decision that ended it.
+_SEGMENT_ENDS = {
+    "complete": Outcome.COMPLETED,
+    "compensated": Outcome.FAILED,
+    "retry": Outcome.RETRY_SCHEDULED,
+    "escalate": Outcome.ESCALATED,
+}
 
 
 def execute(engine: Engine, settings: Settings, run_id: uuid.UUID | str | None) -> Outcome:
@@ -93,85 +95,30 @@ def execute(engine: Engine, settings: Settings, run_id: uuid.UUID | str | None) 
         keeper.drop(held)
 
 
-def _run_steps(engine: Engine, claim: runs.Claim, workflow: Workflow, heartbeat: Lease) -> Outcome:
+def _run_steps(engine: Engine, claim: runs.Claim, workflow: Workflow, held: Lease) -> Outcome:
     fields = _fields(claim)
-    outputs = succeeded_outputs(claim.saga_steps)
-    remaining = [(i, s) for i, s in enumerate(workflow.steps) if s.name not in outputs]
-    for position, (index, step) in enumerate(remaining):
-        effect_id = f"{claim.run_id}:{step.name}:{FORWARD}"
-        ctx = StepContext(
-            run_id=str(claim.run_id),
-            project_id=claim.project_id,
-            input=claim.input,
-            outputs=dict(outputs),
-            step=step.name,
-            attempt=claim.attempt_count,
-            effect_id=effect_id,
-            command_id=f"{effect_id}:{claim.lease_epoch}",
-            _heartbeat=heartbeat.renew_now,
-            _lease_held=lambda: not heartbeat.lost.is_set(),
-        )
-        entry: dict[str, Any] = {
-            "step": step.name,
-            "index": index,
-            "phase": FORWARD,
-            "attempt": claim.attempt_count,
-            "lease_epoch": claim.lease_epoch,
-            "worker_id": claim.worker_id,
-            "effect_id": ctx.effect_id,
-            "command_id": ctx.command_id,
-        }
-        started = time.monotonic()
-        try:
-            output = step.handler(ctx)
-            json.dumps(output)  # the journal must be able to hold it
-        except Exception as exc:
-            entry.update(status="FAILED", error=f"{type(exc).__name__}: {exc}")
-            output = None
-        else:
-            entry.update(status="SUCCEEDED", output=output)
-        entry["duration_ms"] = round((time.monotonic() - started) * 1000, 3)
-
-        if heartbeat.lost.is_set():
+    journal = list(claim.saga_steps)
+    while True:
+        nxt = saga.next_step(workflow, journal)
+        if nxt is None:
+            # Finishing statements record the last outcome themselves, so a claimed run
+            # always has something left to do.
+            raise AssertionError(f"run {claim.run_id} claimed with nothing left to do")
+        entry = _attempt(claim, nxt, journal, held)
+        if held.lost.is_set():
             log.warning(
                 "lease lost during step; result not recorded",
-                extra={**fields, "action": "lease_lost", "step": step.name},
+                extra={**fields, "action": "lease_lost", "step": nxt.step.name},
             )
             return Outcome.LEASE_LOST
-
-        is_last = position == len(remaining) - 1
-        with engine.connect() as conn:  # each write is one statement
-            if entry["status"] == "FAILED":
-                held = runs.finish(
-                    conn,
-                    claim,
-                    entry,
-                    to_status=states.FAILED,
-                    saga_status="RUNNING",
-                    failure_code=STEP_FAILED_CODE,
-                    failure_reason=f"step {step.name} failed: {entry['error']}"[:1000],
-                )
-                outcome = Outcome.FAILED
-            elif is_last:
-                held = runs.finish(
-                    conn,
-                    claim,
-                    entry,
-                    to_status=states.COMPLETED,
-                    saga_status="COMPLETED",
-                    output=output,
-                )
-                outcome = Outcome.COMPLETED
-            else:
-                held = runs.record_step(
-                    conn, claim, entry, next_step=remaining[position + 1][1].name
-                )
-                outcome = None
-        if not held:
-            heartbeat.lost.set()
+        decision = saga.decide(workflow, journal, nxt, entry)
+        with engine.connect() as conn:
+            written = _write(conn, claim, workflow, journal, nxt, decision)
+        if not written:
+            held.lost.set()
             log.warning(
                 "lease lost; step result discarded",
-                extra={**fields, "action": "lease_lost", "step": step.name},
+                extra={**fields, "action": "lease_lost", "step": nxt.step.name},
             )
             return Outcome.LEASE_LOST
         log.debug(
@@ -179,17 +126,118 @@ def _run_steps(engine: Engine, claim: runs.Claim, workflow: Workflow, heartbeat:
             extra={
                 **fields,
                 "action": "step_recorded",
-                "step": step.name,
+                "step": nxt.step.name,
+                "phase": nxt.phase,
                 "status": entry["status"],
             },
         )
-        if outcome is not None:
-            log.info("run finished", extra={**fields, "action": f"run_{outcome.value}"})
+        journal += decision.entries
+        if not decision.continues:
+            outcome = _SEGMENT_ENDS[decision.kind]
+            log.info(
+                "run segment ended",
+                extra={
+                    **fields,
+                    "action": f"run_{outcome.value}",
+                    "failure_code": decision.failure_code,
+                },
+            )
             return outcome
-        outputs[step.name] = output
-    # Every step had already succeeded (a crash between the last record and finish cannot
-    # happen: the last step is recorded by the finishing statement itself).
-    raise AssertionError(f"run {claim.run_id} claimed with no step left to run")
+
+
+def _attempt(
+    claim: runs.Claim, nxt: saga.Next, journal: list[dict[str, Any]], held: Lease
+) -> dict[str, Any]:
+    """Run the handler once; the journal entry describing what happened."""
+    effect_id = f"{claim.run_id}:{nxt.step.name}:{nxt.phase}"
+    ctx = StepContext(
+        run_id=str(claim.run_id),
+        project_id=claim.project_id,
+        input=claim.input,
+        outputs=saga.forward_outputs(journal),
+        step=nxt.step.name,
+        attempt=nxt.attempt,
+        effect_id=effect_id,
+        command_id=f"{effect_id}:{nxt.attempt}:{claim.lease_epoch}",
+        phase=nxt.phase,
+        _heartbeat=held.renew_now,
+        _lease_held=lambda: not held.lost.is_set(),
+    )
+    entry: dict[str, Any] = {
+        "step": nxt.step.name,
+        "index": nxt.index,
+        "phase": nxt.phase,
+        "attempt": nxt.attempt,
+        "claim": claim.attempt_count,
+        "lease_epoch": claim.lease_epoch,
+        "worker_id": claim.worker_id,
+        "effect_id": ctx.effect_id,
+        "command_id": ctx.command_id,
+    }
+    handler = nxt.step.handler if nxt.phase == saga.FORWARD else nxt.step.compensate
+    assert handler is not None
+    started = time.monotonic()
+    try:
+        output = handler(ctx)
+        json.dumps(output)  # the journal must be able to hold it
+    except Reject as exc:
+        entry.update(status=saga.REJECTED, error=str(exc) or "rejected")
+    except Halt as exc:
+        entry.update(status=saga.HALTED, error=str(exc) or "halted")
+    except Exception as exc:
+        entry.update(status=saga.FAILED, error=f"{type(exc).__name__}: {exc}"[:1000])
+    else:
+        entry.update(status=saga.SUCCEEDED, output=output)
+    entry["duration_ms"] = round((time.monotonic() - started) * 1000, 3)
+    return entry
+
+
+def _write(
+    conn: Connection,
+    claim: runs.Claim,
+    workflow: Workflow,
+    journal: list[dict[str, Any]],
+    nxt: saga.Next,
+    d: saga.Decision,
+) -> bool:
+    """Write ``d`` in one fenced statement; False when it matched no row (lease lost)."""
+    after = [*journal, *d.entries]
+    upcoming = saga.next_step(workflow, after)
+    if d.kind == "record":
+        return runs.record_step(
+            conn, claim, d.entries, next_step=upcoming.step.name if upcoming else None
+        )
+    if d.kind == "turn_back":
+        assert upcoming is not None
+        return runs.turn_back(
+            conn, claim, d.entries, upcoming.step.name, d.failure_code or "", d.failure_reason or ""
+        )
+    if d.kind == "complete":
+        return runs.finish(
+            conn,
+            claim,
+            d.entries,
+            to_status=states.COMPLETED,
+            saga_status="COMPLETED",
+            output=d.output,
+        )
+    if d.kind == "compensated":
+        return runs.finish(
+            conn,
+            claim,
+            d.entries,
+            to_status=states.FAILED,
+            saga_status="COMPENSATED",
+            failure_code=d.failure_code,
+            failure_reason=d.failure_reason,
+        )
+    if d.kind == "retry":
+        return runs.retry_later(
+            conn, claim, d.entries, d.delay, nxt.step.name, nxt.phase, nxt.attempt
+        )
+    if d.kind == "escalate":
+        return runs.escalate(conn, claim, d.entries, d.failure_code or "", d.failure_reason or "")
+    raise AssertionError(f"unknown decision {d.kind}")
 
 
 def _fields(claim: runs.Claim) -> dict[str, Any]:

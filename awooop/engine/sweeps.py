@@ -14,7 +14,7 @@ from sqlalchemy import Engine
 
 from awooop.config import Settings
 from awooop.engine import identity
-from awooop.store import dedupe, runs
+from awooop.store import dedupe, runs, timers
 
 log = logging.getLogger("awooop.engine.sweeps")
 
@@ -64,3 +64,25 @@ def prune_dedupe_once(engine: Engine, settings: Settings) -> int:
     if total:
         log.info("dedupe rows pruned", extra={"action": "dedupe_pruned", "count": total})
     return total
+
+
+def fire_due_timers_once(engine: Engine, settings: Settings) -> list[timers.FiredTimer]:
+    """Fire every due timer (in batches); returns them. Stale ones are skipped, not fired."""
+    fired: list[timers.FiredTimer] = []
+    while True:
+        with engine.connect() as conn:
+            batch = timers.fire_due(conn, identity.worker_id(), settings.timer_batch_size)
+        fired += batch
+        if len(batch) < settings.timer_batch_size:
+            break
+    if fired:
+        log.info(
+            "due timers fired",
+            extra={
+                "action": "timers_fired",
+                "fired": sum(t.fired for t in fired),
+                "skipped": sum(not t.fired for t in fired),
+                "max_late_s": round(max(t.late_by for t in fired), 3),
+            },
+        )
+    return fired

@@ -8,6 +8,7 @@ from awooop.models.base import Base, metadata
 from awooop.models.dedupe import ChannelEventDedupe
 from awooop.models.project import Credential, Project
 from awooop.models.run import RunEvent, RunState
+from awooop.models.timer import Timer
 
 __all__ = [
     "Base",
@@ -16,5 +17,6 @@ __all__ = [
     "Project",
     "RunEvent",
     "RunState",
+    "Timer",
     "metadata",
 ]

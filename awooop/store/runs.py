@@ -138,10 +138,10 @@ def renew(conn: Connection, c: Claim, lease_ttl: float) -> bool:
     return _RENEW.execute(conn, {**_fence_params(c), "lease_ttl": lease_ttl}).rowcount == 1
 
 
-# The journal entry gets the database's clock as recorded_at.
+# Journal entries get the database's clock as recorded_at, in the order given.
 _JOURNAL_APPEND = (
-    "saga_steps = saga_steps || jsonb_build_array("
-    "CAST(:entry AS jsonb) || jsonb_build_object('recorded_at', now()))"
+    "saga_steps = saga_steps || (SELECT jsonb_agg(e || jsonb_build_object('recorded_at', now())"
+    " ORDER BY n) FROM jsonb_array_elements(CAST(:entries AS jsonb)) WITH ORDINALITY AS x(e, n))"
 )
 
 # A step record is not a transition: the journal entry is its history (no run_event row).
@@ -157,10 +157,29 @@ WHERE {_FENCE}
 """,
 )
 
+
+def record_step(
+    conn: Connection, c: Claim, entries: list[dict[str, Any]], next_step: str | None
+) -> bool:
+    """Append step outcomes to the journal, fenced. False: lease lost."""
+    params = {**_fence_params(c), "entries": json.dumps(entries), "next_step": next_step}
+    return _RECORD_STEP.execute(conn, params).rowcount == 1
+
+
+# Every statement below changes the run's state: it bumps ``version`` and writes one
+# awooop_run_event row (trigger "worker", one per kind and lease epoch).
+_HISTORY = """
+INSERT INTO awooop_run_event
+    (run_id, kind, from_status, to_status, trigger, trigger_id, actor, detail)
+SELECT run_id, :event_kind, 'RUNNING', status, 'worker', :trigger_id, :worker_id,
+       CAST(:detail AS jsonb)
+FROM changed
+"""
+
 _FINISH = PreparedStatement(
     "awooop_finish",
     f"""
-WITH finished AS (
+WITH changed AS (
     UPDATE awooop_run_state
     SET {_JOURNAL_APPEND},
         status = :to_status,
@@ -174,29 +193,112 @@ WITH finished AS (
         finished_at = now(),
         updated_at = now()
     WHERE {_FENCE}
-    RETURNING run_id
-), history AS (
-    INSERT INTO awooop_run_event
-        (run_id, kind, from_status, to_status, trigger, trigger_id, actor, detail)
-    SELECT run_id, 'transition', 'RUNNING', :to_status, 'worker', :trigger_id, :worker_id,
-           CAST(:detail AS jsonb)
-    FROM finished
-)
-SELECT count(*) FROM finished
+    RETURNING run_id, status
+), history AS ({_HISTORY})
+SELECT count(*) FROM changed
 """,
 )
 
+_TURN_BACK = text(
+    f"""
+WITH changed AS (
+    UPDATE awooop_run_state
+    SET {_JOURNAL_APPEND},
+        saga_status = 'COMPENSATING',
+        direction = 'BACKWARD',
+        current_step = :next_step,
+        failure_code = :failure_code,
+        failure_reason = :failure_reason,
+        version = version + 1,
+        updated_at = now()
+    WHERE {_FENCE}
+    RETURNING run_id, status
+), history AS ({_HISTORY})
+SELECT count(*) FROM changed
+"""
+)
 
-def record_step(conn: Connection, c: Claim, entry: dict[str, Any], next_step: str | None) -> bool:
-    """Append one step attempt's outcome to the journal, fenced. False: lease lost."""
-    params = {**_fence_params(c), "entry": json.dumps(entry), "next_step": next_step}
-    return _RECORD_STEP.execute(conn, params).rowcount == 1
+# Back to PENDING until ``delay`` from now; the retry timer wakes it (the orphan sweep is the
+# backstop: enqueued_at is set to the wake-up time). The segment ended cleanly, so the crash
+# budget (attempt_count) starts again.
+_RETRY_LATER = text(
+    f"""
+WITH changed AS (
+    UPDATE awooop_run_state
+    SET {_JOURNAL_APPEND},
+        status = 'PENDING',
+        lease_until = NULL,
+        worker_id = NULL,
+        attempt_count = 0,
+        available_at = now() + make_interval(secs => :delay),
+        enqueued_at = now() + make_interval(secs => :delay),
+        version = version + 1,
+        updated_at = now()
+    WHERE {_FENCE}
+    RETURNING run_id, status, available_at, version
+), timer AS (
+    INSERT INTO awooop_timer (timer_id, run_id, kind, step, attempt, due_at, expected_version)
+    SELECT :timer_id, run_id, 'retry', :step, :attempt, available_at, version FROM changed
+    ON CONFLICT (timer_id) DO NOTHING
+), history AS ({_HISTORY})
+SELECT count(*) FROM changed
+"""
+)
+
+# A person must look: WAITING_APPROVAL / MANUAL_INTERVENTION (DESIGN §4). The lease is
+# released; the reaper never touches WAITING_* runs.
+_ESCALATE = text(
+    f"""
+WITH changed AS (
+    UPDATE awooop_run_state
+    SET {_JOURNAL_APPEND},
+        status = 'WAITING_APPROVAL',
+        saga_status = 'MANUAL_INTERVENTION',
+        lease_until = NULL,
+        attempt_count = 0,
+        failure_code = :failure_code,
+        failure_reason = :failure_reason,
+        version = version + 1,
+        updated_at = now()
+    WHERE {_FENCE}
+    RETURNING run_id, status
+), history AS ({_HISTORY})
+SELECT count(*) FROM changed
+"""
+)
+
+states.check_transition(states.RUNNING, states.WAITING_APPROVAL)
+
+
+def _change(
+    conn: Connection,
+    statement: Any,
+    c: Claim,
+    entries: list[dict[str, Any]],
+    kind: str,
+    detail: dict[str, Any],
+    **params: Any,
+) -> bool:
+    values = {
+        **_fence_params(c),
+        "entries": json.dumps(entries),
+        "event_kind": "saga" if kind == "turn_back" else "transition",
+        "trigger_id": f"{kind}:{c.lease_epoch}",
+        "detail": json.dumps(detail),
+        **params,
+    }
+    result = (
+        statement.execute(conn, values)
+        if isinstance(statement, PreparedStatement)
+        else conn.execute(statement, values)
+    )
+    return result.scalar_one() == 1
 
 
 def finish(
     conn: Connection,
     c: Claim,
-    entry: dict[str, Any],
+    entries: list[dict[str, Any]],
     *,
     to_status: str,
     saga_status: str,
@@ -204,24 +306,92 @@ def finish(
     failure_code: str | None = None,
     failure_reason: str | None = None,
 ) -> bool:
-    """Record the last step's outcome and end the run in the same statement, fenced."""
+    """Record the last outcomes and end the run in the same statement, fenced."""
     states.check_transition(states.RUNNING, to_status)
-    detail = {"step": entry["step"], "status": entry["status"], "failure_code": failure_code}
-    count = _FINISH.execute(
+    detail = {"saga_status": saga_status, "failure_code": failure_code}
+    return _change(
         conn,
-        {
-            **_fence_params(c),
-            "entry": json.dumps(entry),
-            "to_status": to_status,
-            "saga_status": saga_status,
-            "output": json.dumps(output),
-            "failure_code": failure_code,
-            "failure_reason": failure_reason,
-            "trigger_id": f"finish:{c.lease_epoch}",
-            "detail": json.dumps(detail),
-        },
-    ).scalar_one()
-    return count == 1
+        _FINISH,
+        c,
+        entries,
+        "finish",
+        detail,
+        to_status=to_status,
+        saga_status=saga_status,
+        output=json.dumps(output),
+        failure_code=failure_code,
+        failure_reason=failure_reason,
+    )
+
+
+def turn_back(
+    conn: Connection,
+    c: Claim,
+    entries: list[dict[str, Any]],
+    next_step: str,
+    failure_code: str,
+    failure_reason: str,
+) -> bool:
+    """Freeze the compensation plan (in ``entries``) and start compensating, fenced."""
+    detail = {"saga_status": "COMPENSATING", "failure_code": failure_code}
+    return _change(
+        conn,
+        _TURN_BACK,
+        c,
+        entries,
+        "turn_back",
+        detail,
+        next_step=next_step,
+        failure_code=failure_code,
+        failure_reason=failure_reason,
+    )
+
+
+def retry_later(
+    conn: Connection,
+    c: Claim,
+    entries: list[dict[str, Any]],
+    delay: float,
+    step: str,
+    phase: str,
+    attempt: int,
+) -> bool:
+    """Release the run until ``delay`` s from now and set its wake-up timer, fenced."""
+    timer_id = f"{c.run_id}:{phase}:{step}:retry:{attempt}"
+    detail = {"step": step, "phase": phase, "attempt": attempt, "delay": round(delay, 3)}
+    return _change(
+        conn,
+        _RETRY_LATER,
+        c,
+        entries,
+        "retry",
+        detail,
+        delay=delay,
+        timer_id=timer_id,
+        step=step,
+        attempt=attempt,
+    )
+
+
+def escalate(
+    conn: Connection,
+    c: Claim,
+    entries: list[dict[str, Any]],
+    failure_code: str,
+    failure_reason: str,
+) -> bool:
+    """Hand the run to a person (manual intervention), fenced."""
+    detail = {"saga_status": "MANUAL_INTERVENTION", "failure_code": failure_code}
+    return _change(
+        conn,
+        _ESCALATE,
+        c,
+        entries,
+        "escalate",
+        detail,
+        failure_code=failure_code,
+        failure_reason=failure_reason,
+    )
 
 
 # ADR-114 D3, both halves in one statement over disjoint rows: an expired lease goes back to

@@ -26,3 +26,10 @@ def resend_orphans() -> int:
 @app.task(name="awooop.sweeps.prune_dedupe")
 def prune_dedupe() -> int:
     return sweeps.prune_dedupe_once(db.get_engine(), get_settings())
+
+
+@app.task(name="awooop.sweeps.fire_due_timers")
+def fire_due_timers() -> int:
+    fired = sweeps.fire_due_timers_once(db.get_engine(), get_settings())
+    # Today's timers are retry wake-ups: their effect is a nudge to the run.
+    return runs.enqueue([t.run_id for t in fired if t.fired and t.kind == "retry"])

@@ -26,6 +26,7 @@ def stack(settings: Settings, redis_client, tmp_path) -> Iterator[Stack]:  # typ
         "AWOOOP_REAPER_INTERVAL_SECONDS": "2",
         "AWOOOP_ORPHAN_INTERVAL_SECONDS": "1",
         "AWOOOP_ORPHAN_AFTER_SECONDS": "2",
+        "AWOOOP_TIMER_INTERVAL_SECONDS": "0.5",
         "AWOOOP_BEAT_SCHEDULE_FILE": str(tmp_path / "celerybeat-schedule"),
         "AWOOOP_WEB_WORKERS": "2",
         "AWOOOP_ACCESS_LOG": "0",

@@ -37,7 +37,8 @@ def entry(c: runs.Claim, step: str = "one") -> dict:
         "step": step,
         "index": 0,
         "phase": "forward",
-        "attempt": c.attempt_count,
+        "attempt": 1,
+        "claim": c.attempt_count,
         "lease_epoch": c.lease_epoch,
         "worker_id": c.worker_id,
         "status": "SUCCEEDED",
@@ -96,7 +97,7 @@ def test_ten_concurrent_workers_claim_every_run_exactly_once(engine, project):
                     executed.append(c.run_id)
                 with engine.begin() as conn:
                     assert runs.finish(
-                        conn, c, entry(c), to_status="COMPLETED", saga_status="COMPLETED"
+                        conn, c, [entry(c)], to_status="COMPLETED", saga_status="COMPLETED"
                     )
         except BaseException as exc:  # surfaced below
             errors.append(exc)
@@ -218,11 +219,11 @@ def test_stale_claim_cannot_record_after_the_run_was_reclaimed(engine, project):
 
     with engine.begin() as conn:
         assert not runs.renew(conn, stale, lease_ttl=30)
-        assert not runs.record_step(conn, stale, entry(stale), next_step="two")
+        assert not runs.record_step(conn, stale, [entry(stale)], next_step="two")
         assert not runs.finish(
-            conn, stale, entry(stale), to_status="COMPLETED", saga_status="COMPLETED"
+            conn, stale, [entry(stale)], to_status="COMPLETED", saga_status="COMPLETED"
         )
-        assert runs.record_step(conn, fresh, entry(fresh), next_step="two")
+        assert runs.record_step(conn, fresh, [entry(fresh)], next_step="two")
 
     journal = db.run(engine, run_id)["saga_steps"]
     assert [e["worker_id"] for e in journal] == ["w2"]
@@ -287,25 +288,35 @@ def test_runner_does_not_rerun_steps_recorded_before_a_crash(engine, project, se
     run_id = test_runs.admit(engine, project["project_id"], "noop-3")
     first = claim(engine, "crashed-worker", run_id, ttl=SHORT_TTL)
     with engine.begin() as conn:
-        runs.record_step(conn, first, entry(first, "one"), next_step="two")
+        runs.record_step(conn, first, [entry(first, "one")], next_step="two")
     expire_leases()
     reap(engine)
 
     assert runner.execute(engine, settings, run_id) == runner.Outcome.COMPLETED
 
     journal = db.run(engine, run_id)["saga_steps"]
-    assert [(e["step"], e["attempt"]) for e in journal] == [("one", 1), ("two", 2), ("three", 2)]
+    assert [(e["step"], e["claim"]) for e in journal] == [("one", 1), ("two", 2), ("three", 2)]
 
 
-def test_a_failing_step_fails_the_run_with_its_error(engine, project, settings):
+def test_a_failing_step_without_retries_fails_the_run_with_its_error(engine, project, settings):
     run_id = test_runs.admit(engine, project["project_id"], "test-fail")
 
     assert runner.execute(engine, settings, run_id) == runner.Outcome.FAILED
 
     row = db.run(engine, run_id)
-    assert (row["status"], row["failure_code"]) == ("FAILED", "E-STEP-001")
+    assert (row["status"], row["saga_status"], row["failure_code"]) == (
+        "FAILED",
+        "COMPENSATED",
+        "E-STEP-002",
+    )
     assert "the downstream service said no" in row["failure_reason"]
-    assert [e["status"] for e in row["saga_steps"]] == ["SUCCEEDED", "FAILED"]
+    journal = row["saga_steps"]
+    assert [(e["phase"], e.get("status")) for e in journal] == [
+        ("forward", "SUCCEEDED"),
+        ("forward", "FAILED"),
+        ("plan", None),
+    ]
+    assert journal[2]["steps"] == []  # nothing succeeded that has a compensation
 
 
 def test_a_duplicate_message_for_a_finished_run_does_nothing(engine, project, settings):

@@ -2,7 +2,7 @@
 
 ``test-gated``: its ``wait`` step blocks on an in-process gate named by the run input, then
 records whether its lease is still held — for fencing tests in one process.
-``test-crash``: its ``block`` step, on the first attempt only, writes a marker file and
+``test-crash``: its ``block`` step, when its marker file does not exist yet, writes it and
 sleeps, so a test can SIGKILL the worker process mid-step.
 ``test-fail``: a step that raises.
 """
@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from awooop.domain.workflow import Step, StepContext, Workflow
+from awooop.domain.workflow import Halt, Reject, RetryPolicy, Step, StepContext, Workflow
 from awooop.workflows.registry import register
 
 GATES: dict[str, threading.Event] = {}
@@ -34,7 +34,7 @@ def _wait_for_gate(ctx: StepContext) -> dict[str, Any]:
 
 def _block_first_attempt(ctx: StepContext) -> dict[str, Any]:
     marker = Path(ctx.input["event"]["marker"])
-    if ctx.attempt == 1:
+    if not marker.exists():  # the first execution, whichever worker runs it
         marker.write_text(ctx.command_id)
         time.sleep(120)  # the test kills the worker here
     return {"attempt": ctx.attempt, "effect_id": ctx.effect_id}
@@ -55,3 +55,141 @@ CRASH = register(
 FAIL = register(
     Workflow("test-fail", 1, [Step("first", _noop), Step("broken", _fail), Step("never", _noop)])
 )
+
+
+# --- Saga workflows -------------------------------------------------------------------------
+# Each records what its handlers did in CALLS[run_id] (in-process tests) and, when the input
+# names a file, appends a line to it (tests across processes).
+
+CALLS: dict[str, list[str]] = {}
+
+
+def _note(ctx: StepContext, what: str) -> None:
+    CALLS.setdefault(ctx.run_id, []).append(what)
+    log_file = ctx.input["event"].get("log")
+    if log_file:
+        with open(log_file, "a") as f:
+            f.write(f"{what} {ctx.effect_id} {ctx.attempt}\n")
+
+
+def _do(ctx: StepContext) -> dict[str, Any]:
+    _note(ctx, f"do:{ctx.step}")
+    return {"done": ctx.step}
+
+
+def _undo(ctx: StepContext) -> None:
+    _note(ctx, f"undo:{ctx.step}")
+
+
+def _reject(ctx: StepContext) -> None:
+    _note(ctx, f"do:{ctx.step}")
+    raise Reject("the change window is closed")
+
+
+def _flaky(ctx: StepContext) -> dict[str, Any]:
+    """Fails the first ``fail_times`` attempts (from the input), then succeeds."""
+    _note(ctx, f"do:{ctx.step}")
+    if ctx.attempt <= ctx.input["event"].get("fail_times", 0):
+        raise ConnectionError(f"attempt {ctx.attempt}: upstream unavailable")
+    return {"attempt": ctx.attempt}
+
+
+def _halt(ctx: StepContext) -> None:
+    _note(ctx, f"do:{ctx.step}")
+    raise Halt("disk state unknown: a person must look")
+
+
+def _undo_halts(ctx: StepContext) -> None:
+    _note(ctx, f"undo:{ctx.step}")
+    raise Halt("rollback refused")
+
+
+def _undo_blocks_once(ctx: StepContext) -> None:
+    """A compensation that blocks on its first execution (a test SIGKILLs the worker)."""
+    _note(ctx, f"undo:{ctx.step}")
+    marker = Path(ctx.input["event"]["marker"])
+    if not marker.exists():
+        marker.write_text(ctx.command_id)
+        time.sleep(120)
+
+
+def _call_endpoint(ctx: StepContext) -> dict[str, Any]:
+    """POSTs to the test's HTTP endpoint with the effect id, then blocks on the first run."""
+    import urllib.request
+
+    event = ctx.input["event"]
+    request = urllib.request.Request(
+        event["url"],
+        data=b"{}",
+        method="POST",
+        headers={"Idempotency-Key": ctx.effect_id, "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        response.read()
+    marker = Path(event["marker"])
+    if not marker.exists():
+        marker.write_text(ctx.command_id)
+        time.sleep(120)  # killed here, after the side effect
+    return {"called": True}
+
+
+FAST_RETRY = RetryPolicy(max_retries=3, base_delay=0.2, factor=2.0, jitter=0.0)
+
+SAGA = register(
+    Workflow(
+        "test-saga",
+        1,
+        [
+            Step("a", _do, compensate=_undo),
+            Step("b", _do),  # nothing to undo
+            Step("c", _do, compensate=_undo),
+            Step("d", _reject, compensate=_undo),
+        ],
+    )
+)
+FLAKY = register(
+    Workflow(
+        "test-flaky",
+        1,
+        [
+            Step("a", _do, compensate=_undo),
+            Step("flaky", _flaky, compensate=_undo, retry=FAST_RETRY),
+            Step("after", _do),
+        ],
+    )
+)
+EXHAUSTED = register(
+    Workflow(
+        "test-exhausted",
+        1,
+        [
+            Step("a", _do, compensate=_undo),
+            Step("flaky", _flaky, retry=RetryPolicy(max_retries=1, base_delay=0.1, jitter=0.0)),
+        ],
+    )
+)
+HALTING = register(
+    Workflow("test-halt", 1, [Step("a", _do, compensate=_undo), Step("stop", _halt)])
+)
+UNDO_HALTS = register(
+    Workflow(
+        "test-undo-halts",
+        1,
+        [
+            Step("a", _do, compensate=_undo_halts),
+            Step("d", _reject),
+        ],
+    )
+)
+CRASH_IN_COMPENSATION = register(
+    Workflow(
+        "test-crash-compensation",
+        1,
+        [
+            Step("a", _do, compensate=_undo),
+            Step("b", _do, compensate=_undo_blocks_once),
+            Step("c", _reject),
+        ],
+    )
+)
+EFFECT = register(Workflow("test-effect", 1, [Step("call", _call_endpoint)]))

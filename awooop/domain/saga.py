@@ -1,0 +1,196 @@
+"""What a saga does next, decided from its workflow and its step journal alone.
+
+The journal (``saga_steps``) is an append-only list of entries:
+
+- ``phase: "forward"`` / ``"compensate"`` — one per recorded attempt of a step, with its
+  ``status`` (SUCCEEDED, FAILED, REJECTED, HALTED), ``attempt`` (1-based within the step and
+  phase), output or error;
+- ``phase: "plan"`` — the frozen compensation plan: the steps to undo, in order, and the
+  cause. Written once, when the saga turns backwards; never recomputed.
+
+The runner asks :func:`next_step`, runs the handler, and asks :func:`decide` what to write.
+Nothing here touches the database or the clock.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from awooop.domain.workflow import Step, Workflow
+
+FORWARD = "forward"
+COMPENSATE = "compensate"
+PLAN = "plan"
+
+SUCCEEDED = "SUCCEEDED"
+FAILED = "FAILED"  # transient: may be retried
+REJECTED = "REJECTED"
+HALTED = "HALTED"
+
+# Run failure codes (``failure_code``).
+STEP_REJECTED = "E-STEP-001"
+RETRIES_EXHAUSTED = "E-STEP-002"
+MANUAL_INTERVENTION = "E-SAGA-001"
+
+Journal = Sequence[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Next:
+    step: Step
+    index: int
+    phase: str
+    attempt: int
+
+
+def forward_outputs(journal: Journal) -> dict[str, Any]:
+    """Outputs of the forward steps recorded as SUCCEEDED, by step name."""
+    return {
+        e["step"]: e.get("output")
+        for e in journal
+        if e.get("phase") == FORWARD and e.get("status") == SUCCEEDED
+    }
+
+
+def recorded_attempts(journal: Journal, step: str, phase: str) -> int:
+    return sum(1 for e in journal if e.get("phase") == phase and e.get("step") == step)
+
+
+def frozen_plan(journal: Journal) -> dict[str, Any] | None:
+    return next((e for e in journal if e.get("phase") == PLAN), None)
+
+
+def freeze_plan(workflow: Workflow, journal: Journal) -> list[str]:
+    """Succeeded forward steps that have a compensation, most recent first."""
+    succeeded = forward_outputs(journal)
+    return [s.name for s in reversed(workflow.steps) if s.name in succeeded and s.compensate]
+
+
+def next_step(workflow: Workflow, journal: Journal) -> Next | None:
+    """The step to run now: the first forward step not yet succeeded or, once a plan is
+    frozen, the first planned compensation not yet succeeded. None: nothing is left."""
+    plan = frozen_plan(journal)
+    if plan is None:
+        done = forward_outputs(journal)
+        candidates = [(s, FORWARD) for s in workflow.steps if s.name not in done]
+    else:
+        undone = {
+            e["step"]
+            for e in journal
+            if e.get("phase") == COMPENSATE and e.get("status") == SUCCEEDED
+        }
+        by_name = {s.name: s for s in workflow.steps}
+        candidates = [(by_name[n], COMPENSATE) for n in plan["steps"] if n not in undone]
+    if not candidates:
+        return None
+    step, phase = candidates[0]
+    return Next(
+        step=step,
+        index=workflow.step_index(step.name),
+        phase=phase,
+        attempt=recorded_attempts(journal, step.name, phase) + 1,
+    )
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to write after one attempt.
+
+    ``kind``:
+      - ``record``: append the entry, carry on with the next step (same lease);
+      - ``turn_back``: append the entry and the frozen plan, saga COMPENSATING, carry on;
+      - ``retry``: append the entry, release the run until ``delay`` seconds from now;
+      - ``complete``: append the entry, run COMPLETED;
+      - ``compensated``: append the entry (and an empty plan when nothing needs undoing),
+        run FAILED with ``failure_code``, saga COMPENSATED;
+      - ``escalate``: append the entry, run WAITING_APPROVAL, saga MANUAL_INTERVENTION.
+    """
+
+    kind: str
+    entries: list[dict[str, Any]]
+    delay: float = 0.0
+    failure_code: str | None = None
+    failure_reason: str | None = None
+    output: Any = None
+
+    @property
+    def continues(self) -> bool:
+        return self.kind in ("record", "turn_back")
+
+
+def decide(
+    workflow: Workflow,
+    journal: Journal,
+    nxt: Next,
+    entry: dict[str, Any],
+    rng: random.Random | None = None,
+) -> Decision:
+    """The decision for ``entry``, the outcome of running ``nxt`` (not yet in ``journal``)."""
+    status = entry["status"]
+    after = [*journal, entry]
+    if nxt.phase == COMPENSATE:
+        return _decide_compensation(journal, nxt, entry, after, rng)
+    if status == SUCCEEDED:
+        if next_step(workflow, after) is None:
+            return Decision("complete", [entry], output=entry.get("output"))
+        return Decision("record", [entry])
+    if status == HALTED:
+        return Decision(
+            "escalate",
+            [entry],
+            failure_code=MANUAL_INTERVENTION,
+            failure_reason=f"step {nxt.step.name} halted: {entry.get('error')}",
+        )
+    if status == FAILED and nxt.attempt <= nxt.step.retry.max_retries:
+        return Decision("retry", [entry], delay=nxt.step.retry.delay(nxt.attempt, rng))
+    # A rejection, or a transient failure with no retry left: undo what succeeded.
+    code = STEP_REJECTED if status == REJECTED else RETRIES_EXHAUSTED
+    reason = f"step {nxt.step.name}: {entry.get('error')}"
+    plan = {
+        "phase": PLAN,
+        "steps": freeze_plan(workflow, after),
+        "cause": {"step": nxt.step.name, "code": code, "reason": reason},
+    }
+    if not plan["steps"]:
+        return Decision("compensated", [entry, plan], failure_code=code, failure_reason=reason)
+    return Decision("turn_back", [entry, plan], failure_code=code, failure_reason=reason)
+
+
+def _decide_compensation(
+    journal: Journal,
+    nxt: Next,
+    entry: dict[str, Any],
+    after: list[dict[str, Any]],
+    rng: random.Random | None,
+) -> Decision:
+    plan = frozen_plan(journal)
+    assert plan is not None, "compensating without a frozen plan"
+    status = entry["status"]
+    if status == SUCCEEDED:
+        remaining = [
+            n
+            for n in plan["steps"]
+            if n
+            not in {
+                e["step"]
+                for e in after
+                if e.get("phase") == COMPENSATE and e.get("status") == SUCCEEDED
+            }
+        ]
+        if not remaining:
+            cause = plan["cause"]
+            return Decision(
+                "compensated", [entry], failure_code=cause["code"], failure_reason=cause["reason"]
+            )
+        return Decision("record", [entry])
+    if status == FAILED and nxt.attempt <= nxt.step.compensation_retry.max_retries:
+        return Decision("retry", [entry], delay=nxt.step.compensation_retry.delay(nxt.attempt, rng))
+    return Decision(
+        "escalate",
+        [entry],
+        failure_code=MANUAL_INTERVENTION,
+        failure_reason=f"compensation of {nxt.step.name} needs a person: {entry.get('error')}",
+    )

@@ -1,0 +1,53 @@
+"""Statements on ``awooop_timer``: the due-timer sweep's claim-and-fire."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, text
+
+# Claim due timers (SKIP LOCKED: two sweeps take disjoint timers), and in the same statement
+# mark each FIRED — or SKIPPED when its run moved on since it was set. A fired retry timer's
+# effect is a nudge sent after commit; losing that nudge is covered by the orphan sweep.
+_FIRE_DUE = text(
+    """
+WITH due AS (
+    SELECT t.timer_id
+    FROM awooop_timer t
+    WHERE t.state = 'PENDING' AND t.due_at <= now()
+    ORDER BY t.due_at
+    LIMIT :batch_size
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE awooop_timer t
+SET state = CASE WHEN r.version = t.expected_version THEN 'FIRED' ELSE 'SKIPPED' END,
+    claimed_by = :sweeper,
+    fencing_token = t.fencing_token + 1,
+    fired_at = now()
+FROM due, awooop_run_state r
+WHERE t.timer_id = due.timer_id AND r.run_id = t.run_id
+RETURNING t.timer_id, t.run_id, t.kind, t.state, t.fencing_token,
+          extract(epoch FROM now() - t.due_at) AS late_by
+"""
+)
+
+
+@dataclass(frozen=True)
+class FiredTimer:
+    timer_id: str
+    run_id: uuid.UUID
+    kind: str
+    fired: bool  # False: skipped as stale
+    fencing_token: int
+    late_by: float
+
+
+def fire_due(conn: Connection, sweeper: str, batch_size: int) -> list[FiredTimer]:
+    rows = conn.execute(_FIRE_DUE, {"sweeper": sweeper, "batch_size": batch_size})
+    return [
+        FiredTimer(
+            r.timer_id, r.run_id, r.kind, r.state == "FIRED", r.fencing_token, float(r.late_by)
+        )
+        for r in rows
+    ]

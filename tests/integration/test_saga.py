@@ -1,0 +1,210 @@
+"""The saga engine over a real PostgreSQL: compensation, retries, escalation, timers."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from sqlalchemy import text
+
+from awooop.domain.workflow import Step, Workflow
+from awooop.engine import runner, sweeps
+from awooop.workflows import registry
+from tests.support import db
+from tests.support import runs as test_runs
+from tests.support import workflows as wf
+
+
+def execute(engine, settings, run_id) -> runner.Outcome:  # type: ignore[no-untyped-def]
+    return runner.execute(engine, settings, run_id)
+
+
+def fire_timers(engine, settings) -> list:  # type: ignore[no-untyped-def]
+    return sweeps.fire_due_timers_once(engine, settings)
+
+
+def test_rejection_compensates_succeeded_steps_in_reverse_order_once_each(
+    engine, project, settings
+):
+    run_id = test_runs.admit(engine, project["project_id"], "test-saga")
+
+    assert execute(engine, settings, run_id) == runner.Outcome.FAILED
+
+    assert wf.CALLS[str(run_id)] == ["do:a", "do:b", "do:c", "do:d", "undo:c", "undo:a"]
+    row = db.run(engine, run_id)
+    assert (row["status"], row["saga_status"], row["direction"], row["failure_code"]) == (
+        "FAILED",
+        "COMPENSATED",
+        "BACKWARD",
+        "E-STEP-001",
+    )
+    plan = next(e for e in row["saga_steps"] if e["phase"] == "plan")
+    assert plan["steps"] == ["c", "a"]  # b has no compensation; d never succeeded
+    assert plan["cause"]["step"] == "d"
+    undone = [(e["step"], e["status"]) for e in row["saga_steps"] if e["phase"] == "compensate"]
+    assert undone == [("c", "SUCCEEDED"), ("a", "SUCCEEDED")]
+    history = [
+        (e["kind"], e["to_status"], e["detail"].get("saga_status"))
+        for e in db.events(engine, run_id)
+    ]
+    assert history[-2:] == [
+        ("saga", "RUNNING", "COMPENSATING"),
+        ("transition", "FAILED", "COMPENSATED"),
+    ]
+
+
+def test_compensation_effect_ids_differ_from_forward_ones(engine, project, settings):
+    run_id = test_runs.admit(engine, project["project_id"], "test-saga")
+    execute(engine, settings, run_id)
+
+    journal = db.run(engine, run_id)["saga_steps"]
+    ids = {(e["step"], e["phase"]): e["effect_id"] for e in journal if e["phase"] != "plan"}
+
+    assert ids[("c", "forward")] == f"{run_id}:c:forward"
+    assert ids[("c", "compensate")] == f"{run_id}:c:compensate"
+
+
+def test_transient_failure_retries_with_growing_back_off_and_succeeds(engine, project, settings):
+    run_id = test_runs.admit(engine, project["project_id"], "test-flaky", {"fail_times": 2})
+    outcomes = []
+    delays = []
+    for _ in range(3):
+        outcomes.append(execute(engine, settings, run_id))
+        row = db.run(engine, run_id)
+        if row["status"] == "PENDING":
+            delays.append((row["available_at"] - row["updated_at"]).total_seconds())
+            # Not claimable before its time, and woken by its timer, not by a message.
+            assert execute(engine, settings, run_id) == runner.Outcome.NOT_CLAIMED
+            time.sleep(delays[-1] + 0.05)
+            assert [t.run_id for t in fire_timers(engine, settings)] == [run_id]
+
+    assert outcomes == [
+        runner.Outcome.RETRY_SCHEDULED,
+        runner.Outcome.RETRY_SCHEDULED,
+        runner.Outcome.COMPLETED,
+    ]
+    assert delays[0] == 0.2 and delays[1] == 0.4  # base 0.2 s, factor 2, no jitter
+    journal = db.run(engine, run_id)["saga_steps"]
+    flaky = [(e["attempt"], e["status"]) for e in journal if e["step"] == "flaky"]
+    assert flaky == [(1, "FAILED"), (2, "FAILED"), (3, "SUCCEEDED")]
+    assert wf.CALLS[str(run_id)].count("do:a") == 1  # a recorded step is never re-run
+
+
+def test_a_retry_resets_the_crash_budget(engine, project, settings):
+    run_id = test_runs.admit(engine, project["project_id"], "test-flaky", {"fail_times": 1})
+
+    execute(engine, settings, run_id)
+
+    assert db.run(engine, run_id)["attempt_count"] == 0
+
+
+def test_exhausted_retries_compensate(engine, project, settings):
+    run_id = test_runs.admit(engine, project["project_id"], "test-exhausted", {"fail_times": 9})
+
+    assert execute(engine, settings, run_id) == runner.Outcome.RETRY_SCHEDULED
+    time.sleep(0.15)
+    fire_timers(engine, settings)
+    assert execute(engine, settings, run_id) == runner.Outcome.FAILED
+
+    row = db.run(engine, run_id)
+    assert (row["status"], row["saga_status"], row["failure_code"]) == (
+        "FAILED",
+        "COMPENSATED",
+        "E-STEP-002",
+    )
+    assert wf.CALLS[str(run_id)] == ["do:a", "do:flaky", "do:flaky", "undo:a"]
+
+
+def test_halt_escalates_to_manual_intervention_and_the_reaper_leaves_it(engine, project, settings):
+    run_id = test_runs.admit(engine, project["project_id"], "test-halt")
+
+    assert execute(engine, settings, run_id) == runner.Outcome.ESCALATED
+
+    row = db.run(engine, run_id)
+    assert (row["status"], row["saga_status"], row["failure_code"], row["attempt_count"]) == (
+        "WAITING_APPROVAL",
+        "MANUAL_INTERVENTION",
+        "E-SAGA-001",
+        0,
+    )
+    assert "a person must look" in row["failure_reason"]
+    assert sweeps.reap_once(engine) == []
+    assert execute(engine, settings, run_id) == runner.Outcome.NOT_CLAIMED
+
+
+def test_a_compensation_that_halts_escalates(engine, project, settings):
+    run_id = test_runs.admit(engine, project["project_id"], "test-undo-halts")
+
+    assert execute(engine, settings, run_id) == runner.Outcome.ESCALATED
+
+    row = db.run(engine, run_id)
+    assert (row["status"], row["saga_status"]) == ("WAITING_APPROVAL", "MANUAL_INTERVENTION")
+    assert "compensation of a" in row["failure_reason"]
+
+
+def test_two_timer_sweeps_racing_fire_each_due_timer_exactly_once(engine, project, settings):
+    run_ids = test_runs.admit_many(engine, project["project_id"], 520)
+    with engine.connect() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO awooop_timer (timer_id, run_id, kind, due_at, expected_version) "
+                "SELECT run_id::text || '-retry', run_id, 'retry', now() - interval '1 second', "
+                "version FROM awooop_run_state"
+            )
+        )
+    small = settings.__class__(**{**settings.__dict__, "timer_batch_size": 20})
+    fired: list[list] = []
+    start = threading.Barrier(2)
+
+    def sweep() -> None:
+        start.wait()
+        fired.append(fire_timers(engine, small))
+
+    threads = [threading.Thread(target=sweep) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+
+    timer_runs = [t.run_id for batch in fired for t in batch]
+    assert sorted(timer_runs) == sorted(run_ids)  # every timer once, none twice
+    assert all(len(batch) > 0 for batch in fired)  # both sweeps took part
+    with engine.connect() as conn:
+        states = conn.execute(
+            text("SELECT state, fencing_token, count(*) FROM awooop_timer GROUP BY 1, 2")
+        ).all()
+    assert [tuple(s) for s in states] == [("FIRED", 1, 520)]
+
+
+def test_a_timer_for_a_run_that_moved_on_is_skipped(engine, project, settings):
+    run_id = test_runs.admit(engine, project["project_id"])
+    with engine.connect() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO awooop_timer (timer_id, run_id, kind, due_at, expected_version) "
+                "VALUES ('stale', :r, 'retry', now(), -1)"
+            ),
+            {"r": run_id},
+        )
+
+    [timer] = fire_timers(engine, settings)
+
+    assert (timer.timer_id, timer.fired) == ("stale", False)
+
+
+def test_a_run_finishes_on_the_workflow_version_it_started_with(engine, project, settings):
+    def step(ctx):  # type: ignore[no-untyped-def]
+        return {"version": 1}
+
+    def other(ctx):  # type: ignore[no-untyped-def]
+        return {"version": 2}
+
+    registry.register(Workflow("test-versioned", 1, [Step("only", step)]))
+    run_id = test_runs.admit(engine, project["project_id"], "test-versioned")
+    registry.register(Workflow("test-versioned", 2, [Step("first", other), Step("second", other)]))
+
+    assert execute(engine, settings, run_id) == runner.Outcome.COMPLETED
+
+    row = db.run(engine, run_id)
+    assert (row["workflow_version"], row["output"]) == (1, {"version": 1})
+    assert [e["step"] for e in row["saga_steps"]] == ["only"]
