@@ -45,6 +45,8 @@ class Settings:
     prune_interval_seconds: float = 3600.0
     prune_batch_size: int = 5000
     default_max_attempts: int = 3
+    # Operators may close a run stuck in manual intervention without compensating ("1").
+    manual_close_enabled: int = 0
     # The due-timer sweep (retry wake-ups; step, tool and approval timeouts).
     timer_interval_seconds: float = 2.0
     timer_batch_size: int = 500

@@ -86,6 +86,34 @@ class IdempotencyKeyReused(AwoooPError):
 DUPLICATE_EVENT_CODE = "E-IDEMPOTENT-001"
 
 
+class OperationRefused(AwoooPError):
+    """The run is not in a state that allows this operation."""
+
+    code = "E-OPERATION-001"
+    http_status = 409
+
+
+class VersionMismatch(AwoooPError):
+    """The run changed since the version you expected (If-Match)."""
+
+    code = "E-OPERATION-002"
+    http_status = 412
+
+
+class ManualCloseDisabled(AwoooPError):
+    """Manual close is disabled; enable it with AWOOOP_MANUAL_CLOSE_ENABLED=1."""
+
+    code = "E-OPERATION-003"
+    http_status = 409
+
+
+class InvalidOperation(AwoooPError):
+    """Unknown operation, or a missing operation id or actor."""
+
+    code = "E-OPERATION-004"
+    http_status = 400
+
+
 class ServiceUnavailable(AwoooPError):
     """The database is unavailable; retry later."""
 

@@ -7,6 +7,8 @@ The journal (``saga_steps``) is an append-only list of entries:
   phase), output or error;
 - ``phase: "plan"`` — the frozen compensation plan: the steps to undo, in order, and the
   cause. Written once, when the saga turns backwards; never recomputed.
+- ``phase: "reset"`` — an operator's "retry compensation": attempts before it no longer
+  count against the retry budgets.
 
 The runner asks :func:`next_step`, runs the handler, and asks :func:`decide` what to write.
 Nothing here touches the database or the clock.
@@ -24,6 +26,7 @@ from awooop.domain.workflow import Step, Workflow
 FORWARD = "forward"
 COMPENSATE = "compensate"
 PLAN = "plan"
+RESET = "reset"
 
 SUCCEEDED = "SUCCEEDED"
 FAILED = "FAILED"  # transient: may be retried
@@ -34,6 +37,7 @@ HALTED = "HALTED"
 STEP_REJECTED = "E-STEP-001"
 RETRIES_EXHAUSTED = "E-STEP-002"
 MANUAL_INTERVENTION = "E-SAGA-001"
+CANCELLED = "E-SAGA-002"  # an operator cancelled the run
 
 Journal = Sequence[dict[str, Any]]
 
@@ -56,7 +60,10 @@ def forward_outputs(journal: Journal) -> dict[str, Any]:
 
 
 def recorded_attempts(journal: Journal, step: str, phase: str) -> int:
-    return sum(1 for e in journal if e.get("phase") == phase and e.get("step") == step)
+    """Attempts of ``step`` in ``phase`` since the last operator reset."""
+    resets = [i for i, e in enumerate(journal) if e.get("phase") == RESET]
+    since = resets[-1] + 1 if resets else 0
+    return sum(1 for e in journal[since:] if e.get("phase") == phase and e.get("step") == step)
 
 
 def frozen_plan(journal: Journal) -> dict[str, Any] | None:
@@ -194,3 +201,14 @@ def _decide_compensation(
         failure_code=MANUAL_INTERVENTION,
         failure_reason=f"compensation of {nxt.step.name} needs a person: {entry.get('error')}",
     )
+
+
+def cancel(workflow: Workflow, journal: Journal, reason: str) -> Decision:
+    """Turn back on an operator's cancel: freeze the plan over what succeeded so far."""
+    plan = {
+        "phase": PLAN,
+        "steps": freeze_plan(workflow, journal),
+        "cause": {"step": None, "code": CANCELLED, "reason": reason},
+    }
+    kind = "turn_back" if plan["steps"] else "compensated"
+    return Decision(kind, [plan], failure_code=CANCELLED, failure_reason=reason)

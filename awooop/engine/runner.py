@@ -35,7 +35,9 @@ class Outcome(enum.Enum):
     NOT_CLAIMED = "not_claimed"  # someone else holds it, or it is not claimable (a duplicate nudge)
     COMPLETED = "completed"
     FAILED = "failed"  # compensated (or nothing to compensate) and failed
+    CANCELLED = "cancelled"  # an operator cancelled it; compensated
     RETRY_SCHEDULED = "retry_scheduled"  # released until its retry timer
+    PAUSED = "paused"  # an operator paused it; handed back at a step boundary
     ESCALATED = "escalated"  # waiting for a person (manual intervention)
     LEASE_LOST = "lease_lost"  # reaped or re-claimed while we ran: stopped without writing
     RELEASED = "released"  # this worker cannot run the workflow; handed back for another
@@ -98,42 +100,43 @@ def execute(engine: Engine, settings: Settings, run_id: uuid.UUID | str | None) 
 def _run_steps(engine: Engine, claim: runs.Claim, workflow: Workflow, held: Lease) -> Outcome:
     fields = _fields(claim)
     journal = list(claim.saga_steps)
+    steering = runs.Steering(cancelling=claim.saga_status == "CANCELLING")
     while True:
-        nxt = saga.next_step(workflow, journal)
-        if nxt is None:
-            # Finishing statements record the last outcome themselves, so a claimed run
-            # always has something left to do.
-            raise AssertionError(f"run {claim.run_id} claimed with nothing left to do")
-        entry = _attempt(claim, nxt, journal, held)
-        if held.lost.is_set():
-            log.warning(
-                "lease lost during step; result not recorded",
-                extra={**fields, "action": "lease_lost", "step": nxt.step.name},
-            )
-            return Outcome.LEASE_LOST
-        decision = saga.decide(workflow, journal, nxt, entry)
+        if steering.cancelling and saga.frozen_plan(journal) is None:
+            # An operator cancelled: turn back over what succeeded (no step runs first).
+            decision = saga.cancel(workflow, journal, "cancelled by an operator")
+            nxt = None
+        elif steering.paused:
+            with engine.connect() as conn:
+                paused = runs.pause_release(conn, claim)
+            log.info("run paused at a step boundary", extra={**fields, "action": "run_paused"})
+            return Outcome.PAUSED if paused else Outcome.LEASE_LOST
+        else:
+            nxt = saga.next_step(workflow, journal)
+            if nxt is None:
+                # Finishing statements record the last outcome themselves, so a claimed run
+                # always has something left to do.
+                raise AssertionError(f"run {claim.run_id} claimed with nothing left to do")
+            entry = _attempt(claim, nxt, journal, held)
+            if held.lost.is_set():
+                log.warning(
+                    "lease lost during step; result not recorded",
+                    extra={**fields, "action": "lease_lost", "step": nxt.step.name},
+                )
+                return Outcome.LEASE_LOST
+            decision = saga.decide(workflow, journal, nxt, entry)
         with engine.connect() as conn:
             written = _write(conn, claim, workflow, journal, nxt, decision)
-        if not written:
+        if written is None:
             held.lost.set()
-            log.warning(
-                "lease lost; step result discarded",
-                extra={**fields, "action": "lease_lost", "step": nxt.step.name},
-            )
+            log.warning("lease lost; result discarded", extra={**fields, "action": "lease_lost"})
             return Outcome.LEASE_LOST
-        log.debug(
-            "step recorded",
-            extra={
-                **fields,
-                "action": "step_recorded",
-                "step": nxt.step.name,
-                "phase": nxt.phase,
-                "status": entry["status"],
-            },
-        )
         journal += decision.entries
+        steering = written
         if not decision.continues:
             outcome = _SEGMENT_ENDS[decision.kind]
+            if decision.failure_code == saga.CANCELLED:
+                outcome = Outcome.CANCELLED
             log.info(
                 "run segment ended",
                 extra={
@@ -197,16 +200,26 @@ def _write(
     claim: runs.Claim,
     workflow: Workflow,
     journal: list[dict[str, Any]],
-    nxt: saga.Next,
+    nxt: saga.Next | None,
     d: saga.Decision,
-) -> bool:
-    """Write ``d`` in one fenced statement; False when it matched no row (lease lost)."""
+) -> runs.Steering | None:
+    """Write ``d`` in one fenced statement; None when it matched no row (lease lost)."""
     after = [*journal, *d.entries]
     upcoming = saga.next_step(workflow, after)
     if d.kind == "record":
         return runs.record_step(
             conn, claim, d.entries, next_step=upcoming.step.name if upcoming else None
         )
+    return runs.Steering() if _write_change(conn, claim, upcoming, nxt, d) else None
+
+
+def _write_change(
+    conn: Connection,
+    claim: runs.Claim,
+    upcoming: saga.Next | None,
+    nxt: saga.Next | None,
+    d: saga.Decision,
+) -> bool:
     if d.kind == "turn_back":
         assert upcoming is not None
         return runs.turn_back(
@@ -222,16 +235,18 @@ def _write(
             output=d.output,
         )
     if d.kind == "compensated":
+        cancelled = d.failure_code == saga.CANCELLED
         return runs.finish(
             conn,
             claim,
             d.entries,
-            to_status=states.FAILED,
+            to_status=states.CANCELLED if cancelled else states.FAILED,
             saga_status="COMPENSATED",
             failure_code=d.failure_code,
             failure_reason=d.failure_reason,
         )
     if d.kind == "retry":
+        assert nxt is not None
         return runs.retry_later(
             conn, claim, d.entries, d.delay, nxt.step.name, nxt.phase, nxt.attempt
         )

@@ -35,6 +35,7 @@ WITH candidate AS (
     WHERE status IN ('PENDING', 'RESUMED')
       AND (lease_until IS NULL OR lease_until < now())
       AND available_at <= now()
+      AND control_state = 'ACTIVE'
       {filter}
     ORDER BY available_at, created_at
     LIMIT 1
@@ -53,7 +54,7 @@ WITH candidate AS (
     WHERE r.run_id = c.run_id
     RETURNING r.run_id, r.project_id, r.workflow_name, r.workflow_version, r.workflow_digest,
               r.input, r.saga_steps, r.attempt_count, r.max_attempts, r.lease_epoch,
-              r.lease_until, c.status AS from_status
+              r.lease_until, r.saga_status, c.status AS from_status
 ), history AS (
     INSERT INTO awooop_run_event
         (run_id, kind, from_status, to_status, trigger, trigger_id, actor, detail)
@@ -84,6 +85,7 @@ class Claim:
     max_attempts: int
     lease_epoch: int
     worker_id: str
+    saga_status: str = "RUNNING"
 
 
 def claim(
@@ -109,6 +111,7 @@ def claim(
         max_attempts=row.max_attempts,
         lease_epoch=row.lease_epoch,
         worker_id=worker_id,
+        saga_status=row.saga_status,
     )
 
 
@@ -154,16 +157,30 @@ SET {_JOURNAL_APPEND},
     heartbeat_at = now(),
     updated_at = now()
 WHERE {_FENCE}
+RETURNING control_state, saga_status
 """,
 )
 
 
+@dataclass(frozen=True)
+class Steering:
+    """What operators asked of a run, read back by every step record (no extra query)."""
+
+    paused: bool = False
+    cancelling: bool = False
+
+
 def record_step(
     conn: Connection, c: Claim, entries: list[dict[str, Any]], next_step: str | None
-) -> bool:
-    """Append step outcomes to the journal, fenced. False: lease lost."""
+) -> Steering | None:
+    """Append step outcomes to the journal, fenced. None: lease lost."""
     params = {**_fence_params(c), "entries": json.dumps(entries), "next_step": next_step}
-    return _RECORD_STEP.execute(conn, params).rowcount == 1
+    row = _RECORD_STEP.execute(conn, params).first()
+    if row is None:
+        return None
+    return Steering(
+        paused=row.control_state == "PAUSED", cancelling=row.saga_status == "CANCELLING"
+    )
 
 
 # Every statement below changes the run's state: it bumps ``version`` and writes one
@@ -267,6 +284,24 @@ SELECT count(*) FROM changed
 """
 )
 
+# Paused at a step boundary: hand the run back; claims skip it until it is resumed.
+_PAUSE_RELEASE = text(
+    f"""
+WITH changed AS (
+    UPDATE awooop_run_state
+    SET status = 'PENDING',
+        lease_until = NULL,
+        worker_id = NULL,
+        attempt_count = 0,
+        version = version + 1,
+        updated_at = now()
+    WHERE {_FENCE} AND control_state = 'PAUSED'
+    RETURNING run_id, status
+), history AS ({_HISTORY})
+SELECT count(*) FROM changed
+"""
+)
+
 states.check_transition(states.RUNNING, states.WAITING_APPROVAL)
 
 
@@ -282,7 +317,7 @@ def _change(
     values = {
         **_fence_params(c),
         "entries": json.dumps(entries),
-        "event_kind": "saga" if kind == "turn_back" else "transition",
+        "event_kind": {"turn_back": "saga", "pause": "control"}.get(kind, "transition"),
         "trigger_id": f"{kind}:{c.lease_epoch}",
         "detail": json.dumps(detail),
         **params,
@@ -371,6 +406,11 @@ def retry_later(
         step=step,
         attempt=attempt,
     )
+
+
+def pause_release(conn: Connection, c: Claim) -> bool:
+    """Stop at this step boundary because an operator paused the run, fenced."""
+    return _change(conn, _PAUSE_RELEASE, c, [], "pause", {"control_state": "PAUSED"})
 
 
 def escalate(
@@ -472,6 +512,7 @@ WITH orphan AS (
     WHERE status IN ('PENDING', 'RESUMED')
       AND available_at <= now()
       AND (lease_until IS NULL OR lease_until < now())
+      AND control_state = 'ACTIVE'
       AND enqueued_at < now() - make_interval(secs => :older_than)
     ORDER BY available_at, created_at
     LIMIT :batch_size

@@ -15,10 +15,12 @@ _FIRE_DUE = text(
 WITH due AS (
     SELECT t.timer_id
     FROM awooop_timer t
-    WHERE t.state = 'PENDING' AND t.due_at <= now()
+    JOIN awooop_run_state r ON r.run_id = t.run_id
+    -- A paused run's timers wait (deferred) until it is resumed.
+    WHERE t.state = 'PENDING' AND t.due_at <= now() AND r.control_state = 'ACTIVE'
     ORDER BY t.due_at
     LIMIT :batch_size
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF t SKIP LOCKED
 )
 UPDATE awooop_timer t
 SET state = CASE WHEN r.version = t.expected_version THEN 'FIRED' ELSE 'SKIPPED' END,

@@ -193,3 +193,38 @@ CRASH_IN_COMPENSATION = register(
     )
 )
 EFFECT = register(Workflow("test-effect", 1, [Step("call", _call_endpoint)]))
+
+
+def _wait_then_do(ctx: StepContext) -> dict[str, Any]:
+    _note(ctx, f"do:{ctx.step}")
+    GATES[ctx.input["event"]["gate"]].wait(timeout=30)
+    return {"done": ctx.step}
+
+
+def _undo_halts_until_file(ctx: StepContext) -> None:
+    _note(ctx, f"undo:{ctx.step}")
+    if not Path(ctx.input["event"]["fixed"]).exists():
+        raise Halt("rollback needs a person")
+
+
+STEERABLE = register(
+    Workflow(
+        "test-steerable",
+        1,
+        [
+            Step("a", _do, compensate=_undo),
+            Step("wait", _wait_then_do, compensate=_undo),
+            Step("c", _do),
+        ],
+    )
+)
+UNDO_NEEDS_FIX = register(
+    Workflow(
+        "test-undo-needs-fix",
+        1,
+        [
+            Step("a", _do, compensate=_undo_halts_until_file),
+            Step("d", _reject),
+        ],
+    )
+)
