@@ -9,6 +9,9 @@ The journal (``saga_steps``) is an append-only list of entries:
   cause. Written once, when the saga turns backwards; never recomputed.
 - ``phase: "reset"`` — an operator's "retry compensation": attempts before it no longer
   count against the retry budgets.
+- a tool step's attempt has a ``status: "DISPATCHED"`` forward entry when its call went
+  out, then a ``phase: "tool_result"`` entry when the result (or its timeout) came in; the
+  next worker turns that result into the attempt's outcome.
 
 The runner asks :func:`next_step`, runs the handler, and asks :func:`decide` what to write.
 Nothing here touches the database or the clock.
@@ -32,6 +35,8 @@ SUCCEEDED = "SUCCEEDED"
 FAILED = "FAILED"  # transient: may be retried
 REJECTED = "REJECTED"
 HALTED = "HALTED"
+DISPATCHED = "DISPATCHED"  # a tool call went out; not an outcome
+TOOL_RESULT = "tool_result"
 
 # Run failure codes (``failure_code``).
 STEP_REJECTED = "E-STEP-001"
@@ -63,7 +68,25 @@ def recorded_attempts(journal: Journal, step: str, phase: str) -> int:
     """Attempts of ``step`` in ``phase`` since the last operator reset."""
     resets = [i for i, e in enumerate(journal) if e.get("phase") == RESET]
     since = resets[-1] + 1 if resets else 0
-    return sum(1 for e in journal[since:] if e.get("phase") == phase and e.get("step") == step)
+    return sum(
+        1
+        for e in journal[since:]
+        if e.get("phase") == phase and e.get("step") == step and e.get("status") != DISPATCHED
+    )
+
+
+def tool_result(journal: Journal, nxt: Next) -> dict[str, Any] | None:
+    """The result delivered for this attempt of a tool step, if any."""
+    return next(
+        (
+            e
+            for e in journal
+            if e.get("phase") == TOOL_RESULT
+            and e.get("step") == nxt.step.name
+            and e.get("attempt") == nxt.attempt
+        ),
+        None,
+    )
 
 
 def frozen_plan(journal: Journal) -> dict[str, Any] | None:
@@ -113,7 +136,8 @@ class Decision:
       - ``complete``: append the entry, run COMPLETED;
       - ``compensated``: append the entry (and an empty plan when nothing needs undoing),
         run FAILED with ``failure_code``, saga COMPENSATED;
-      - ``escalate``: append the entry, run WAITING_APPROVAL, saga MANUAL_INTERVENTION.
+      - ``escalate``: append the entry, run WAITING_APPROVAL, saga MANUAL_INTERVENTION;
+      - ``wait_tool``: append the dispatch entry, run WAITING_TOOL until the result.
     """
 
     kind: str
@@ -138,6 +162,8 @@ def decide(
     """The decision for ``entry``, the outcome of running ``nxt`` (not yet in ``journal``)."""
     status = entry["status"]
     after = [*journal, entry]
+    if status == DISPATCHED:
+        return Decision("wait_tool", [entry], delay=nxt.step.tool_timeout or 0.0)
     if nxt.phase == COMPENSATE:
         return _decide_compensation(journal, nxt, entry, after, rng)
     if status == SUCCEEDED:

@@ -123,6 +123,15 @@ class Step:
     compensate: Handler | None = None
     retry: RetryPolicy = NO_RETRY
     compensation_retry: RetryPolicy = COMPENSATION_RETRY
+    # A tool step: ``handler`` dispatches an asynchronous call (with ``ctx.effect_id`` as its
+    # correlation id) and the run waits — WAITING_TOOL, worker released — for the result
+    # (``POST …/runs/{run_id}/tool-results``) at most this many seconds; a missing result
+    # is a transient failure (retried by ``retry``: the call is dispatched again).
+    tool_timeout: float | None = None
+
+    @property
+    def is_tool(self) -> bool:
+        return self.tool_timeout is not None
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -131,6 +140,7 @@ class Step:
             "compensate": _name(self.compensate),
             "retry": vars(self.retry),
             "compensation_retry": vars(self.compensation_retry),
+            "tool_timeout": self.tool_timeout,
         }
 
 

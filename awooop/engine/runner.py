@@ -38,6 +38,7 @@ class Outcome(enum.Enum):
     CANCELLED = "cancelled"  # an operator cancelled it; compensated
     RETRY_SCHEDULED = "retry_scheduled"  # released until its retry timer
     PAUSED = "paused"  # an operator paused it; handed back at a step boundary
+    WAITING_TOOL = "waiting_tool"  # a tool call is out; released until its result
     ESCALATED = "escalated"  # waiting for a person (manual intervention)
     LEASE_LOST = "lease_lost"  # reaped or re-claimed while we ran: stopped without writing
     RELEASED = "released"  # this worker cannot run the workflow; handed back for another
@@ -49,6 +50,7 @@ _SEGMENT_ENDS = {
     "compensated": Outcome.FAILED,
     "retry": Outcome.RETRY_SCHEDULED,
     "escalate": Outcome.ESCALATED,
+    "wait_tool": Outcome.WAITING_TOOL,
 }
 
 
@@ -177,6 +179,12 @@ def _attempt(
         "effect_id": ctx.effect_id,
         "command_id": ctx.command_id,
     }
+    if nxt.step.is_tool and nxt.phase == saga.FORWARD:
+        delivered = saga.tool_result(journal, nxt)
+        if delivered is not None:  # the call's result came in: it is this attempt's outcome
+            entry.update(status=delivered["status"], tool_event_id=delivered.get("event_id"))
+            entry.update({k: delivered[k] for k in ("output", "error") if k in delivered})
+            return entry
     handler = nxt.step.handler if nxt.phase == saga.FORWARD else nxt.step.compensate
     assert handler is not None
     started = time.monotonic()
@@ -190,7 +198,8 @@ def _attempt(
     except Exception as exc:
         entry.update(status=saga.FAILED, error=f"{type(exc).__name__}: {exc}"[:1000])
     else:
-        entry.update(status=saga.SUCCEEDED, output=output)
+        dispatched = nxt.step.is_tool and nxt.phase == saga.FORWARD
+        entry.update(status=saga.DISPATCHED if dispatched else saga.SUCCEEDED, output=output)
     entry["duration_ms"] = round((time.monotonic() - started) * 1000, 3)
     return entry
 
@@ -250,6 +259,9 @@ def _write_change(
         return runs.retry_later(
             conn, claim, d.entries, d.delay, nxt.step.name, nxt.phase, nxt.attempt
         )
+    if d.kind == "wait_tool":
+        assert nxt is not None
+        return runs.wait_for_tool(conn, claim, d.entries, nxt.step.name, nxt.attempt, d.delay)
     if d.kind == "escalate":
         return runs.escalate(conn, claim, d.entries, d.failure_code or "", d.failure_reason or "")
     raise AssertionError(f"unknown decision {d.kind}")

@@ -12,9 +12,10 @@ import uuid
 
 from sqlalchemy import Engine
 
+from awooop import db
 from awooop.config import Settings
 from awooop.engine import identity
-from awooop.store import dedupe, runs, timers
+from awooop.store import dedupe, runs, timers, tools
 
 log = logging.getLogger("awooop.engine.sweeps")
 
@@ -67,22 +68,43 @@ def prune_dedupe_once(engine: Engine, settings: Settings) -> int:
 
 
 def fire_due_timers_once(engine: Engine, settings: Settings) -> list[timers.FiredTimer]:
-    """Fire every due timer (in batches); returns them. Stale ones are skipped, not fired."""
+    """Fire every due timer, in batches; returns the fired ones whose run should be nudged.
+
+    Each batch is one transaction: the timers are marked FIRED (or SKIPPED when stale) and
+    their effects on the runs are applied together, so a crash loses neither. A retry timer's
+    effect is only the nudge; a tool timeout records the missing result and frees the run.
+    """
     fired: list[timers.FiredTimer] = []
+    skipped = 0
     while True:
-        with engine.connect() as conn:
+        with db.transaction(engine) as conn:
             batch = timers.fire_due(conn, identity.worker_id(), settings.timer_batch_size)
-        fired += batch
+            for timer in batch:
+                if not timer.fired:
+                    skipped += 1
+                    continue
+                if timer.kind == "tool_timeout":
+                    assert timer.step is not None and timer.attempt is not None
+                    if not tools.time_out(
+                        conn,
+                        timer.run_id,
+                        timer.step,
+                        timer.attempt,
+                        timer.expected_version,
+                        timer.timer_id,
+                    ):
+                        continue
+                fired.append(timer)
         if len(batch) < settings.timer_batch_size:
             break
-    if fired:
+    if fired or skipped:
         log.info(
             "due timers fired",
             extra={
                 "action": "timers_fired",
-                "fired": sum(t.fired for t in fired),
-                "skipped": sum(not t.fired for t in fired),
-                "max_late_s": round(max(t.late_by for t in fired), 3),
+                "fired": len(fired),
+                "skipped": skipped,
+                "max_late_s": round(max((t.late_by for t in fired), default=0.0), 3),
             },
         )
     return fired

@@ -6,6 +6,7 @@ migrations and these models do not drift.
 
 from awooop.models.base import Base, metadata
 from awooop.models.dedupe import ChannelEventDedupe
+from awooop.models.inbox import InboxEntry
 from awooop.models.project import Credential, Project
 from awooop.models.run import RunEvent, RunState
 from awooop.models.timer import Timer
@@ -14,6 +15,7 @@ __all__ = [
     "Base",
     "ChannelEventDedupe",
     "Credential",
+    "InboxEntry",
     "Project",
     "RunEvent",
     "RunState",

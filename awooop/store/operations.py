@@ -23,7 +23,7 @@ OPERATIONS: dict[str, tuple[str, str]] = {
         f"t.control_state = 'ACTIVE' AND t.status NOT IN {_TERMINAL}",
     ),
     "resume": (
-        "control_state = 'ACTIVE', available_at = now(), enqueued_at = now()",
+        "control_state = 'ACTIVE', enqueued_at = now()",
         "t.control_state = 'PAUSED'",
     ),
     # A running run turns back at its next step boundary; a waiting one is resumed so a
@@ -71,6 +71,13 @@ WITH prior AS (
       AND ({precondition})
     RETURNING r.run_id, t.status AS from_status, r.status AS to_status, r.version,
               r.saga_status, r.control_state
+), rearmed AS (
+    -- Pause and resume do not move the saga: its pending timers (deferred while paused)
+    -- stay valid at the new version.
+    UPDATE awooop_timer tm SET expected_version = c.version
+    FROM changed c
+    WHERE tm.run_id = c.run_id AND tm.state = 'PENDING'
+      AND CAST(:operation AS text) IN ('pause', 'resume')
 ), history AS (
     INSERT INTO awooop_run_event
         (run_id, kind, from_status, to_status, trigger, trigger_id, actor, detail)

@@ -262,6 +262,33 @@ SELECT count(*) FROM changed
 """
 )
 
+# A tool call went out: release the worker until the result, or the timeout timer.
+_WAIT_TOOL = text(
+    f"""
+WITH changed AS (
+    UPDATE awooop_run_state
+    SET {_JOURNAL_APPEND},
+        status = 'WAITING_TOOL',
+        current_step = :step,
+        lease_until = NULL,
+        attempt_count = 0,
+        version = version + 1,
+        updated_at = now()
+    WHERE {_FENCE}
+    RETURNING run_id, status, version
+), timer AS (
+    INSERT INTO awooop_timer (timer_id, run_id, kind, step, attempt, due_at, expected_version)
+    SELECT :timer_id, run_id, 'tool_timeout', :step, :attempt,
+           now() + make_interval(secs => :timeout), version
+    FROM changed
+    ON CONFLICT (timer_id) DO NOTHING
+), history AS ({_HISTORY})
+SELECT count(*) FROM changed
+"""
+)
+
+states.check_transition(states.RUNNING, states.WAITING_TOOL)
+
 # A person must look: WAITING_APPROVAL / MANUAL_INTERVENTION (DESIGN §4). The lease is
 # released; the reaper never touches WAITING_* runs.
 _ESCALATE = text(
@@ -405,6 +432,31 @@ def retry_later(
         timer_id=timer_id,
         step=step,
         attempt=attempt,
+    )
+
+
+def wait_for_tool(
+    conn: Connection,
+    c: Claim,
+    entries: list[dict[str, Any]],
+    step: str,
+    attempt: int,
+    timeout: float,
+) -> bool:
+    """Release the run to WAITING_TOOL and set the tool-result timeout timer, fenced."""
+    timer_id = f"{c.run_id}:forward:{step}:tool_timeout:{attempt}"
+    detail = {"step": step, "attempt": attempt, "timeout": timeout}
+    return _change(
+        conn,
+        _WAIT_TOOL,
+        c,
+        entries,
+        "wait_tool",
+        detail,
+        step=step,
+        attempt=attempt,
+        timeout=timeout,
+        timer_id=timer_id,
     )
 
 

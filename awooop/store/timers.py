@@ -29,8 +29,8 @@ SET state = CASE WHEN r.version = t.expected_version THEN 'FIRED' ELSE 'SKIPPED'
     fired_at = now()
 FROM due, awooop_run_state r
 WHERE t.timer_id = due.timer_id AND r.run_id = t.run_id
-RETURNING t.timer_id, t.run_id, t.kind, t.state, t.fencing_token,
-          extract(epoch FROM now() - t.due_at) AS late_by
+RETURNING t.timer_id, t.run_id, t.kind, t.step, t.attempt, t.expected_version, t.state,
+          t.fencing_token, extract(epoch FROM now() - t.due_at) AS late_by
 """
 )
 
@@ -43,13 +43,24 @@ class FiredTimer:
     fired: bool  # False: skipped as stale
     fencing_token: int
     late_by: float
+    step: str | None = None
+    attempt: int | None = None
+    expected_version: int = 0
 
 
 def fire_due(conn: Connection, sweeper: str, batch_size: int) -> list[FiredTimer]:
     rows = conn.execute(_FIRE_DUE, {"sweeper": sweeper, "batch_size": batch_size})
     return [
         FiredTimer(
-            r.timer_id, r.run_id, r.kind, r.state == "FIRED", r.fencing_token, float(r.late_by)
+            r.timer_id,
+            r.run_id,
+            r.kind,
+            r.state == "FIRED",
+            r.fencing_token,
+            float(r.late_by),
+            r.step,
+            r.attempt,
+            r.expected_version,
         )
         for r in rows
     ]

@@ -31,5 +31,4 @@ def prune_dedupe() -> int:
 @app.task(name="awooop.sweeps.fire_due_timers")
 def fire_due_timers() -> int:
     fired = sweeps.fire_due_timers_once(db.get_engine(), get_settings())
-    # Today's timers are retry wake-ups: their effect is a nudge to the run.
-    return runs.enqueue([t.run_id for t in fired if t.fired and t.kind == "retry"])
+    return runs.enqueue([t.run_id for t in fired])

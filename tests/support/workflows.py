@@ -228,3 +228,37 @@ UNDO_NEEDS_FIX = register(
         ],
     )
 )
+
+
+def _dispatch(ctx: StepContext) -> dict[str, Any]:
+    """Sends the (pretend) asynchronous call; the test delivers its result."""
+    _note(ctx, f"dispatch:{ctx.step}")
+    return {"correlation_id": ctx.effect_id}
+
+
+TOOL = register(
+    Workflow(
+        "test-tool",
+        1,
+        [
+            Step("a", _do, compensate=_undo),
+            Step("diagnose", _dispatch, tool_timeout=30.0),
+            Step("report", _do),
+        ],
+    )
+)
+TOOL_SHORT = register(
+    Workflow(
+        "test-tool-timeout",
+        1,
+        [
+            Step("a", _do, compensate=_undo),
+            Step(
+                "diagnose",
+                _dispatch,
+                tool_timeout=0.1,
+                retry=RetryPolicy(max_retries=1, base_delay=0.0, jitter=0.0),
+            ),
+        ],
+    )
+)

@@ -1,0 +1,84 @@
+"""Asynchronous tool results (WAITING_TOOL, DESIGN §5): the engine API behind
+``POST /v1/projects/{project_id}/runs/{run_id}/tool-results``.
+
+A tool step's handler dispatches a call and the run waits, with no worker, for its result.
+A result is accepted once per event id (``awooop_inbox``); the run becomes claimable and the
+next worker turns the result into the step's outcome (success, transient failure — retried
+by the step's policy, which dispatches again with the same effect id — or rejection). A result
+that arrives when the run is no longer waiting on that step (it timed out and moved on, or
+finished) is late: kept in the run's history, with no effect.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from sqlalchemy import Engine
+
+from awooop import errors
+from awooop.channels.base import digest
+from awooop.domain import saga
+from awooop.store import tools
+
+log = logging.getLogger("awooop.engine.tools")
+
+RESULT_STATUSES = {"succeeded": saga.SUCCEEDED, "failed": saga.FAILED, "rejected": saga.REJECTED}
+
+
+def deliver_result(
+    engine: Engine,
+    project_id: str,
+    run_id: uuid.UUID | str,
+    *,
+    event_id: Any,
+    step: Any,
+    status: Any,
+    output: Any = None,
+    error: Any = None,
+) -> tools.Delivery:
+    """Validate and deliver one result (the arguments may come straight from JSON)."""
+    if not (isinstance(event_id, str) and 0 < len(event_id) <= 256):
+        raise errors.MalformedRequest("event_id must be a string of 1 to 256 characters")
+    if not (isinstance(step, str) and 0 < len(step) <= 128):
+        raise errors.MalformedRequest("step must be the name of the tool step")
+    if status not in RESULT_STATUSES:
+        raise errors.MalformedRequest(f"status must be one of {sorted(RESULT_STATUSES)}")
+    if error is not None and not isinstance(error, str):
+        raise errors.MalformedRequest("error must be a string")
+    result: dict[str, Any] = {"status": RESULT_STATUSES[status]}
+    if status == "succeeded":
+        result["output"] = output
+    else:
+        result["error"] = (error or status)[:1000]
+    request_digest = digest({"step": step, **result})
+    with engine.connect() as conn:
+        try:
+            delivery = tools.deliver(
+                conn, project_id, run_id, event_id, step, result, request_digest
+            )
+        except tools.RunNotFound:
+            raise errors.NotFound("no such run in this project") from None
+    if delivery.duplicate and not delivery.digest_matches:
+        raise errors.IdempotencyKeyReused(
+            "this event id was already delivered with a different result"
+        )
+    action = (
+        "tool_result_duplicate"
+        if delivery.duplicate
+        else "tool_result_accepted"
+        if delivery.accepted
+        else "tool_result_late"
+    )
+    log.info(
+        "tool result",
+        extra={
+            "action": action,
+            "run_id": str(run_id),
+            "project_id": project_id,
+            "step": step,
+            "event_id": event_id,
+        },
+    )
+    return delivery

@@ -1,0 +1,23 @@
+"""``awooop_inbox``: asynchronous results and callbacks, each accepted once (DESIGN §2)."""
+
+import uuid
+from datetime import datetime
+
+from sqlalchemy import DateTime, String, func
+from sqlalchemy.dialects.postgresql import UUID
+from sqlalchemy.orm import Mapped, mapped_column
+
+from awooop.models.base import Base
+
+
+class InboxEntry(Base):
+    __tablename__ = "awooop_inbox"
+
+    consumer: Mapped[str] = mapped_column(String(64), primary_key=True)
+    event_id: Mapped[str] = mapped_column(String(256), primary_key=True)
+    run_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    # SHA-256 of the canonical payload: the same event id with another payload is refused.
+    request_digest: Mapped[str] = mapped_column(String(64), nullable=False)
+    received_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )

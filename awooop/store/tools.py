@@ -1,0 +1,172 @@
+"""Asynchronous tool results: accepted once (``awooop_inbox``), or timed out by a timer."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from awooop.domain import states
+
+INBOX_CONSUMER = "tool-results"
+
+states.check_transition(states.WAITING_TOOL, states.PENDING)
+
+# The dispatched attempt of :step, read from the journal.
+_DISPATCHED_ATTEMPT = """(
+    SELECT max((e ->> 'attempt')::int) FROM jsonb_array_elements(t.saga_steps) e
+    WHERE e ->> 'step' = :step AND e ->> 'status' = 'DISPATCHED'
+)"""
+
+# One statement: remember the event id (a repeat is a duplicate); if the run is waiting on
+# this step, append the result to the journal and make the run claimable again. A result
+# that finds the run elsewhere is late: kept in the history only.
+_DELIVER = text(
+    f"""
+WITH target AS (
+    SELECT run_id, status, current_step, version, saga_steps
+    FROM awooop_run_state
+    WHERE run_id = :run_id AND project_id = :project_id
+    FOR UPDATE
+), inbox AS (
+    INSERT INTO awooop_inbox (consumer, event_id, run_id, request_digest)
+    SELECT :consumer, :event_id, run_id, :digest FROM target
+    ON CONFLICT (consumer, event_id) DO NOTHING
+    RETURNING event_id
+), seen AS (
+    SELECT request_digest FROM awooop_inbox WHERE consumer = :consumer AND event_id = :event_id
+), accepted AS (
+    UPDATE awooop_run_state r
+    SET saga_steps = r.saga_steps || jsonb_build_array(
+            CAST(:entry AS jsonb) || jsonb_build_object(
+                'attempt', {_DISPATCHED_ATTEMPT}, 'recorded_at', now())),
+        status = 'PENDING',
+        available_at = now(),
+        enqueued_at = now(),
+        version = r.version + 1,
+        updated_at = now()
+    FROM target t
+    WHERE r.run_id = t.run_id
+      AND EXISTS (SELECT 1 FROM inbox)
+      AND t.status = 'WAITING_TOOL' AND t.current_step = :step
+    RETURNING r.run_id
+), history AS (
+    INSERT INTO awooop_run_event
+        (run_id, kind, from_status, to_status, trigger, trigger_id, detail)
+    SELECT t.run_id,
+           CASE WHEN EXISTS (SELECT 1 FROM accepted) THEN 'transition' ELSE 'late_result' END,
+           t.status,
+           CASE WHEN EXISTS (SELECT 1 FROM accepted) THEN 'PENDING' ELSE t.status END,
+           'tool', :event_id, CAST(:detail AS jsonb)
+    FROM target t
+    WHERE EXISTS (SELECT 1 FROM inbox)
+)
+SELECT t.status,
+       EXISTS (SELECT 1 FROM inbox) AS first_delivery,
+       EXISTS (SELECT 1 FROM accepted) AS accepted,
+       (SELECT request_digest FROM seen) AS known_digest
+FROM target t
+"""
+)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """``accepted``: the run resumes with it. ``duplicate``: this event id was seen before
+    (``digest_matches`` False: with another payload). Neither: late, kept in the history."""
+
+    accepted: bool
+    duplicate: bool
+    digest_matches: bool
+    run_status: str
+
+
+class RunNotFound(LookupError):
+    pass
+
+
+def deliver(
+    conn: Connection,
+    project_id: str,
+    run_id: uuid.UUID | str,
+    event_id: str,
+    step: str,
+    result: dict[str, Any],
+    digest: str,
+) -> Delivery:
+    entry = {"phase": "tool_result", "step": step, "event_id": event_id, **result}
+    detail = {"step": step, "status": result["status"]}
+    row = conn.execute(
+        _DELIVER,
+        {
+            "run_id": run_id,
+            "project_id": project_id,
+            "consumer": INBOX_CONSUMER,
+            "event_id": event_id,
+            "digest": digest,
+            "step": step,
+            "entry": json.dumps(entry),
+            "detail": json.dumps(detail),
+        },
+    ).first()
+    if row is None:
+        raise RunNotFound(str(run_id))
+    return Delivery(
+        accepted=row.accepted,
+        duplicate=not row.first_delivery,
+        digest_matches=row.known_digest in (None, digest),
+        run_status=row.status,
+    )
+
+
+# The tool timeout timer fired: the missing result is a transient failure of that attempt.
+_TIME_OUT = text(
+    """
+WITH changed AS (
+    UPDATE awooop_run_state r
+    SET saga_steps = r.saga_steps || jsonb_build_array(jsonb_build_object(
+            'phase', 'tool_result', 'step', CAST(:step AS text), 'attempt', :attempt,
+            'status', 'FAILED', 'error', 'no tool result within the timeout',
+            'recorded_at', now())),
+        status = 'PENDING',
+        available_at = now(),
+        enqueued_at = now(),
+        version = r.version + 1,
+        updated_at = now()
+    WHERE r.run_id = :run_id AND r.status = 'WAITING_TOOL' AND r.current_step = :step
+      AND r.version = :expected_version
+    RETURNING r.run_id
+)
+INSERT INTO awooop_run_event (run_id, kind, from_status, to_status, trigger, trigger_id, detail)
+SELECT run_id, 'transition', 'WAITING_TOOL', 'PENDING', 'timer', :timer_id,
+       jsonb_build_object('timeout', 'tool_result', 'step', CAST(:step AS text))
+FROM changed
+"""
+)
+
+
+def time_out(
+    conn: Connection,
+    run_id: uuid.UUID,
+    step: str,
+    attempt: int,
+    expected_version: int,
+    timer_id: str,
+) -> bool:
+    """Apply a fired tool timeout; False when the run had moved on (the result won)."""
+    return (
+        conn.execute(
+            _TIME_OUT,
+            {
+                "run_id": run_id,
+                "step": step,
+                "attempt": attempt,
+                "expected_version": expected_version,
+                "timer_id": timer_id,
+            },
+        ).rowcount
+        == 1
+    )

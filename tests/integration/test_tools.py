@@ -1,0 +1,146 @@
+"""Tool steps: WAITING_TOOL, results through the HTTP API, the inbox, timeouts, late results."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from awooop.engine import runner, sweeps
+from tests.integration.conftest import queued_messages
+from tests.support import db
+from tests.support import runs as test_runs
+from tests.support import workflows as wf
+
+
+def deliver(client, project, run_id, **body):  # type: ignore[no-untyped-def]
+    body = {"event_id": "evt-1", "step": "diagnose", "status": "succeeded", **body}
+    return client.post(
+        f"/v1/projects/{project['project_id']}/runs/{run_id}/tool-results",
+        headers={
+            "Authorization": f"Bearer {project['api_token']}",
+            "Content-Type": "application/json",
+        },
+        data=json.dumps(body),
+    )
+
+
+def test_tool_step_releases_the_worker_and_the_result_resumes_the_run(
+    client, engine, project, settings, redis_client
+):
+    run_id = test_runs.admit(engine, project["project_id"], "test-tool")
+
+    assert runner.execute(engine, settings, run_id) == runner.Outcome.WAITING_TOOL
+    row = db.run(engine, run_id)
+    assert (row["status"], row["current_step"], row["lease_until"]) == (
+        "WAITING_TOOL",
+        "diagnose",
+        None,
+    )
+    assert sweeps.reap_once(engine) == []  # the reaper leaves waiting runs alone
+
+    response = deliver(client, project, run_id, output={"disk": "91%"})
+    assert (response.status_code, response.json) == (202, {"status": "accepted"})
+    assert queued_messages(redis_client) == 1
+    assert runner.execute(engine, settings, run_id) == runner.Outcome.COMPLETED
+
+    journal = db.run(engine, run_id)["saga_steps"]
+    diagnose = [
+        (e["phase"], e.get("status"), e.get("output")) for e in journal if e["step"] == "diagnose"
+    ]
+    assert diagnose == [
+        ("forward", "DISPATCHED", {"correlation_id": f"{run_id}:diagnose:forward"}),
+        ("tool_result", "SUCCEEDED", {"disk": "91%"}),
+        ("forward", "SUCCEEDED", {"disk": "91%"}),
+    ]
+    assert wf.CALLS[str(run_id)] == ["do:a", "dispatch:diagnose", "do:report"]
+
+
+def test_a_duplicate_result_is_accepted_once(client, engine, project, settings):
+    run_id = test_runs.admit(engine, project["project_id"], "test-tool")
+    runner.execute(engine, settings, run_id)
+
+    first = deliver(client, project, run_id, output={"n": 1})
+    again = deliver(client, project, run_id, output={"n": 1})
+    changed = deliver(client, project, run_id, output={"n": 2})
+
+    assert first.status_code == 202
+    assert (again.status_code, again.json["code"]) == (200, "E-IDEMPOTENT-001")
+    assert (changed.status_code, changed.json["error"]["code"]) == (422, "E-IDEMPOTENT-002")
+    results = [e for e in db.run(engine, run_id)["saga_steps"] if e["phase"] == "tool_result"]
+    assert len(results) == 1
+
+
+def test_a_rejected_tool_result_compensates(client, engine, project, settings):
+    run_id = test_runs.admit(engine, project["project_id"], "test-tool")
+    runner.execute(engine, settings, run_id)
+
+    deliver(client, project, run_id, status="rejected", error="host is locked")
+
+    assert runner.execute(engine, settings, run_id) == runner.Outcome.FAILED
+    row = db.run(engine, run_id)
+    assert (row["saga_status"], row["failure_code"]) == ("COMPENSATED", "E-STEP-001")
+    assert "host is locked" in row["failure_reason"]
+    assert wf.CALLS[str(run_id)][-1] == "undo:a"
+
+
+def test_a_missing_result_times_out_and_the_call_is_dispatched_again(engine, project, settings):
+    run_id = test_runs.admit(engine, project["project_id"], "test-tool-timeout")
+    assert runner.execute(engine, settings, run_id) == runner.Outcome.WAITING_TOOL
+    time.sleep(0.15)
+
+    fired = sweeps.fire_due_timers_once(engine, settings)
+
+    assert [(t.kind, t.run_id) for t in fired] == [("tool_timeout", run_id)]
+    assert db.run(engine, run_id)["status"] == "PENDING"
+    # The timeout is a transient failure: retried, i.e. dispatched again, same effect id.
+    assert runner.execute(engine, settings, run_id) == runner.Outcome.RETRY_SCHEDULED
+    fired = sweeps.fire_due_timers_once(engine, settings)
+    assert runner.execute(engine, settings, run_id) == runner.Outcome.WAITING_TOOL
+    dispatches = [
+        e for e in db.run(engine, run_id)["saga_steps"] if e.get("status") == "DISPATCHED"
+    ]
+    assert [(e["attempt"], e["output"]["correlation_id"]) for e in dispatches] == [
+        (1, f"{run_id}:diagnose:forward"),
+        (2, f"{run_id}:diagnose:forward"),
+    ]
+
+
+def test_a_result_after_the_run_moved_on_is_late_and_changes_nothing(
+    client, engine, project, settings
+):
+    run_id = test_runs.admit(engine, project["project_id"], "test-tool-timeout")
+    runner.execute(engine, settings, run_id)
+    time.sleep(0.15)
+    sweeps.fire_due_timers_once(engine, settings)
+    runner.execute(engine, settings, run_id)  # retry scheduled
+    before = db.run(engine, run_id)
+
+    response = deliver(client, project, run_id, event_id="late-1")
+
+    assert (response.status_code, response.json["status"]) == (200, "late")
+    after = db.run(engine, run_id)
+    assert (after["status"], after["version"], after["saga_steps"]) == (
+        before["status"],
+        before["version"],
+        before["saga_steps"],
+    )
+    late = [e for e in db.events(engine, run_id) if e["kind"] == "late_result"]
+    assert [(e["trigger_id"], e["detail"]["status"]) for e in late] == [("late-1", "SUCCEEDED")]
+
+
+def test_tool_result_bad_input_is_refused_and_writes_nothing(client, engine, project, settings):
+    run_id = test_runs.admit(engine, project["project_id"], "test-tool")
+    runner.execute(engine, settings, run_id)
+    before = db.run(engine, run_id)
+
+    assert deliver(client, project, run_id, status="maybe").status_code == 400
+    assert deliver(client, project, run_id, event_id="").status_code == 400
+    assert deliver(client, project, "not-a-uuid").status_code == 404
+    wrong_token = client.post(
+        f"/v1/projects/{project['project_id']}/runs/{run_id}/tool-results",
+        headers={"Authorization": "Bearer nope", "Content-Type": "application/json"},
+        data="{}",
+    )
+    assert wrong_token.status_code == 401
+    assert db.run(engine, run_id) == before
+    assert db.count(engine, "awooop_inbox") == 0
