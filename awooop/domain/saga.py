@@ -152,6 +152,10 @@ class Decision:
         return self.kind in ("record", "turn_back")
 
 
+def _retryable(entry: dict[str, Any]) -> bool:
+    return bool(entry.get("retryable", True))
+
+
 def decide(
     workflow: Workflow,
     journal: Journal,
@@ -177,7 +181,7 @@ def decide(
             failure_code=MANUAL_INTERVENTION,
             failure_reason=f"step {nxt.step.name} halted: {entry.get('error')}",
         )
-    if status == FAILED and nxt.attempt <= nxt.step.retry.max_retries:
+    if status == FAILED and _retryable(entry) and nxt.attempt <= nxt.step.retry.max_retries:
         return Decision("retry", [entry], delay=nxt.step.retry.delay(nxt.attempt, rng))
     # A rejection, or a transient failure with no retry left: undo what succeeded.
     code = STEP_REJECTED if status == REJECTED else RETRIES_EXHAUSTED
@@ -219,7 +223,11 @@ def _decide_compensation(
                 "compensated", [entry], failure_code=cause["code"], failure_reason=cause["reason"]
             )
         return Decision("record", [entry])
-    if status == FAILED and nxt.attempt <= nxt.step.compensation_retry.max_retries:
+    if (
+        status == FAILED
+        and _retryable(entry)
+        and nxt.attempt <= nxt.step.compensation_retry.max_retries
+    ):
         return Decision("retry", [entry], delay=nxt.step.compensation_retry.delay(nxt.attempt, rng))
     return Decision(
         "escalate",

@@ -90,6 +90,8 @@ class RetryPolicy:
     factor: float = 2.0
     max_delay: float = 300.0
     jitter: float = 0.1
+    # Only these exceptions are retried; any other fails the step at once (then compensates).
+    retry_on: tuple[type[BaseException], ...] = (Exception,)
 
     def __post_init__(self) -> None:
         if (
@@ -99,6 +101,14 @@ class RetryPolicy:
             or not (0 <= self.jitter < 1)
         ):
             raise ValueError(f"invalid retry policy: {self}")
+
+    def retries(self, exc: BaseException) -> bool:
+        return isinstance(exc, self.retry_on)
+
+    def describe(self) -> dict[str, Any]:
+        shape: dict[str, Any] = {k: v for k, v in vars(self).items() if k != "retry_on"}
+        shape["retry_on"] = sorted(_name(t) or "" for t in self.retry_on)
+        return shape
 
     def delay(self, retry: int, rng: random.Random | None = None) -> float:
         """Seconds to wait before retry number ``retry`` (1-based)."""
@@ -138,8 +148,8 @@ class Step:
             "name": self.name,
             "handler": _name(self.handler),
             "compensate": _name(self.compensate),
-            "retry": vars(self.retry),
-            "compensation_retry": vars(self.compensation_retry),
+            "retry": self.retry.describe(),
+            "compensation_retry": self.compensation_retry.describe(),
             "tool_timeout": self.tool_timeout,
         }
 

@@ -197,6 +197,9 @@ def _attempt(
         entry.update(status=saga.HALTED, error=str(exc) or "halted")
     except Exception as exc:
         entry.update(status=saga.FAILED, error=f"{type(exc).__name__}: {exc}"[:1000])
+        policy = nxt.step.retry if nxt.phase == saga.FORWARD else nxt.step.compensation_retry
+        if not policy.retries(exc):
+            entry["retryable"] = False
     else:
         dispatched = nxt.step.is_tool and nxt.phase == saga.FORWARD
         entry.update(status=saga.DISPATCHED if dispatched else saga.SUCCEEDED, output=output)

@@ -649,3 +649,19 @@ def release(conn: Connection, c: Claim, delay_seconds: float, reason: str) -> bo
         ).rowcount
         == 1
     )
+
+
+_ACTIVE_DEFINITIONS = text(
+    """
+SELECT workflow_name, workflow_version, workflow_digest, count(*) AS runs
+FROM awooop_run_state
+WHERE status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')
+GROUP BY workflow_name, workflow_version, workflow_digest
+ORDER BY workflow_name, workflow_version
+"""
+)
+
+
+def active_definitions(conn: Connection) -> list[tuple[str, int, str, int]]:
+    """(name, version, digest, runs) of every workflow definition unfinished runs use."""
+    return [tuple(r) for r in conn.execute(_ACTIVE_DEFINITIONS)]

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 
 from celery import Celery
-from celery.signals import worker_process_init
+from celery.signals import worker_process_init, worker_ready
 
 from awooop import db, logs
 from awooop.config import get_settings
@@ -26,3 +27,15 @@ def _after_fork(**_: object) -> None:
     # A stop request reaches the whole process group; the parent's warm shutdown lets the
     # current step finish, so the child ignores SIGTERM (a crash is survived anyway).
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+@worker_ready.connect
+def _check_definitions(**_: object) -> None:
+    from awooop.engine import startup
+
+    try:
+        startup.missing_definitions(db.get_engine())
+    except Exception:  # a start-up check must not keep the worker from starting
+        logging.getLogger("awooop.tasks").exception(
+            "could not check workflow definitions", extra={"action": "startup_check_failed"}
+        )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -212,3 +213,35 @@ def test_a_run_finishes_on_the_workflow_version_it_started_with(engine, project,
     row = db.run(engine, run_id)
     assert (row["workflow_version"], row["output"]) == (1, {"version": 1})
     assert [e["step"] for e in row["saga_steps"]] == ["only"]
+
+
+def test_runs_on_a_definition_this_worker_lacks_are_reported_at_start_up(
+    engine, project, settings, caplog
+):
+    from awooop.engine import startup
+
+    known = test_runs.admit(engine, project["project_id"], "noop-3")
+    lacking = test_runs.admit(engine, project["project_id"], "noop-3")
+    with engine.connect() as conn:
+        conn.execute(
+            text("UPDATE awooop_run_state SET workflow_version = 7 WHERE run_id = :r"),
+            {"r": lacking},
+        )
+
+    logger = logging.getLogger("awooop.engine.startup")
+    logger.addHandler(caplog.handler)  # the awooop loggers do not propagate to the root
+    try:
+        missing = startup.missing_definitions(engine)
+    finally:
+        logger.removeHandler(caplog.handler)
+
+    assert missing == [
+        {
+            "workflow": "noop-3",
+            "version": 7,
+            "digest": db.run(engine, lacking)["workflow_digest"],
+            "runs": 1,
+        }
+    ]
+    assert db.run(engine, known)["status"] == "PENDING"  # nothing is failed
+    assert "workflow_definition_missing" in [getattr(r, "action", "") for r in caplog.records]

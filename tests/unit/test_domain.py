@@ -71,3 +71,36 @@ def test_registry_keeps_old_versions_and_refuses_a_changed_redefinition():
 def test_builtin_demo_workflow_for_every_channel():
     for channel in ("telegram", "alertmanager", "gitea", "line", "api"):
         assert registry.latest(f"demo-{channel}") is not None
+
+
+def test_retry_delays_grow_exponentially_up_to_the_cap():
+    from awooop.domain.workflow import RetryPolicy
+
+    policy = RetryPolicy(max_retries=5, base_delay=1.0, factor=2.0, max_delay=5.0, jitter=0.0)
+    assert [policy.delay(n) for n in range(1, 6)] == [1.0, 2.0, 4.0, 5.0, 5.0]
+
+
+def test_retry_jitter_stays_within_its_fraction():
+    import random
+
+    from awooop.domain.workflow import RetryPolicy
+
+    policy = RetryPolicy(max_retries=1, base_delay=10.0, jitter=0.2)
+    delays = [policy.delay(1, random.Random(seed)) for seed in range(200)]
+    assert min(delays) >= 8.0 and max(delays) <= 12.0
+    assert len(set(delays)) > 100
+
+
+def test_only_listed_errors_are_retried():
+    from awooop.domain import saga
+    from awooop.domain.workflow import RetryPolicy
+
+    step = Step("s", _step, retry=RetryPolicy(max_retries=3, retry_on=(TimeoutError,)))
+    workflow = Workflow("w", 1, [step])
+    nxt = saga.next_step(workflow, [])
+    assert nxt is not None
+    retryable = {"step": "s", "phase": "forward", "attempt": 1, "status": "FAILED"}
+
+    assert saga.decide(workflow, [], nxt, retryable).kind == "retry"
+    assert saga.decide(workflow, [], nxt, {**retryable, "retryable": False}).kind == "compensated"
+    assert step.retry.retries(TimeoutError()) and not step.retry.retries(ValueError())
