@@ -9,6 +9,8 @@ The journal (``saga_steps``) is an append-only list of entries:
   cause. Written once, when the saga turns backwards; never recomputed.
 - ``phase: "reset"`` — an operator's "retry compensation": attempts before it no longer
   count against the retry budgets.
+- ``phase: "resolve"`` — one per resolver poll of a step whose outcome was UNKNOWN; when
+  the resolver settles it, a forward entry with the settled status follows.
 - a tool step's attempt has a ``status: "DISPATCHED"`` forward entry when its call went
   out, then a ``phase: "tool_result"`` entry when the result (or its timeout) came in; the
   next worker turns that result into the attempt's outcome.
@@ -30,17 +32,20 @@ FORWARD = "forward"
 COMPENSATE = "compensate"
 PLAN = "plan"
 RESET = "reset"
+RESOLVE = "resolve"
 
 SUCCEEDED = "SUCCEEDED"
 FAILED = "FAILED"  # transient: may be retried
 REJECTED = "REJECTED"
 HALTED = "HALTED"
+UNKNOWN = "UNKNOWN"  # the effect may or may not have happened: resolve it
 DISPATCHED = "DISPATCHED"  # a tool call went out; not an outcome
 TOOL_RESULT = "tool_result"
 
 # Run failure codes (``failure_code``).
 STEP_REJECTED = "E-STEP-001"
 RETRIES_EXHAUSTED = "E-STEP-002"
+OUTCOME_UNKNOWN = "E-STEP-003"  # unresolved: a person must decide
 MANUAL_INTERVENTION = "E-SAGA-001"
 CANCELLED = "E-SAGA-002"  # an operator cancelled the run
 
@@ -75,6 +80,16 @@ def recorded_attempts(journal: Journal, step: str, phase: str) -> int:
     )
 
 
+def _unsettled(journal: Journal, step: str) -> bool:
+    """Whether the step's latest forward outcome is UNKNOWN (so it must be resolved)."""
+    outcomes = [
+        e
+        for e in journal
+        if e.get("phase") == FORWARD and e.get("step") == step and e.get("status") != DISPATCHED
+    ]
+    return bool(outcomes) and outcomes[-1].get("status") == UNKNOWN
+
+
 def tool_result(journal: Journal, nxt: Next) -> dict[str, Any] | None:
     """The result delivered for this attempt of a tool step, if any."""
     return next(
@@ -106,6 +121,14 @@ def next_step(workflow: Workflow, journal: Journal) -> Next | None:
     if plan is None:
         done = forward_outputs(journal)
         candidates = [(s, FORWARD) for s in workflow.steps if s.name not in done]
+        if candidates and _unsettled(journal, candidates[0][0].name):
+            step = candidates[0][0]
+            return Next(
+                step=step,
+                index=workflow.step_index(step.name),
+                phase=RESOLVE,
+                attempt=recorded_attempts(journal, step.name, RESOLVE) + 1,
+            )
     else:
         undone = {
             e["step"]
@@ -137,7 +160,9 @@ class Decision:
       - ``compensated``: append the entry (and an empty plan when nothing needs undoing),
         run FAILED with ``failure_code``, saga COMPENSATED;
       - ``escalate``: append the entry, run WAITING_APPROVAL, saga MANUAL_INTERVENTION;
-      - ``wait_tool``: append the dispatch entry, run WAITING_TOOL until the result.
+      - ``wait_tool``: append the dispatch entry, run WAITING_TOOL until the result;
+      - ``resolve``: append the entry, saga WAITING_RESOLUTION, poll the resolver after
+        ``delay`` seconds.
     """
 
     kind: str
@@ -168,6 +193,19 @@ def decide(
     after = [*journal, entry]
     if status == DISPATCHED:
         return Decision("wait_tool", [entry], delay=nxt.step.tool_timeout or 0.0)
+    if nxt.phase == RESOLVE:
+        return _decide_resolution(workflow, journal, nxt, entry, rng)
+    if status == UNKNOWN:
+        resolver = nxt.step.resolver
+        if resolver is None:
+            return Decision(
+                "escalate",
+                [entry],
+                failure_code=OUTCOME_UNKNOWN,
+                failure_reason=f"step {nxt.step.name}: outcome unknown "
+                f"({entry.get('error')}) and no resolver",
+            )
+        return Decision("resolve", [entry], delay=resolver.poll_interval)
     if nxt.phase == COMPENSATE:
         return _decide_compensation(journal, nxt, entry, after, rng)
     if status == SUCCEEDED:
@@ -194,6 +232,41 @@ def decide(
     if not plan["steps"]:
         return Decision("compensated", [entry, plan], failure_code=code, failure_reason=reason)
     return Decision("turn_back", [entry, plan], failure_code=code, failure_reason=reason)
+
+
+def _decide_resolution(
+    workflow: Workflow,
+    journal: Journal,
+    nxt: Next,
+    entry: dict[str, Any],
+    rng: random.Random | None,
+) -> Decision:
+    """A resolver poll: settle the step (as if it had just run), poll again, or escalate."""
+    status = entry["status"]
+    resolver = nxt.step.resolver
+    if status in (SUCCEEDED, REJECTED):
+        attempt = recorded_attempts(journal, nxt.step.name, FORWARD)
+        settled = {k: v for k, v in entry.items() if k not in ("phase", "attempt")}
+        settled.update(phase=FORWARD, attempt=attempt, resolved=True)
+        forward = Next(nxt.step, nxt.index, FORWARD, attempt)
+        follow = decide(workflow, [*journal, entry], forward, settled, rng)
+        return Decision(
+            follow.kind,
+            [entry, *follow.entries],
+            delay=follow.delay,
+            failure_code=follow.failure_code,
+            failure_reason=follow.failure_reason,
+            output=follow.output,
+        )
+    if resolver is not None and nxt.attempt < resolver.max_polls:
+        return Decision("resolve", [entry], delay=resolver.poll_interval)
+    return Decision(
+        "escalate",
+        [entry],
+        failure_code=OUTCOME_UNKNOWN,
+        failure_reason=f"step {nxt.step.name}: outcome still unknown after "
+        f"{nxt.attempt} resolver polls",
+    )
 
 
 def _decide_compensation(

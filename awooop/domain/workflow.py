@@ -77,6 +77,30 @@ class Halt(Exception):
     """Stop and hand the run to a person (manual intervention)."""
 
 
+class Unknown(Exception):
+    """The step cannot tell whether its effect happened: resolve it (the step's resolver),
+    or hand it to a person when there is none."""
+
+
+@dataclass(frozen=True)
+class Resolver:
+    """Finds out what happened to a step whose outcome is unknown.
+
+    ``check(ctx)`` returns the step's output if the effect happened, raises :class:`Reject` if
+    it did not (then the saga compensates), or raises :class:`Unknown` to be asked again in
+    ``poll_interval`` seconds, at most ``budget`` seconds in all (counted in polls, so no clock
+    is needed); then a person decides.
+    """
+
+    check: Callable[[StepContext], Any]
+    budget: float = 300.0
+    poll_interval: float = 10.0
+
+    @property
+    def max_polls(self) -> int:
+        return max(1, int(self.budget // max(self.poll_interval, 0.001)))
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """Transient failures: up to ``max_retries`` more attempts, exponential back-off.
@@ -138,6 +162,7 @@ class Step:
     # (``POST …/runs/{run_id}/tool-results``) at most this many seconds; a missing result
     # is a transient failure (retried by ``retry``: the call is dispatched again).
     tool_timeout: float | None = None
+    resolver: Resolver | None = None
 
     @property
     def is_tool(self) -> bool:
@@ -151,6 +176,13 @@ class Step:
             "retry": self.retry.describe(),
             "compensation_retry": self.compensation_retry.describe(),
             "tool_timeout": self.tool_timeout,
+            "resolver": None
+            if self.resolver is None
+            else {
+                "check": _name(self.resolver.check),
+                "budget": self.resolver.budget,
+                "poll_interval": self.resolver.poll_interval,
+            },
         }
 
 

@@ -1,4 +1,5 @@
-"""Steering runs: pause, resume, cancel, retry compensation, manual close (DESIGN §5).
+"""Steering runs: pause, resume, cancel, retry compensation, retry resolution, manual close
+(DESIGN §5).
 
 The engine API behind the operator surface. Each call is idempotent by ``operation_id``
 (the same id twice is one effect and one audit row), optionally checked against the run's
@@ -25,7 +26,7 @@ log = logging.getLogger("awooop.engine.management")
 
 OPERATIONS = tuple(operations.OPERATIONS)
 # After these, the run may be claimable and needs a nudge (the caller sends it).
-NUDGING = frozenset({"resume", "cancel", "retry_compensation"})
+NUDGING = frozenset({"resume", "cancel", "retry_compensation", "retry_resolution"})
 
 
 def operate(

@@ -20,7 +20,7 @@ from sqlalchemy import Connection, Engine
 
 from awooop.config import Settings
 from awooop.domain import saga, states
-from awooop.domain.workflow import Halt, Reject, StepContext, Workflow
+from awooop.domain.workflow import Halt, Reject, StepContext, Unknown, Workflow
 from awooop.engine import identity, lease
 from awooop.engine.lease import Lease
 from awooop.store import runs
@@ -39,6 +39,7 @@ class Outcome(enum.Enum):
     RETRY_SCHEDULED = "retry_scheduled"  # released until its retry timer
     PAUSED = "paused"  # an operator paused it; handed back at a step boundary
     WAITING_TOOL = "waiting_tool"  # a tool call is out; released until its result
+    RESOLVING = "resolving"  # outcome unknown; released until the next resolver poll
     ESCALATED = "escalated"  # waiting for a person (manual intervention)
     LEASE_LOST = "lease_lost"  # reaped or re-claimed while we ran: stopped without writing
     RELEASED = "released"  # this worker cannot run the workflow; handed back for another
@@ -51,6 +52,7 @@ _SEGMENT_ENDS = {
     "retry": Outcome.RETRY_SCHEDULED,
     "escalate": Outcome.ESCALATED,
     "wait_tool": Outcome.WAITING_TOOL,
+    "resolve": Outcome.RESOLVING,
 }
 
 
@@ -154,7 +156,9 @@ def _attempt(
     claim: runs.Claim, nxt: saga.Next, journal: list[dict[str, Any]], held: Lease
 ) -> dict[str, Any]:
     """Run the handler once; the journal entry describing what happened."""
-    effect_id = f"{claim.run_id}:{nxt.step.name}:{nxt.phase}"
+    # A resolver asks about the forward call's effect: it gets that call's effect id.
+    effect_phase = saga.FORWARD if nxt.phase == saga.RESOLVE else nxt.phase
+    effect_id = f"{claim.run_id}:{nxt.step.name}:{effect_phase}"
     ctx = StepContext(
         run_id=str(claim.run_id),
         project_id=claim.project_id,
@@ -185,8 +189,14 @@ def _attempt(
             entry.update(status=delivered["status"], tool_event_id=delivered.get("event_id"))
             entry.update({k: delivered[k] for k in ("output", "error") if k in delivered})
             return entry
-    handler = nxt.step.handler if nxt.phase == saga.FORWARD else nxt.step.compensate
-    assert handler is not None
+    handler = {
+        saga.FORWARD: nxt.step.handler,
+        saga.COMPENSATE: nxt.step.compensate,
+        saga.RESOLVE: nxt.step.resolver.check if nxt.step.resolver else None,
+    }[nxt.phase]
+    if handler is None:  # only a resolve without a resolver (an operator's retry)
+        entry.update(status=saga.UNKNOWN, error="this step has no resolver")
+        return entry
     started = time.monotonic()
     try:
         output = handler(ctx)
@@ -195,6 +205,8 @@ def _attempt(
         entry.update(status=saga.REJECTED, error=str(exc) or "rejected")
     except Halt as exc:
         entry.update(status=saga.HALTED, error=str(exc) or "halted")
+    except Unknown as exc:
+        entry.update(status=saga.UNKNOWN, error=str(exc) or "outcome unknown")
     except Exception as exc:
         entry.update(status=saga.FAILED, error=f"{type(exc).__name__}: {exc}"[:1000])
         policy = nxt.step.retry if nxt.phase == saga.FORWARD else nxt.step.compensation_retry
@@ -261,6 +273,18 @@ def _write_change(
         assert nxt is not None
         return runs.retry_later(
             conn, claim, d.entries, d.delay, nxt.step.name, nxt.phase, nxt.attempt
+        )
+    if d.kind == "resolve":
+        assert nxt is not None
+        return runs.retry_later(
+            conn,
+            claim,
+            d.entries,
+            d.delay,
+            nxt.step.name,
+            saga.RESOLVE,
+            nxt.attempt,
+            saga_status="WAITING_RESOLUTION",
         )
     if d.kind == "wait_tool":
         assert nxt is not None

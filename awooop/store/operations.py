@@ -44,6 +44,14 @@ OPERATIONS: dict[str, tuple[str, str]] = {
         "t.saga_status = 'MANUAL_INTERVENTION' AND t.direction = 'BACKWARD'"
         " AND t.status = 'WAITING_APPROVAL'",
     ),
+    "retry_resolution": (
+        "status = 'RESUMED', saga_status = 'WAITING_RESOLUTION', attempt_count = 0,"
+        " available_at = now(), enqueued_at = now(),"
+        " saga_steps = r.saga_steps || jsonb_build_array(jsonb_build_object("
+        "'phase', 'reset', 'operation_id', CAST(:operation_id AS text), 'recorded_at', now()))",
+        "t.saga_status = 'MANUAL_INTERVENTION' AND t.direction = 'FORWARD'"
+        " AND t.status = 'WAITING_APPROVAL'",
+    ),
     "manual_close": (
         "status = 'CANCELLED', saga_status = 'MANUALLY_CLOSED', lease_until = NULL,"
         " finished_at = now()",

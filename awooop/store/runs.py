@@ -154,6 +154,8 @@ _RECORD_STEP = PreparedStatement(
 UPDATE awooop_run_state
 SET {_JOURNAL_APPEND},
     current_step = :next_step,
+    saga_status = CASE WHEN saga_status = 'WAITING_RESOLUTION' THEN 'RUNNING'
+                       ELSE saga_status END,
     heartbeat_at = now(),
     updated_at = now()
 WHERE {_FENCE}
@@ -244,6 +246,7 @@ WITH changed AS (
     UPDATE awooop_run_state
     SET {_JOURNAL_APPEND},
         status = 'PENDING',
+        saga_status = COALESCE(:saga_status, saga_status),
         lease_until = NULL,
         worker_id = NULL,
         attempt_count = 0,
@@ -417,6 +420,7 @@ def retry_later(
     step: str,
     phase: str,
     attempt: int,
+    saga_status: str | None = None,
 ) -> bool:
     """Release the run until ``delay`` s from now and set its wake-up timer, fenced."""
     timer_id = f"{c.run_id}:{phase}:{step}:retry:{attempt}"
@@ -430,6 +434,7 @@ def retry_later(
         detail,
         delay=delay,
         timer_id=timer_id,
+        saga_status=saga_status,
         step=step,
         attempt=attempt,
     )

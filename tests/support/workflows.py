@@ -14,7 +14,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from awooop.domain.workflow import Halt, Reject, RetryPolicy, Step, StepContext, Workflow
+from awooop.domain.workflow import (
+    Halt,
+    Reject,
+    Resolver,
+    RetryPolicy,
+    Step,
+    StepContext,
+    Unknown,
+    Workflow,
+)
 from awooop.workflows.registry import register
 
 GATES: dict[str, threading.Event] = {}
@@ -262,3 +271,38 @@ TOOL_SHORT = register(
         ],
     )
 )
+
+
+def _unknown(ctx: StepContext) -> None:
+    _note(ctx, f"do:{ctx.step}")
+    raise Unknown("the restart request timed out")
+
+
+def _resolve_after(ctx: StepContext) -> dict[str, Any]:
+    """Unknown for the first ``unknown_polls`` polls, then the input's ``verdict``."""
+    _note(ctx, f"resolve:{ctx.step}:{ctx.effect_id}")
+    polls = sum(1 for c in CALLS[ctx.run_id] if c.startswith("resolve:"))
+    if polls <= ctx.input["event"].get("unknown_polls", 0):
+        raise Unknown("still checking")
+    if ctx.input["event"].get("verdict") == "rejected":
+        raise Reject("the restart never happened")
+    return {"restarted": True}
+
+
+RESOLVING = register(
+    Workflow(
+        "test-resolve",
+        1,
+        [
+            Step("a", _do, compensate=_undo),
+            Step(
+                "restart",
+                _unknown,
+                compensate=_undo,
+                resolver=Resolver(_resolve_after, budget=0.3, poll_interval=0.1),
+            ),
+            Step("report", _do),
+        ],
+    )
+)
+NO_RESOLVER = register(Workflow("test-no-resolver", 1, [Step("restart", _unknown)]))
