@@ -22,6 +22,7 @@ from awooop.workflows import registry
 
 PROJECT_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 DEMO_PROJECT = "demo"
+PROJECT_CONFIG_KEYS = ("actions_url",)
 
 
 class UsageError(Exception):
@@ -108,6 +109,30 @@ def cmd_project_routes(args: argparse.Namespace) -> int:
     if updated is None:
         raise UsageError(f"no project {args.project_id!r}")
     print(json.dumps({"project_id": args.project_id, "routes": updated}, indent=2))
+    return 0
+
+
+def cmd_project_config(args: argparse.Namespace) -> int:
+    from awooop.store import projects
+
+    _check_project_id(args.project_id)
+    config = {}
+    for pair in args.settings:
+        key, sep, value = pair.partition("=")
+        if not sep or key not in PROJECT_CONFIG_KEYS:
+            raise UsageError(
+                f"setting {pair!r} must look like <key>=<value>; keys: "
+                f"{', '.join(PROJECT_CONFIG_KEYS)}"
+            )
+        if key == "actions_url" and not value.startswith(("http://", "https://")):
+            raise UsageError("actions_url must be an http:// or https:// URL")
+        config[key] = value
+    settings = _settings("database_url")
+    with _engine(settings).connect() as conn:
+        updated = projects.set_config(conn, args.project_id, config)
+    if updated is None:
+        raise UsageError(f"no project {args.project_id!r}")
+    print(json.dumps({"project_id": args.project_id, "config": updated}, indent=2))
     return 0
 
 
@@ -226,6 +251,17 @@ def build_parser() -> argparse.ArgumentParser:
     routes.add_argument("project_id")
     routes.add_argument("routes", nargs="+", metavar="CHANNEL=WORKFLOW")
     routes.set_defaults(func=cmd_project_routes)
+    config = project_sub.add_parser(
+        "config",
+        help="set what workflows need, e.g. actions_url",
+        description="Sets project settings the workflows read, e.g. `awooop project config ops "
+        "actions_url=https://automation.example` (the endpoint alert-triage and "
+        "chatops call). Changes reach web processes within "
+        "AWOOOP_AUTH_CACHE_SECONDS.",
+    )
+    config.add_argument("project_id")
+    config.add_argument("settings", nargs="+", metavar="KEY=VALUE")
+    config.set_defaults(func=cmd_project_config)
 
     migrate = sub.add_parser("migrate", help="apply database migrations (alembic)")
     migrate.add_argument(

@@ -32,6 +32,10 @@ class Project(Base):
     routes: Mapped[dict[str, Any]] = mapped_column(
         JSONB, nullable=False, server_default=text("'{}'::jsonb")
     )
+    # what workflows need to know of the project, e.g. {"actions_url": "https://..."}
+    config: Mapped[dict[str, Any]] = mapped_column(
+        JSONB, nullable=False, server_default=text("'{}'::jsonb")
+    )
     # quotas and rate limits (enforced by the operator-surface issue)
     limits: Mapped[dict[str, Any]] = mapped_column(
         JSONB, nullable=False, server_default=text("'{}'::jsonb")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, text
@@ -91,6 +91,24 @@ def set_routes(conn: Connection, project_id: str, routes: dict[str, str]) -> dic
     return None if row is None else row.routes
 
 
+_SET_CONFIG = text(
+    """
+UPDATE awooop_project
+SET config = config || CAST(:config AS jsonb)
+WHERE project_id = :project_id
+RETURNING config
+"""
+)
+
+
+def set_config(conn: Connection, project_id: str, config: dict[str, str]) -> dict[str, str] | None:
+    """Merge ``config`` into the project's; the new config, None if no such project."""
+    row = conn.execute(
+        _SET_CONFIG, {"project_id": project_id, "config": json.dumps(config)}
+    ).first()
+    return None if row is None else row.config
+
+
 _PROJECT_EXISTS = text("SELECT 1 FROM awooop_project WHERE project_id = :project_id")
 
 
@@ -114,6 +132,7 @@ class ProjectAuth:
     project_id: str
     routes: dict[str, Any]
     credentials: tuple[CredentialRow, ...]
+    config: dict[str, Any] = field(default_factory=dict)
 
     def channel_secrets(self, channel_type: str) -> list[CredentialRow]:
         return [
@@ -129,7 +148,7 @@ class ProjectAuth:
 # One round trip: the project's routes and its active credentials of the requested kind.
 _PROJECT_AUTH = text(
     """
-SELECT p.routes, c.kind, c.channel_type, c.role, c.secret_hash, c.secret_encrypted
+SELECT p.routes, p.config, c.kind, c.channel_type, c.role, c.secret_hash, c.secret_encrypted
 FROM awooop_project p
 LEFT JOIN awooop_credential c
        ON c.project_id = p.project_id
@@ -152,4 +171,6 @@ def load_auth(conn: Connection, project_id: str, channel_type: str) -> ProjectAu
         for r in rows
         if r.kind is not None
     )
-    return ProjectAuth(project_id=project_id, routes=rows[0].routes, credentials=creds)
+    return ProjectAuth(
+        project_id=project_id, routes=rows[0].routes, credentials=creds, config=rows[0].config
+    )

@@ -92,7 +92,7 @@ def _admit(project_id: str, channel: str) -> tuple[Response, int]:
             workflow_version=workflow.version,
             workflow_digest=workflow.digest,
             max_attempts=workflow.max_attempts,
-            input=_run_input(channel, event),
+            input=_run_input(channel, event, auth.config),
             traceparent=traceparent if _TRACEPARENT.match(traceparent) else None,
         )
         for event in events
@@ -112,12 +112,14 @@ def _admit(project_id: str, channel: str) -> tuple[Response, int]:
     return _respond(channel, results)
 
 
-def _run_input(channel: str, event: InboundEvent) -> dict[str, Any]:
+def _run_input(channel: str, event: InboundEvent, config: dict[str, Any]) -> dict[str, Any]:
     return {
         "channel": channel,
         "provider_event_id": event.provider_event_id,
         "event": event.payload,
         "meta": event.meta,
+        # The project's configuration as it was when the event arrived.
+        "project": config,
     }
 
 

@@ -60,6 +60,7 @@ def load() -> None:
     if not _builtin_loaded:
         _builtin_loaded = True
         importlib.import_module("awooop.workflows.builtin")
+        importlib.import_module("awooop.workflows.operations")
 
 
 def import_modules(modules: Iterable[str]) -> None:

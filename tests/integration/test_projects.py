@@ -59,3 +59,30 @@ def test_project_routes_for_an_unknown_project_is_refused(capsys, monkeypatch, s
 
     assert code == 2
     assert "no project 'nope'" in err
+
+
+def test_project_config_sets_the_actions_url(capsys, monkeypatch, settings, engine):
+    run(capsys, monkeypatch, settings, "project", "create", "ops")
+
+    code, out, _ = run(
+        capsys,
+        monkeypatch,
+        settings,
+        "project",
+        "config",
+        "ops",
+        "actions_url=https://automation.example",
+    )
+
+    assert code == 0
+    assert json.loads(out)["config"] == {"actions_url": "https://automation.example"}
+
+
+def test_project_config_refuses_unknown_keys_and_bad_urls(capsys, monkeypatch, settings, engine):
+    run(capsys, monkeypatch, settings, "project", "create", "ops")
+
+    bad_key = run(capsys, monkeypatch, settings, "project", "config", "ops", "colour=blue")
+    bad_url = run(capsys, monkeypatch, settings, "project", "config", "ops", "actions_url=ftp://x")
+
+    assert (bad_key[0], bad_url[0]) == (2, 2)
+    assert "keys: actions_url" in bad_key[2] and "http://" in bad_url[2]
