@@ -163,6 +163,10 @@ class Step:
     # is a transient failure (retried by ``retry``: the call is dispatched again).
     tool_timeout: float | None = None
     resolver: Resolver | None = None
+    # A step that may hang: after this many seconds the due-timer sweep takes the run from
+    # its worker (fencing its late writes) and the outcome is UNKNOWN: resolved by
+    # ``resolver``, or a person decides. Costs one statement per attempt of this step.
+    timeout: float | None = None
 
     @property
     def is_tool(self) -> bool:
@@ -176,6 +180,7 @@ class Step:
             "retry": self.retry.describe(),
             "compensation_retry": self.compensation_retry.describe(),
             "tool_timeout": self.tool_timeout,
+            "timeout": self.timeout,
             "resolver": None
             if self.resolver is None
             else {

@@ -121,6 +121,13 @@ def _run_steps(engine: Engine, claim: runs.Claim, workflow: Workflow, held: Leas
                 # Finishing statements record the last outcome themselves, so a claimed run
                 # always has something left to do.
                 raise AssertionError(f"run {claim.run_id} claimed with nothing left to do")
+            if nxt.phase == saga.FORWARD and nxt.step.timeout and not nxt.step.is_tool:
+                with engine.connect() as conn:
+                    if not runs.arm_step_timeout(
+                        conn, claim, nxt.step.name, nxt.attempt, nxt.step.timeout
+                    ):
+                        held.lost.set()
+                        return Outcome.LEASE_LOST
             entry = _attempt(claim, nxt, journal, held)
             if held.lost.is_set():
                 log.warning(

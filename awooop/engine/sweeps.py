@@ -67,6 +67,14 @@ def prune_dedupe_once(engine: Engine, settings: Settings) -> int:
     return total
 
 
+# What a fired timer does to its run, beyond the nudge (retry wake-ups and resolver polls
+# are only a nudge).
+_TIMER_EFFECTS = {
+    "tool_timeout": tools.time_out,
+    "step_timeout": tools.time_out_step,
+}
+
+
 def fire_due_timers_once(engine: Engine, settings: Settings) -> list[timers.FiredTimer]:
     """Fire every due timer, in batches; returns the fired ones whose run should be nudged.
 
@@ -83,16 +91,18 @@ def fire_due_timers_once(engine: Engine, settings: Settings) -> list[timers.Fire
                 if not timer.fired:
                     skipped += 1
                     continue
-                if timer.kind == "tool_timeout":
+                effect = _TIMER_EFFECTS.get(timer.kind)
+                if effect is not None:
                     assert timer.step is not None and timer.attempt is not None
-                    if not tools.time_out(
+                    applied = effect(
                         conn,
                         timer.run_id,
                         timer.step,
                         timer.attempt,
                         timer.expected_version,
                         timer.timer_id,
-                    ):
+                    )
+                    if not applied:
                         continue
                 fired.append(timer)
         if len(batch) < settings.timer_batch_size:

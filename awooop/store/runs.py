@@ -54,7 +54,7 @@ WITH candidate AS (
     WHERE r.run_id = c.run_id
     RETURNING r.run_id, r.project_id, r.workflow_name, r.workflow_version, r.workflow_digest,
               r.input, r.saga_steps, r.attempt_count, r.max_attempts, r.lease_epoch,
-              r.lease_until, r.saga_status, c.status AS from_status
+              r.lease_until, r.saga_status, r.version, c.status AS from_status
 ), history AS (
     INSERT INTO awooop_run_event
         (run_id, kind, from_status, to_status, trigger, trigger_id, actor, detail)
@@ -86,6 +86,7 @@ class Claim:
     lease_epoch: int
     worker_id: str
     saga_status: str = "RUNNING"
+    version: int = 0
 
 
 def claim(
@@ -112,6 +113,7 @@ def claim(
         lease_epoch=row.lease_epoch,
         worker_id=worker_id,
         saga_status=row.saga_status,
+        version=row.version,
     )
 
 
@@ -670,3 +672,39 @@ ORDER BY workflow_name, workflow_version
 def active_definitions(conn: Connection) -> list[tuple[str, int, str, int]]:
     """(name, version, digest, runs) of every workflow definition unfinished runs use."""
     return [tuple(r) for r in conn.execute(_ACTIVE_DEFINITIONS)]
+
+
+# A step with a timeout: name it the current step and set its timeout timer, fenced. The
+# timer carries the segment's version (step records do not change it), so it goes stale as
+# soon as the segment ends.
+_ARM_STEP_TIMEOUT = text(
+    f"""
+WITH armed AS (
+    UPDATE awooop_run_state
+    SET current_step = :step, heartbeat_at = now()
+    WHERE {_FENCE}
+    RETURNING run_id, version
+)
+INSERT INTO awooop_timer (timer_id, run_id, kind, step, attempt, due_at, expected_version)
+SELECT :timer_id, run_id, 'step_timeout', :step, :attempt,
+       now() + make_interval(secs => :timeout), version
+FROM armed
+ON CONFLICT (timer_id) DO NOTHING
+RETURNING timer_id
+"""
+)
+
+
+def arm_step_timeout(conn: Connection, c: Claim, step: str, attempt: int, timeout: float) -> bool:
+    timer_id = f"{c.run_id}:forward:{step}:step_timeout:{attempt}:{c.lease_epoch}"
+    row = conn.execute(
+        _ARM_STEP_TIMEOUT,
+        {
+            **_fence_params(c),
+            "step": step,
+            "attempt": attempt,
+            "timeout": timeout,
+            "timer_id": timer_id,
+        },
+    ).first()
+    return row is not None

@@ -170,3 +170,62 @@ def time_out(
         ).rowcount
         == 1
     )
+
+
+# A step overran its timeout and may still be running: its outcome is unknown. Record that,
+# take the run from the (possibly hung) worker — bumping lease_epoch fences its late writes —
+# and make it claimable; the next worker resolves the step or hands it to a person.
+_TIME_OUT_STEP = text(
+    """
+WITH changed AS (
+    UPDATE awooop_run_state r
+    SET saga_steps = r.saga_steps || jsonb_build_array(jsonb_build_object(
+            'phase', 'forward', 'step', CAST(:step AS text), 'attempt', :attempt,
+            'status', 'UNKNOWN', 'error', 'the step overran its timeout',
+            'lease_epoch', r.lease_epoch, 'worker_id', r.worker_id, 'recorded_at', now())),
+        status = 'PENDING',
+        lease_until = NULL,
+        worker_id = NULL,
+        lease_epoch = r.lease_epoch + 1,
+        available_at = now(),
+        enqueued_at = now(),
+        version = r.version + 1,
+        updated_at = now()
+    WHERE r.run_id = :run_id AND r.status = 'RUNNING' AND r.version = :expected_version
+      AND r.current_step = :step
+      AND NOT EXISTS (
+          SELECT 1 FROM jsonb_array_elements(r.saga_steps) e
+          WHERE e ->> 'phase' = 'forward' AND e ->> 'step' = :step
+            AND (e ->> 'attempt')::int = :attempt)
+    RETURNING r.run_id
+)
+INSERT INTO awooop_run_event (run_id, kind, from_status, to_status, trigger, trigger_id, detail)
+SELECT run_id, 'lease', 'RUNNING', 'PENDING', 'timer', :timer_id,
+       jsonb_build_object('timeout', 'step', 'step', CAST(:step AS text))
+FROM changed
+"""
+)
+
+
+def time_out_step(
+    conn: Connection,
+    run_id: uuid.UUID,
+    step: str,
+    attempt: int,
+    expected_version: int,
+    timer_id: str,
+) -> bool:
+    """Apply a fired step timeout; False when the step had finished (or the run moved on)."""
+    return (
+        conn.execute(
+            _TIME_OUT_STEP,
+            {
+                "run_id": run_id,
+                "step": step,
+                "attempt": attempt,
+                "expected_version": expected_version,
+                "timer_id": timer_id,
+            },
+        ).rowcount
+        == 1
+    )

@@ -306,3 +306,15 @@ RESOLVING = register(
     )
 )
 NO_RESOLVER = register(Workflow("test-no-resolver", 1, [Step("restart", _unknown)]))
+
+
+TIMEOUT = register(
+    Workflow(
+        "test-step-timeout",
+        1,
+        [
+            Step("slow", _wait_then_do, timeout=0.2),
+            Step("after", _do),
+        ],
+    )
+)
