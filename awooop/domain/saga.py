@@ -48,6 +48,7 @@ RETRIES_EXHAUSTED = "E-STEP-002"
 OUTCOME_UNKNOWN = "E-STEP-003"  # unresolved: a person must decide
 MANUAL_INTERVENTION = "E-SAGA-001"
 CANCELLED = "E-SAGA-002"  # an operator cancelled the run
+DEADLINE = "E-SAGA-003"  # the workflow's run deadline passed
 
 Journal = Sequence[dict[str, Any]]
 
@@ -310,12 +311,13 @@ def _decide_compensation(
     )
 
 
-def cancel(workflow: Workflow, journal: Journal, reason: str) -> Decision:
-    """Turn back on an operator's cancel: freeze the plan over what succeeded so far."""
+def cancel(workflow: Workflow, journal: Journal, code: str, reason: str) -> Decision:
+    """Turn back on a cancel (an operator's, or the run deadline's): freeze the plan over
+    what succeeded so far."""
     plan = {
         "phase": PLAN,
         "steps": freeze_plan(workflow, journal),
-        "cause": {"step": None, "code": CANCELLED, "reason": reason},
+        "cause": {"step": None, "code": code, "reason": reason},
     }
     kind = "turn_back" if plan["steps"] else "compensated"
-    return Decision(kind, [plan], failure_code=CANCELLED, failure_reason=reason)
+    return Decision(kind, [plan], failure_code=code, failure_reason=reason)

@@ -200,6 +200,9 @@ class Workflow:
     # None: the deployment's AWOOOP_LEASE_TTL_SECONDS.
     lease_ttl_seconds: float | None = None
     description: str = ""
+    # Seconds from admission after which a run still going forward is turned back
+    # (compensated) and fails with E-SAGA-003. None: no deadline.
+    deadline_seconds: float | None = None
 
     def __init__(
         self,
@@ -209,6 +212,7 @@ class Workflow:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         lease_ttl_seconds: float | None = None,
         description: str = "",
+        deadline_seconds: float | None = None,
     ) -> None:
         if not steps:
             raise ValueError(f"workflow {name!r} has no steps")
@@ -223,6 +227,7 @@ class Workflow:
         object.__setattr__(self, "max_attempts", max_attempts)
         object.__setattr__(self, "lease_ttl_seconds", lease_ttl_seconds)
         object.__setattr__(self, "description", description)
+        object.__setattr__(self, "deadline_seconds", deadline_seconds)
 
     @functools.cached_property
     def digest(self) -> str:
@@ -232,6 +237,7 @@ class Workflow:
             "version": self.version,
             "max_attempts": self.max_attempts,
             "lease_ttl_seconds": self.lease_ttl_seconds,
+            "deadline_seconds": self.deadline_seconds,
             "steps": [s.describe() for s in self.steps],
         }
         return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()

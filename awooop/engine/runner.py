@@ -104,11 +104,16 @@ def execute(engine: Engine, settings: Settings, run_id: uuid.UUID | str | None) 
 def _run_steps(engine: Engine, claim: runs.Claim, workflow: Workflow, held: Lease) -> Outcome:
     fields = _fields(claim)
     journal = list(claim.saga_steps)
-    steering = runs.Steering(cancelling=claim.saga_status == "CANCELLING")
+    steering = runs.Steering(cancelling=claim.saga_status == "CANCELLING", cause=claim.failure_code)
     while True:
         if steering.cancelling and saga.frozen_plan(journal) is None:
-            # An operator cancelled: turn back over what succeeded (no step runs first).
-            decision = saga.cancel(workflow, journal, "cancelled by an operator")
+            # An operator cancelled, or the deadline passed: turn back over what succeeded
+            # (no step runs first).
+            code = steering.cause or saga.CANCELLED
+            reason = (
+                "the run deadline passed" if code == saga.DEADLINE else "cancelled by an operator"
+            )
+            decision = saga.cancel(workflow, journal, code, reason)
             nxt = None
         elif steering.paused:
             with engine.connect() as conn:

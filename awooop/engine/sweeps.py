@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from awooop import db
 from awooop.config import Settings
@@ -67,11 +68,26 @@ def prune_dedupe_once(engine: Engine, settings: Settings) -> int:
     return total
 
 
+def _tool_timeout(conn: Connection, t: timers.FiredTimer) -> bool:
+    assert t.step is not None and t.attempt is not None
+    return tools.time_out(conn, t.run_id, t.step, t.attempt, t.expected_version, t.timer_id)
+
+
+def _step_timeout(conn: Connection, t: timers.FiredTimer) -> bool:
+    assert t.step is not None and t.attempt is not None
+    return tools.time_out_step(conn, t.run_id, t.step, t.attempt, t.expected_version, t.timer_id)
+
+
+def _deadline(conn: Connection, t: timers.FiredTimer) -> bool:
+    return runs.deadline_passed(conn, t.run_id, t.timer_id)
+
+
 # What a fired timer does to its run, beyond the nudge (retry wake-ups and resolver polls
-# are only a nudge).
-_TIMER_EFFECTS = {
-    "tool_timeout": tools.time_out,
-    "step_timeout": tools.time_out_step,
+# are only a nudge). False: the run had moved on, nothing to do.
+_TIMER_EFFECTS: dict[str, Callable[[Connection, timers.FiredTimer], bool]] = {
+    "tool_timeout": _tool_timeout,
+    "step_timeout": _step_timeout,
+    "deadline": _deadline,
 }
 
 
@@ -92,18 +108,8 @@ def fire_due_timers_once(engine: Engine, settings: Settings) -> list[timers.Fire
                     skipped += 1
                     continue
                 effect = _TIMER_EFFECTS.get(timer.kind)
-                if effect is not None:
-                    assert timer.step is not None and timer.attempt is not None
-                    applied = effect(
-                        conn,
-                        timer.run_id,
-                        timer.step,
-                        timer.attempt,
-                        timer.expected_version,
-                        timer.timer_id,
-                    )
-                    if not applied:
-                        continue
+                if effect is not None and not effect(conn, timer):
+                    continue
                 fired.append(timer)
         if len(batch) < settings.timer_batch_size:
             break

@@ -39,6 +39,13 @@ WITH seen AS (
            :workflow_digest, CAST(:input AS jsonb), :max_attempts, :traceparent
     FROM dedupe
     RETURNING run_id, status
+), deadline AS (
+    -- Only for workflows with a run deadline; it fires whatever the run's version then.
+    INSERT INTO awooop_timer (timer_id, run_id, kind, due_at, expected_version)
+    SELECT run_id::text || ':deadline', run_id, 'deadline',
+           now() + make_interval(secs => CAST(:deadline AS double precision)), -1
+    FROM run
+    WHERE CAST(:deadline AS double precision) IS NOT NULL
 ), history AS (
     INSERT INTO awooop_run_event (run_id, kind, to_status, trigger, detail)
     SELECT run_id, 'transition', status, 'event',
@@ -90,6 +97,7 @@ class NewRun:
     max_attempts: int
     input: dict[str, Any]
     traceparent: str | None = None
+    deadline_seconds: float | None = None
 
 
 def admit(conn: Connection, new: NewRun) -> Admission:
@@ -109,6 +117,7 @@ def admit(conn: Connection, new: NewRun) -> Admission:
         "input": json.dumps(new.input),
         "max_attempts": new.max_attempts,
         "traceparent": new.traceparent,
+        "deadline": new.deadline_seconds,
     }
     row = _ADMIT.execute(conn, params).first()
     if row is None:

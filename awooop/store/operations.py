@@ -29,7 +29,7 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     # A running run turns back at its next step boundary; a waiting one is resumed so a
     # worker can compensate it.
     "cancel": (
-        "saga_status = 'CANCELLING',"
+        "saga_status = 'CANCELLING', failure_code = 'E-SAGA-002',"
         " status = CASE WHEN t.status IN ('WAITING_TOOL', 'WAITING_APPROVAL') THEN 'RESUMED'"
         " ELSE t.status END,"
         " attempt_count = CASE WHEN t.status = 'RUNNING' THEN r.attempt_count ELSE 0 END,"

@@ -54,7 +54,7 @@ WITH candidate AS (
     WHERE r.run_id = c.run_id
     RETURNING r.run_id, r.project_id, r.workflow_name, r.workflow_version, r.workflow_digest,
               r.input, r.saga_steps, r.attempt_count, r.max_attempts, r.lease_epoch,
-              r.lease_until, r.saga_status, r.version, c.status AS from_status
+              r.lease_until, r.saga_status, r.version, r.failure_code, c.status AS from_status
 ), history AS (
     INSERT INTO awooop_run_event
         (run_id, kind, from_status, to_status, trigger, trigger_id, actor, detail)
@@ -87,6 +87,7 @@ class Claim:
     worker_id: str
     saga_status: str = "RUNNING"
     version: int = 0
+    failure_code: str | None = None
 
 
 def claim(
@@ -114,6 +115,7 @@ def claim(
         worker_id=worker_id,
         saga_status=row.saga_status,
         version=row.version,
+        failure_code=row.failure_code,
     )
 
 
@@ -161,7 +163,7 @@ SET {_JOURNAL_APPEND},
     heartbeat_at = now(),
     updated_at = now()
 WHERE {_FENCE}
-RETURNING control_state, saga_status
+RETURNING control_state, saga_status, failure_code
 """,
 )
 
@@ -172,6 +174,8 @@ class Steering:
 
     paused: bool = False
     cancelling: bool = False
+    # Why it is cancelling: E-SAGA-002 (an operator) or E-SAGA-003 (the run deadline).
+    cause: str | None = None
 
 
 def record_step(
@@ -183,7 +187,9 @@ def record_step(
     if row is None:
         return None
     return Steering(
-        paused=row.control_state == "PAUSED", cancelling=row.saga_status == "CANCELLING"
+        paused=row.control_state == "PAUSED",
+        cancelling=row.saga_status == "CANCELLING",
+        cause=row.failure_code,
     )
 
 
@@ -708,3 +714,37 @@ def arm_step_timeout(conn: Connection, c: Claim, step: str, attempt: int, timeou
         },
     ).first()
     return row is not None
+
+
+# The workflow's run deadline passed: a run still going forward turns back, like a cancel,
+# and ends FAILED (E-SAGA-003) after compensating. A run already compensating, waiting for a
+# person, or finished is left alone.
+_DEADLINE_PASSED = text(
+    """
+WITH changed AS (
+    UPDATE awooop_run_state r
+    SET saga_status = 'CANCELLING',
+        failure_code = 'E-SAGA-003',
+        failure_reason = 'the run deadline passed',
+        status = CASE WHEN r.status IN ('WAITING_TOOL', 'WAITING_APPROVAL') THEN 'RESUMED'
+                      ELSE r.status END,
+        attempt_count = CASE WHEN r.status = 'RUNNING' THEN r.attempt_count ELSE 0 END,
+        available_at = now(),
+        enqueued_at = now(),
+        version = r.version + 1,
+        updated_at = now()
+    WHERE r.run_id = :run_id
+      AND r.status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')
+      AND r.saga_status IN ('RUNNING', 'WAITING_RESOLUTION')
+    RETURNING r.run_id, r.status
+)
+INSERT INTO awooop_run_event (run_id, kind, to_status, trigger, trigger_id, detail)
+SELECT run_id, 'saga', status, 'timer', :timer_id,
+       jsonb_build_object('saga_status', 'CANCELLING', 'failure_code', 'E-SAGA-003')
+FROM changed
+"""
+)
+
+
+def deadline_passed(conn: Connection, run_id: uuid.UUID, timer_id: str) -> bool:
+    return conn.execute(_DEADLINE_PASSED, {"run_id": run_id, "timer_id": timer_id}).rowcount == 1

@@ -23,7 +23,9 @@ WITH due AS (
     FOR UPDATE OF t SKIP LOCKED
 )
 UPDATE awooop_timer t
-SET state = CASE WHEN r.version = t.expected_version THEN 'FIRED' ELSE 'SKIPPED' END,
+-- expected_version -1 (a run deadline): valid whatever the run's version.
+SET state = CASE WHEN t.expected_version < 0 OR r.version = t.expected_version
+                 THEN 'FIRED' ELSE 'SKIPPED' END,
     claimed_by = :sweeper,
     fencing_token = t.fencing_token + 1,
     fired_at = now()

@@ -94,6 +94,7 @@ def _admit(project_id: str, channel: str) -> tuple[Response, int]:
             max_attempts=workflow.max_attempts,
             input=_run_input(channel, event, auth.config),
             traceparent=traceparent if _TRACEPARENT.match(traceparent) else None,
+            deadline_seconds=workflow.deadline_seconds,
         )
         for event in events
     ]

@@ -183,7 +183,7 @@ def test_a_timer_for_a_run_that_moved_on_is_skipped(engine, project, settings):
         conn.execute(
             text(
                 "INSERT INTO awooop_timer (timer_id, run_id, kind, due_at, expected_version) "
-                "VALUES ('stale', :r, 'retry', now(), -1)"
+                "VALUES ('stale', :r, 'retry', now(), 99)"
             ),
             {"r": run_id},
         )

@@ -35,6 +35,7 @@ def admit(
                     "event": event or {},
                     "meta": {},
                 },
+                deadline_seconds=wf.deadline_seconds,
             ),
         )
     assert result.created

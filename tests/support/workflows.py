@@ -318,3 +318,17 @@ TIMEOUT = register(
         ],
     )
 )
+
+
+DEADLINE = register(
+    Workflow(
+        "test-deadline",
+        1,
+        [
+            Step("a", _do, compensate=_undo),
+            Step("wait", _wait_then_do, compensate=_undo),
+            Step("c", _do),
+        ],
+        deadline_seconds=0.2,
+    )
+)
