@@ -49,6 +49,7 @@ OUTCOME_UNKNOWN = "E-STEP-003"  # unresolved: a person must decide
 MANUAL_INTERVENTION = "E-SAGA-001"
 CANCELLED = "E-SAGA-002"  # an operator cancelled the run
 DEADLINE = "E-SAGA-003"  # the workflow's run deadline passed
+CONFLICT = "E-SAGA-004"  # two different outcomes were reported for one attempt
 
 Journal = Sequence[dict[str, Any]]
 

@@ -64,6 +64,8 @@ def deliver_result(
         raise errors.IdempotencyKeyReused(
             "this event id was already delivered with a different result"
         )
+    if not delivery.duplicate and not delivery.accepted:
+        _check_conflict(engine, run_id, event_id, step, result)
     action = (
         "tool_result_duplicate"
         if delivery.duplicate
@@ -82,3 +84,57 @@ def deliver_result(
         },
     )
     return delivery
+
+
+def _check_conflict(
+    engine: Engine, run_id: uuid.UUID | str, event_id: str, step: str, result: dict[str, Any]
+) -> None:
+    """A late result that contradicts the outcome recorded for the same attempt is a
+    conflict: recorded, and the run goes to a person (never silently overwritten)."""
+    with engine.connect() as conn:
+        entries, version = tools.journal(conn, run_id)
+        dispatched = [
+            e.get("attempt")
+            for e in entries
+            if e.get("step") == step and e.get("status") == saga.DISPATCHED
+        ]
+        # Reported outcomes only: a timeout's synthetic result carries no event id (a result
+        # after a timeout is late, not a conflict).
+        recorded = [
+            e
+            for e in entries
+            if e.get("phase") == saga.TOOL_RESULT
+            and e.get("step") == step
+            and e.get("event_id")
+            and dispatched
+            and e.get("attempt") == dispatched[-1]
+        ]
+        if not recorded:
+            return
+        first = recorded[-1]
+        if (first.get("status"), first.get("output")) == (result["status"], result.get("output")):
+            return  # the same outcome again, under another event id: nothing new
+        detail = {
+            "step": step,
+            "attempt": first.get("attempt"),
+            "recorded": {"status": first.get("status"), "event_id": first.get("event_id")},
+            "conflicting": {"status": result["status"], "event_id": event_id},
+        }
+        escalated = tools.record_conflict(
+            conn,
+            run_id,
+            version,
+            event_id,
+            f"conflicting results for step {step}: {first.get('status')} then {result['status']}",
+            detail,
+        )
+    log.warning(
+        "conflicting tool result",
+        extra={
+            "action": "tool_result_conflict",
+            "run_id": str(run_id),
+            "step": step,
+            "event_id": event_id,
+            "escalated": escalated,
+        },
+    )

@@ -229,3 +229,58 @@ def time_out_step(
         ).rowcount
         == 1
     )
+
+
+_JOURNAL = text("SELECT saga_steps, version FROM awooop_run_state WHERE run_id = :run_id")
+
+# Two different outcomes for one attempt: record the conflict and hand the run to a person
+# (compare-and-set on the version read with the journal). A finished run keeps its end.
+_CONFLICT = text(
+    """
+WITH changed AS (
+    UPDATE awooop_run_state r
+    SET status = 'WAITING_APPROVAL',
+        saga_status = 'MANUAL_INTERVENTION',
+        lease_until = NULL,
+        attempt_count = 0,
+        failure_code = 'E-SAGA-004',
+        failure_reason = :reason,
+        version = r.version + 1,
+        updated_at = now()
+    WHERE r.run_id = :run_id AND r.version = :version
+      AND r.status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')
+    RETURNING r.run_id, r.status
+)
+INSERT INTO awooop_run_event (run_id, kind, to_status, trigger, trigger_id, detail)
+SELECT :run_id, 'conflict', (SELECT status FROM changed), 'tool', :event_id || '-conflict',
+       CAST(:detail AS jsonb)
+RETURNING to_status
+"""
+)
+
+
+def journal(conn: Connection, run_id: uuid.UUID | str) -> tuple[list[dict[str, Any]], int]:
+    row = conn.execute(_JOURNAL, {"run_id": run_id}).one()
+    return row.saga_steps, row.version
+
+
+def record_conflict(
+    conn: Connection,
+    run_id: uuid.UUID | str,
+    version: int,
+    event_id: str,
+    reason: str,
+    detail: dict[str, Any],
+) -> bool:
+    """Record a conflicting outcome; True when the run was escalated by it."""
+    row = conn.execute(
+        _CONFLICT,
+        {
+            "run_id": run_id,
+            "version": version,
+            "event_id": event_id,
+            "reason": reason,
+            "detail": json.dumps(detail),
+        },
+    ).one()
+    return bool(row.to_status == "WAITING_APPROVAL")

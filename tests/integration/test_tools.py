@@ -144,3 +144,42 @@ def test_tool_result_bad_input_is_refused_and_writes_nothing(client, engine, pro
     assert wrong_token.status_code == 401
     assert db.run(engine, run_id) == before
     assert db.count(engine, "awooop_inbox") == 0
+
+
+def test_a_different_result_for_an_attempt_already_decided_is_a_conflict(
+    client, engine, project, settings
+):
+    run_id = test_runs.admit(engine, project["project_id"], "test-tool")
+    runner.execute(engine, settings, run_id)
+    assert deliver(client, project, run_id, event_id="r-1", output={"n": 1}).status_code == 202
+
+    conflicting = deliver(
+        client, project, run_id, event_id="r-2", status="rejected", error="actually it failed"
+    )
+
+    assert conflicting.json["status"] == "late"
+    row = db.run(engine, run_id)
+    assert (row["status"], row["saga_status"], row["failure_code"]) == (
+        "WAITING_APPROVAL",
+        "MANUAL_INTERVENTION",
+        "E-SAGA-004",
+    )
+    [conflict] = [e for e in db.events(engine, run_id) if e["kind"] == "conflict"]
+    assert conflict["detail"]["recorded"]["event_id"] == "r-1"
+    assert conflict["detail"]["conflicting"] == {"status": "REJECTED", "event_id": "r-2"}
+    # The first outcome is never overwritten.
+    results = [e for e in row["saga_steps"] if e["phase"] == "tool_result"]
+    assert [(e["event_id"], e["status"]) for e in results] == [("r-1", "SUCCEEDED")]
+
+
+def test_the_same_result_under_another_event_id_is_not_a_conflict(
+    client, engine, project, settings
+):
+    run_id = test_runs.admit(engine, project["project_id"], "test-tool")
+    runner.execute(engine, settings, run_id)
+    deliver(client, project, run_id, event_id="r-1", output={"n": 1})
+
+    deliver(client, project, run_id, event_id="r-2", output={"n": 1})
+
+    assert db.run(engine, run_id)["status"] == "PENDING"
+    assert [e for e in db.events(engine, run_id) if e["kind"] == "conflict"] == []
