@@ -16,7 +16,7 @@ from sqlalchemy import Connection, Engine
 from awooop import db
 from awooop.config import Settings
 from awooop.engine import identity
-from awooop.store import dedupe, runs, timers, tools
+from awooop.store import dedupe, runs, timers
 
 log = logging.getLogger("awooop.engine.sweeps")
 
@@ -70,16 +70,16 @@ def prune_dedupe_once(engine: Engine, settings: Settings) -> int:
 
 def _tool_timeout(conn: Connection, t: timers.FiredTimer) -> bool:
     assert t.step is not None and t.attempt is not None
-    return tools.time_out(conn, t.run_id, t.step, t.attempt, t.expected_version, t.timer_id)
+    return timers.tool_timed_out(conn, t.run_id, t.step, t.attempt, t.expected_version, t.timer_id)
 
 
 def _step_timeout(conn: Connection, t: timers.FiredTimer) -> bool:
     assert t.step is not None and t.attempt is not None
-    return tools.time_out_step(conn, t.run_id, t.step, t.attempt, t.expected_version, t.timer_id)
+    return timers.step_timed_out(conn, t.run_id, t.step, t.attempt, t.expected_version, t.timer_id)
 
 
 def _deadline(conn: Connection, t: timers.FiredTimer) -> bool:
-    return runs.deadline_passed(conn, t.run_id, t.timer_id)
+    return timers.deadline_passed(conn, t.run_id, t.timer_id)
 
 
 # What a fired timer does to its run, beyond the nudge (retry wake-ups and resolver polls

@@ -714,37 +714,3 @@ def arm_step_timeout(conn: Connection, c: Claim, step: str, attempt: int, timeou
         },
     ).first()
     return row is not None
-
-
-# The workflow's run deadline passed: a run still going forward turns back, like a cancel,
-# and ends FAILED (E-SAGA-003) after compensating. A run already compensating, waiting for a
-# person, or finished is left alone.
-_DEADLINE_PASSED = text(
-    """
-WITH changed AS (
-    UPDATE awooop_run_state r
-    SET saga_status = 'CANCELLING',
-        failure_code = 'E-SAGA-003',
-        failure_reason = 'the run deadline passed',
-        status = CASE WHEN r.status IN ('WAITING_TOOL', 'WAITING_APPROVAL') THEN 'RESUMED'
-                      ELSE r.status END,
-        attempt_count = CASE WHEN r.status = 'RUNNING' THEN r.attempt_count ELSE 0 END,
-        available_at = now(),
-        enqueued_at = now(),
-        version = r.version + 1,
-        updated_at = now()
-    WHERE r.run_id = :run_id
-      AND r.status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')
-      AND r.saga_status IN ('RUNNING', 'WAITING_RESOLUTION')
-    RETURNING r.run_id, r.status
-)
-INSERT INTO awooop_run_event (run_id, kind, to_status, trigger, trigger_id, detail)
-SELECT run_id, 'saga', status, 'timer', :timer_id,
-       jsonb_build_object('saga_status', 'CANCELLING', 'failure_code', 'E-SAGA-003')
-FROM changed
-"""
-)
-
-
-def deadline_passed(conn: Connection, run_id: uuid.UUID, timer_id: str) -> bool:
-    return conn.execute(_DEADLINE_PASSED, {"run_id": run_id, "timer_id": timer_id}).rowcount == 1

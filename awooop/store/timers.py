@@ -1,4 +1,5 @@
-"""Statements on ``awooop_timer``: the due-timer sweep's claim-and-fire."""
+"""Statements on ``awooop_timer`` — the due-timer sweep's claim-and-fire — and what a fired
+timer does to its run (each applied in the same transaction as the firing)."""
 
 from __future__ import annotations
 
@@ -66,3 +67,146 @@ def fire_due(conn: Connection, sweeper: str, batch_size: int) -> list[FiredTimer
         )
         for r in rows
     ]
+
+
+# The tool timeout timer fired: the missing result is a transient failure of that attempt.
+_TIME_OUT = text(
+    """
+WITH changed AS (
+    UPDATE awooop_run_state r
+    SET saga_steps = r.saga_steps || jsonb_build_array(jsonb_build_object(
+            'phase', 'tool_result', 'step', CAST(:step AS text), 'attempt', :attempt,
+            'status', 'FAILED', 'error', 'no tool result within the timeout',
+            'recorded_at', now())),
+        status = 'PENDING',
+        available_at = now(),
+        enqueued_at = now(),
+        version = r.version + 1,
+        updated_at = now()
+    WHERE r.run_id = :run_id AND r.status = 'WAITING_TOOL' AND r.current_step = :step
+      AND r.version = :expected_version
+    RETURNING r.run_id
+)
+INSERT INTO awooop_run_event (run_id, kind, from_status, to_status, trigger, trigger_id, detail)
+SELECT run_id, 'transition', 'WAITING_TOOL', 'PENDING', 'timer', :timer_id,
+       jsonb_build_object('timeout', 'tool_result', 'step', CAST(:step AS text))
+FROM changed
+"""
+)
+
+
+def tool_timed_out(
+    conn: Connection,
+    run_id: uuid.UUID,
+    step: str,
+    attempt: int,
+    expected_version: int,
+    timer_id: str,
+) -> bool:
+    """Apply a fired tool timeout; False when the run had moved on (the result won)."""
+    return (
+        conn.execute(
+            _TIME_OUT,
+            {
+                "run_id": run_id,
+                "step": step,
+                "attempt": attempt,
+                "expected_version": expected_version,
+                "timer_id": timer_id,
+            },
+        ).rowcount
+        == 1
+    )
+
+
+# A step overran its timeout and may still be running: its outcome is unknown. Record that,
+# take the run from the (possibly hung) worker — bumping lease_epoch fences its late writes —
+# and make it claimable; the next worker resolves the step or hands it to a person.
+_TIME_OUT_STEP = text(
+    """
+WITH changed AS (
+    UPDATE awooop_run_state r
+    SET saga_steps = r.saga_steps || jsonb_build_array(jsonb_build_object(
+            'phase', 'forward', 'step', CAST(:step AS text), 'attempt', :attempt,
+            'status', 'UNKNOWN', 'error', 'the step overran its timeout',
+            'lease_epoch', r.lease_epoch, 'worker_id', r.worker_id, 'recorded_at', now())),
+        status = 'PENDING',
+        lease_until = NULL,
+        worker_id = NULL,
+        lease_epoch = r.lease_epoch + 1,
+        available_at = now(),
+        enqueued_at = now(),
+        version = r.version + 1,
+        updated_at = now()
+    WHERE r.run_id = :run_id AND r.status = 'RUNNING' AND r.version = :expected_version
+      AND r.current_step = :step
+      AND NOT EXISTS (
+          SELECT 1 FROM jsonb_array_elements(r.saga_steps) e
+          WHERE e ->> 'phase' = 'forward' AND e ->> 'step' = :step
+            AND (e ->> 'attempt')::int = :attempt)
+    RETURNING r.run_id
+)
+INSERT INTO awooop_run_event (run_id, kind, from_status, to_status, trigger, trigger_id, detail)
+SELECT run_id, 'lease', 'RUNNING', 'PENDING', 'timer', :timer_id,
+       jsonb_build_object('timeout', 'step', 'step', CAST(:step AS text))
+FROM changed
+"""
+)
+
+
+def step_timed_out(
+    conn: Connection,
+    run_id: uuid.UUID,
+    step: str,
+    attempt: int,
+    expected_version: int,
+    timer_id: str,
+) -> bool:
+    """Apply a fired step timeout; False when the step had finished (or the run moved on)."""
+    return (
+        conn.execute(
+            _TIME_OUT_STEP,
+            {
+                "run_id": run_id,
+                "step": step,
+                "attempt": attempt,
+                "expected_version": expected_version,
+                "timer_id": timer_id,
+            },
+        ).rowcount
+        == 1
+    )
+
+
+# The workflow's run deadline passed: a run still going forward turns back, like a cancel,
+# and ends FAILED (E-SAGA-003) after compensating. A run already compensating, waiting for a
+# person, or finished is left alone.
+_DEADLINE_PASSED = text(
+    """
+WITH changed AS (
+    UPDATE awooop_run_state r
+    SET saga_status = 'CANCELLING',
+        failure_code = 'E-SAGA-003',
+        failure_reason = 'the run deadline passed',
+        status = CASE WHEN r.status IN ('WAITING_TOOL', 'WAITING_APPROVAL') THEN 'RESUMED'
+                      ELSE r.status END,
+        attempt_count = CASE WHEN r.status = 'RUNNING' THEN r.attempt_count ELSE 0 END,
+        available_at = now(),
+        enqueued_at = now(),
+        version = r.version + 1,
+        updated_at = now()
+    WHERE r.run_id = :run_id
+      AND r.status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')
+      AND r.saga_status IN ('RUNNING', 'WAITING_RESOLUTION')
+    RETURNING r.run_id, r.status
+)
+INSERT INTO awooop_run_event (run_id, kind, to_status, trigger, trigger_id, detail)
+SELECT run_id, 'saga', status, 'timer', :timer_id,
+       jsonb_build_object('saga_status', 'CANCELLING', 'failure_code', 'E-SAGA-003')
+FROM changed
+"""
+)
+
+
+def deadline_passed(conn: Connection, run_id: uuid.UUID, timer_id: str) -> bool:
+    return conn.execute(_DEADLINE_PASSED, {"run_id": run_id, "timer_id": timer_id}).rowcount == 1
