@@ -162,11 +162,19 @@ class Step:
     # (``POST …/runs/{run_id}/tool-results``) at most this many seconds; a missing result
     # is a transient failure (retried by ``retry``: the call is dispatched again).
     tool_timeout: float | None = None
+    # A tool step's success that arrives after the run stopped waiting for it (after a
+    # timeout or failure, while the step waits to be retried): "accept" takes it as the step's
+    # result (no new dispatch); "ignore" keeps it in the history only and dispatches again.
+    late_result: str = "accept"
     resolver: Resolver | None = None
     # A step that may hang: after this many seconds the due-timer sweep takes the run from
     # its worker (fencing its late writes) and the outcome is UNKNOWN: resolved by
     # ``resolver``, or a person decides. Costs one statement per attempt of this step.
     timeout: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.late_result not in ("accept", "ignore"):
+            raise ValueError(f"step {self.name}: late_result must be 'accept' or 'ignore'")
 
     @property
     def is_tool(self) -> bool:
@@ -180,6 +188,7 @@ class Step:
             "retry": self.retry.describe(),
             "compensation_retry": self.compensation_retry.describe(),
             "tool_timeout": self.tool_timeout,
+            "late_result": self.late_result,
             "timeout": self.timeout,
             "resolver": None
             if self.resolver is None

@@ -227,6 +227,8 @@ def _attempt(
     else:
         dispatched = nxt.step.is_tool and nxt.phase == saga.FORWARD
         entry.update(status=saga.DISPATCHED if dispatched else saga.SUCCEEDED, output=output)
+        if dispatched:
+            entry["late_result"] = nxt.step.late_result
     entry["duration_ms"] = round((time.monotonic() - started) * 1000, 3)
     return entry
 

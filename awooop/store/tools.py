@@ -15,20 +15,24 @@ INBOX_CONSUMER = "tool-results"
 
 states.check_transition(states.WAITING_TOOL, states.PENDING)
 
-# The dispatched attempt of :step, read from the journal.
-_DISPATCHED_ATTEMPT = """(
-    SELECT max((e ->> 'attempt')::int) FROM jsonb_array_elements(t.saga_steps) e
+# The latest dispatch of :step, read from the journal.
+_LAST_DISPATCH = """(
+    SELECT e FROM jsonb_array_elements(t.saga_steps) e
     WHERE e ->> 'step' = :step AND e ->> 'status' = 'DISPATCHED'
+    ORDER BY (e ->> 'attempt')::int DESC LIMIT 1
 )"""
 
 # One statement: remember the event id (a repeat is a duplicate); if the run is waiting on
-# this step, append the result to the journal and make the run claimable again. A result
-# that finds the run elsewhere is late: kept in the history only.
+# this step, append the result to the journal and make the run claimable again. A late
+# success — the run is waiting to retry this step after a timeout or failure — is taken as
+# the upcoming attempt's result when the step's policy accepts late successes. Anything else
+# is late: kept in the history only.
 _DELIVER = text(
     f"""
 WITH target AS (
-    SELECT run_id, status, current_step, version, saga_steps
-    FROM awooop_run_state
+    SELECT run_id, status, saga_status, control_state, current_step, version, saga_steps,
+           {_LAST_DISPATCH} AS dispatch
+    FROM awooop_run_state t
     WHERE run_id = :run_id AND project_id = :project_id
     FOR UPDATE
 ), inbox AS (
@@ -38,20 +42,32 @@ WITH target AS (
     RETURNING event_id
 ), seen AS (
     SELECT request_digest FROM awooop_inbox WHERE consumer = :consumer AND event_id = :event_id
+), fit AS (
+    SELECT run_id,
+           CASE WHEN status = 'WAITING_TOOL' THEN (dispatch ->> 'attempt')::int
+                ELSE (dispatch ->> 'attempt')::int + 1 END AS attempt
+    FROM target
+    WHERE EXISTS (SELECT 1 FROM inbox) AND current_step = :step AND dispatch IS NOT NULL
+      AND (status = 'WAITING_TOOL'
+           OR (CAST(:status AS text) = 'SUCCEEDED' AND status = 'PENDING'
+               AND saga_status = 'RUNNING' AND control_state = 'ACTIVE'
+               AND dispatch ->> 'late_result' = 'accept'
+               AND NOT EXISTS (
+                   SELECT 1 FROM jsonb_array_elements(saga_steps) e
+                   WHERE e ->> 'phase' = 'tool_result' AND e ->> 'step' = :step
+                     AND (e ->> 'attempt')::int > (dispatch ->> 'attempt')::int)))
 ), accepted AS (
     UPDATE awooop_run_state r
     SET saga_steps = r.saga_steps || jsonb_build_array(
             CAST(:entry AS jsonb) || jsonb_build_object(
-                'attempt', {_DISPATCHED_ATTEMPT}, 'recorded_at', now())),
+                'attempt', f.attempt, 'late', r.status = 'PENDING', 'recorded_at', now())),
         status = 'PENDING',
         available_at = now(),
         enqueued_at = now(),
         version = r.version + 1,
         updated_at = now()
-    FROM target t
-    WHERE r.run_id = t.run_id
-      AND EXISTS (SELECT 1 FROM inbox)
-      AND t.status = 'WAITING_TOOL' AND t.current_step = :step
+    FROM fit f
+    WHERE r.run_id = f.run_id
     RETURNING r.run_id
 ), history AS (
     INSERT INTO awooop_run_event
@@ -108,6 +124,7 @@ def deliver(
             "event_id": event_id,
             "digest": digest,
             "step": step,
+            "status": result["status"],
             "entry": json.dumps(entry),
             "detail": json.dumps(detail),
         },

@@ -105,14 +105,19 @@ def test_a_missing_result_times_out_and_the_call_is_dispatched_again(engine, pro
     ]
 
 
+def time_out_once(engine, settings, run_id) -> None:  # type: ignore[no-untyped-def]
+    """Dispatch, let the tool timeout fire, and let a worker decide the missing result."""
+    assert runner.execute(engine, settings, run_id) == runner.Outcome.WAITING_TOOL
+    time.sleep(0.15)
+    sweeps.fire_due_timers_once(engine, settings)
+
+
 def test_a_result_after_the_run_moved_on_is_late_and_changes_nothing(
     client, engine, project, settings
 ):
-    run_id = test_runs.admit(engine, project["project_id"], "test-tool-timeout")
-    runner.execute(engine, settings, run_id)
-    time.sleep(0.15)
-    sweeps.fire_due_timers_once(engine, settings)
-    runner.execute(engine, settings, run_id)  # retry scheduled
+    run_id = test_runs.admit(engine, project["project_id"], "test-tool-once")
+    time_out_once(engine, settings, run_id)
+    assert runner.execute(engine, settings, run_id) == runner.Outcome.FAILED  # compensated
     before = db.run(engine, run_id)
 
     response = deliver(client, project, run_id, event_id="late-1")
@@ -126,6 +131,36 @@ def test_a_result_after_the_run_moved_on_is_late_and_changes_nothing(
     )
     late = [e for e in db.events(engine, run_id) if e["kind"] == "late_result"]
     assert [(e["trigger_id"], e["detail"]["status"]) for e in late] == [("late-1", "SUCCEEDED")]
+
+
+def test_a_late_success_while_the_step_waits_for_its_retry_is_accepted(
+    client, engine, project, settings
+):
+    run_id = test_runs.admit(engine, project["project_id"], "test-tool-timeout")
+    time_out_once(engine, settings, run_id)
+    assert runner.execute(engine, settings, run_id) == runner.Outcome.RETRY_SCHEDULED
+
+    response = deliver(client, project, run_id, event_id="late-1", output={"disk": "80%"})
+
+    assert response.status_code == 202
+    assert runner.execute(engine, settings, run_id) == runner.Outcome.COMPLETED
+    assert wf.CALLS[str(run_id)].count("dispatch:diagnose") == 1  # not dispatched again
+    journal = db.run(engine, run_id)["saga_steps"]
+    late = [e for e in journal if e["phase"] == "tool_result" and e.get("late")]
+    assert [(e["attempt"], e["event_id"]) for e in late] == [(2, "late-1")]
+    assert journal[-1]["output"] == {"disk": "80%"}
+
+
+def test_a_late_success_is_ignored_when_the_step_says_so(client, engine, project, settings):
+    run_id = test_runs.admit(engine, project["project_id"], "test-tool-ignore-late")
+    time_out_once(engine, settings, run_id)
+    assert runner.execute(engine, settings, run_id) == runner.Outcome.RETRY_SCHEDULED
+
+    response = deliver(client, project, run_id, event_id="late-1")
+
+    assert response.json["status"] == "late"
+    assert runner.execute(engine, settings, run_id) == runner.Outcome.WAITING_TOOL
+    assert wf.CALLS[str(run_id)].count("dispatch:diagnose") == 2  # dispatched again
 
 
 def test_tool_result_bad_input_is_refused_and_writes_nothing(client, engine, project, settings):

@@ -332,3 +332,30 @@ DEADLINE = register(
         deadline_seconds=0.2,
     )
 )
+
+
+TOOL_ONCE = register(
+    Workflow(
+        "test-tool-once",
+        1,
+        [
+            Step("a", _do, compensate=_undo),
+            Step("diagnose", _dispatch, tool_timeout=0.1),  # no retry: a timeout fails the run
+        ],
+    )
+)
+TOOL_IGNORE_LATE = register(
+    Workflow(
+        "test-tool-ignore-late",
+        1,
+        [
+            Step(
+                "diagnose",
+                _dispatch,
+                tool_timeout=0.1,
+                late_result="ignore",
+                retry=RetryPolicy(max_retries=1, base_delay=0.0, jitter=0.0),
+            ),
+        ],
+    )
+)
