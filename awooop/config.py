@@ -44,7 +44,6 @@ class Settings:
     dedupe_ttl_seconds: float = 7 * 24 * 3600.0
     prune_interval_seconds: float = 3600.0
     prune_batch_size: int = 5000
-    default_max_attempts: int = 3
     # Operators may close a run stuck in manual intervention without compensating ("1").
     manual_close_enabled: int = 0
     # The due-timer sweep (retry wake-ups; step, tool and approval timeouts).

@@ -26,13 +26,6 @@ class Unauthenticated(AwoooPError):
     http_status = 401
 
 
-class Forbidden(AwoooPError):
-    """This credential's role may not do that."""
-
-    code = "E-AUTH-002"
-    http_status = 403
-
-
 class MalformedRequest(AwoooPError):
     """The request body is not valid for this endpoint."""
 

@@ -616,20 +616,6 @@ def get_run(conn: Connection, project_id: str, run_id: uuid.UUID | str) -> dict[
     return dict(row) if row is not None else None
 
 
-_RUN_EVENTS = text(
-    """
-SELECT seq, kind, from_status, to_status, trigger, trigger_id, actor, detail, at
-FROM awooop_run_event
-WHERE run_id = :run_id
-ORDER BY seq
-"""
-)
-
-
-def run_events(conn: Connection, run_id: uuid.UUID | str) -> list[dict[str, Any]]:
-    return [dict(r) for r in conn.execute(_RUN_EVENTS, {"run_id": run_id}).mappings()]
-
-
 _RELEASE = text(
     f"""
 WITH released AS (

@@ -25,7 +25,6 @@ def test_defaults_are_the_adr_values():
         30,
         60,
     )
-    assert s.default_max_attempts == 3
     assert s.max_body_bytes == 1024 * 1024
 
 

@@ -104,3 +104,8 @@ def test_only_listed_errors_are_retried():
     assert saga.decide(workflow, [], nxt, retryable).kind == "retry"
     assert saga.decide(workflow, [], nxt, {**retryable, "retryable": False}).kind == "compensated"
     assert step.retry.retries(TimeoutError()) and not step.retry.retries(ValueError())
+
+
+def test_a_workflow_allows_three_attempts_by_default():
+    # ADR-114 D5: three attempts unless the agent contract says otherwise.
+    assert Workflow("w", 1, [Step("s", _step)]).max_attempts == 3
