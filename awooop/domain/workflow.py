@@ -142,6 +142,7 @@ class RetryPolicy:
 
 
 NO_RETRY = RetryPolicy()
+LATE_RESULT_POLICIES = ("accept", "ignore", "compensate")
 # Compensations must not give up easily: their own, larger budget (DESIGN §5).
 COMPENSATION_RETRY = RetryPolicy(max_retries=4, base_delay=1.0)
 
@@ -162,9 +163,10 @@ class Step:
     # (``POST …/runs/{run_id}/tool-results``) at most this many seconds; a missing result
     # is a transient failure (retried by ``retry``: the call is dispatched again).
     tool_timeout: float | None = None
-    # A tool step's success that arrives after the run stopped waiting for it (after a
-    # timeout or failure, while the step waits to be retried): "accept" takes it as the step's
-    # result (no new dispatch); "ignore" keeps it in the history only and dispatches again.
+    # A tool step's success that arrives after the run stopped waiting for it. While the step
+    # waits to be retried, "accept" and "compensate" take it as the step's result (no new
+    # dispatch) and "ignore" dispatches again. Once the saga has moved past the step,
+    # "compensate" undoes the late effect in a follow-up run; the others only record it.
     late_result: str = "accept"
     resolver: Resolver | None = None
     # A step that may hang: after this many seconds the due-timer sweep takes the run from
@@ -173,8 +175,10 @@ class Step:
     timeout: float | None = None
 
     def __post_init__(self) -> None:
-        if self.late_result not in ("accept", "ignore"):
-            raise ValueError(f"step {self.name}: late_result must be 'accept' or 'ignore'")
+        if self.late_result not in LATE_RESULT_POLICIES:
+            raise ValueError(f"step {self.name}: late_result must be one of {LATE_RESULT_POLICIES}")
+        if self.late_result == "compensate" and self.compensate is None:
+            raise ValueError(f"step {self.name}: late_result 'compensate' needs a compensation")
 
     @property
     def is_tool(self) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Engine
@@ -20,7 +21,8 @@ from sqlalchemy import Engine
 from awooop import errors
 from awooop.channels.base import digest
 from awooop.domain import saga
-from awooop.store import tools
+from awooop.store import admission, tools
+from awooop.workflows import registry
 
 log = logging.getLogger("awooop.engine.tools")
 
@@ -37,7 +39,7 @@ def deliver_result(
     status: Any,
     output: Any = None,
     error: Any = None,
-) -> tools.Delivery:
+) -> LateAware:
     """Validate and deliver one result (the arguments may come straight from JSON)."""
     if not (isinstance(event_id, str) and 0 < len(event_id) <= 256):
         raise errors.MalformedRequest("event_id must be a string of 1 to 256 characters")
@@ -64,8 +66,11 @@ def deliver_result(
         raise errors.IdempotencyKeyReused(
             "this event id was already delivered with a different result"
         )
+    follow_up = None
     if not delivery.duplicate and not delivery.accepted:
         _check_conflict(engine, run_id, event_id, step, result)
+        if result["status"] == saga.SUCCEEDED:
+            follow_up = _compensate_late_success(engine, project_id, run_id, step, result)
     action = (
         "tool_result_duplicate"
         if delivery.duplicate
@@ -83,7 +88,74 @@ def deliver_result(
             "event_id": event_id,
         },
     )
-    return delivery
+    return LateAware(delivery, follow_up)
+
+
+@dataclass(frozen=True)
+class LateAware:
+    """A delivery, and the follow-up run started to undo a late success (if any)."""
+
+    delivery: tools.Delivery
+    compensation_run_id: uuid.UUID | None = None
+
+
+LATE_COMPENSATION_WORKFLOW = "late-compensation"
+
+
+def _compensate_late_success(
+    engine: Engine, project_id: str, run_id: uuid.UUID | str, step: str, result: dict[str, Any]
+) -> uuid.UUID | None:
+    """Under the "compensate" policy, a success the saga gave up on gets undone by a
+    follow-up run (exactly once per run and step: it is admitted like an event)."""
+    with engine.connect() as conn:
+        facts = tools.run_facts(conn, run_id)
+    dispatches = [
+        e for e in facts.journal if e.get("step") == step and e.get("status") == saga.DISPATCHED
+    ]
+    if not dispatches or dispatches[-1].get("late_result") != "compensate":
+        return None
+    workflow = registry.latest(LATE_COMPENSATION_WORKFLOW)
+    assert workflow is not None
+    key = f"late-compensation:{run_id}:{step}"
+    original = {
+        "run_id": str(run_id),
+        "workflow": facts.workflow_name,
+        "version": facts.workflow_version,
+        "step": step,
+        "input": facts.input,
+        "output": result.get("output"),
+    }
+    with engine.connect() as conn:
+        admitted = admission.admit(
+            conn,
+            admission.NewRun(
+                project_id=project_id,
+                channel_type="internal",
+                provider_event_id=key,
+                request_digest=digest(original),
+                workflow_name=workflow.name,
+                workflow_version=workflow.version,
+                workflow_digest=workflow.digest,
+                max_attempts=workflow.max_attempts,
+                input={
+                    "channel": "internal",
+                    "provider_event_id": key,
+                    "event": original,
+                    "meta": {},
+                    "project": {},
+                },
+            ),
+        )
+    log.warning(
+        "late success of a step the saga gave up on; compensating it",
+        extra={
+            "action": "late_success_compensating",
+            "run_id": str(run_id),
+            "step": step,
+            "compensation_run_id": str(admitted.run_id),
+        },
+    )
+    return admitted.run_id if admitted.created else None
 
 
 def _check_conflict(
@@ -92,7 +164,8 @@ def _check_conflict(
     """A late result that contradicts the outcome recorded for the same attempt is a
     conflict: recorded, and the run goes to a person (never silently overwritten)."""
     with engine.connect() as conn:
-        entries, version = tools.journal(conn, run_id)
+        facts = tools.run_facts(conn, run_id)
+        entries, version = facts.journal, facts.version
         dispatched = [
             e.get("attempt")
             for e in entries

@@ -51,7 +51,7 @@ WITH target AS (
       AND (status = 'WAITING_TOOL'
            OR (CAST(:status AS text) = 'SUCCEEDED' AND status = 'PENDING'
                AND saga_status = 'RUNNING' AND control_state = 'ACTIVE'
-               AND dispatch ->> 'late_result' = 'accept'
+               AND dispatch ->> 'late_result' IN ('accept', 'compensate')
                AND NOT EXISTS (
                    SELECT 1 FROM jsonb_array_elements(saga_steps) e
                    WHERE e ->> 'phase' = 'tool_result' AND e ->> 'step' = :step
@@ -139,7 +139,10 @@ def deliver(
     )
 
 
-_JOURNAL = text("SELECT saga_steps, version FROM awooop_run_state WHERE run_id = :run_id")
+_RUN_FACTS = text(
+    "SELECT workflow_name, workflow_version, input, saga_steps, version"
+    " FROM awooop_run_state WHERE run_id = :run_id"
+)
 
 # Two different outcomes for one attempt: record the conflict and hand the run to a person
 # (compare-and-set on the version read with the journal). A finished run keeps its end.
@@ -167,9 +170,18 @@ RETURNING to_status
 )
 
 
-def journal(conn: Connection, run_id: uuid.UUID | str) -> tuple[list[dict[str, Any]], int]:
-    row = conn.execute(_JOURNAL, {"run_id": run_id}).one()
-    return row.saga_steps, row.version
+@dataclass(frozen=True)
+class RunFacts:
+    workflow_name: str
+    workflow_version: int
+    input: dict[str, Any]
+    journal: list[dict[str, Any]]
+    version: int
+
+
+def run_facts(conn: Connection, run_id: uuid.UUID | str) -> RunFacts:
+    row = conn.execute(_RUN_FACTS, {"run_id": run_id}).one()
+    return RunFacts(row.workflow_name, row.workflow_version, row.input, row.saga_steps, row.version)
 
 
 def record_conflict(

@@ -58,7 +58,7 @@ def tool_result(project_id: str, run_id: str) -> tuple[Response, int]:
         parsed_id = uuid.UUID(run_id)
     except ValueError:
         raise errors.NotFound("no such run in this project") from None
-    delivery = tools.deliver_result(
+    outcome = tools.deliver_result(
         context.engine(),
         project_id,
         parsed_id,
@@ -68,10 +68,15 @@ def tool_result(project_id: str, run_id: str) -> tuple[Response, int]:
         output=body.get("output"),
         error=body.get("error"),
     )
+    delivery = outcome.delivery
     if delivery.duplicate:
         return jsonify({"status": "duplicate", "code": errors.DUPLICATE_EVENT_CODE}), 200
     if not delivery.accepted:
-        return jsonify({"status": "late", "run_status": delivery.run_status}), 200
+        late: dict[str, Any] = {"status": "late", "run_status": delivery.run_status}
+        if outcome.compensation_run_id is not None:
+            context.enqueue([outcome.compensation_run_id])
+            late["compensation_run_id"] = str(outcome.compensation_run_id)
+        return jsonify(late), 200
     context.enqueue([parsed_id])
     return jsonify({"status": "accepted"}), 202
 

@@ -61,6 +61,7 @@ def load() -> None:
         _builtin_loaded = True
         importlib.import_module("awooop.workflows.builtin")
         importlib.import_module("awooop.workflows.operations")
+        importlib.import_module("awooop.workflows.late")
 
 
 def import_modules(modules: Iterable[str]) -> None:

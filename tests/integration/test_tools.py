@@ -218,3 +218,36 @@ def test_the_same_result_under_another_event_id_is_not_a_conflict(
 
     assert db.run(engine, run_id)["status"] == "PENDING"
     assert [e for e in db.events(engine, run_id) if e["kind"] == "conflict"] == []
+
+
+def test_a_late_success_the_saga_gave_up_on_is_compensated_by_a_follow_up_run(
+    client, engine, project, settings, redis_client
+):
+    run_id = test_runs.admit(engine, project["project_id"], "test-tool-compensate-late")
+    time_out_once(engine, settings, run_id)
+    assert runner.execute(engine, settings, run_id) == runner.Outcome.FAILED  # gave up
+    redis_client.delete("runs")
+
+    response = deliver(client, project, run_id, event_id="late-1", output={"ticket": 7})
+    again = deliver(client, project, run_id, event_id="late-2", output={"ticket": 7})
+
+    assert response.json["status"] == "late"
+    follow_up = response.json["compensation_run_id"]
+    assert "compensation_run_id" not in again.json  # one follow-up per run and step
+    assert queued_messages(redis_client) == 1
+    assert runner.execute(engine, settings, follow_up) == runner.Outcome.COMPLETED
+    assert wf.CALLS[str(run_id)][-1] == "undo:diagnose"
+    row = db.run(engine, follow_up)
+    assert (row["workflow_name"], row["channel_type"]) == ("late-compensation", "internal")
+    assert db.run(engine, run_id)["status"] == "FAILED"  # the original run keeps its end
+
+
+def test_late_result_policy_is_checked_when_the_workflow_is_declared():
+    import pytest
+
+    from awooop.domain.workflow import Step
+
+    with pytest.raises(ValueError, match="needs a compensation"):
+        Step("x", wf._dispatch, tool_timeout=1.0, late_result="compensate")
+    with pytest.raises(ValueError, match="late_result must be one of"):
+        Step("x", wf._dispatch, tool_timeout=1.0, late_result="maybe")

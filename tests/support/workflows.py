@@ -359,3 +359,17 @@ TOOL_IGNORE_LATE = register(
         ],
     )
 )
+
+
+TOOL_COMPENSATE_LATE = register(
+    Workflow(
+        "test-tool-compensate-late",
+        1,
+        [
+            Step("a", _do, compensate=_undo),
+            Step(
+                "diagnose", _dispatch, compensate=_undo, tool_timeout=0.1, late_result="compensate"
+            ),
+        ],
+    )
+)
