@@ -197,3 +197,61 @@ def test_operations_on_another_projects_run_are_not_found(engine, project, setti
 
     with pytest.raises(errors.NotFound):
         operate(engine, settings, project, "pause", run_id)
+
+
+def _stuck_in_compensation(engine, project, settings, tmp_path):  # type: ignore[no-untyped-def]
+    run_id = test_runs.admit(
+        engine, project["project_id"], "test-undo-needs-fix", {"fixed": str(tmp_path / "never")}
+    )
+    runner.execute(engine, settings, run_id)
+    return run_id
+
+
+def _escalated(workflow):  # type: ignore[no-untyped-def]
+    def make(engine, project, settings, tmp_path):  # type: ignore[no-untyped-def]
+        run_id = test_runs.admit(engine, project["project_id"], workflow)
+        runner.execute(engine, settings, run_id)
+        return run_id
+
+    return make
+
+
+def _paused(engine, project, settings, tmp_path):  # type: ignore[no-untyped-def]
+    run_id = test_runs.admit(engine, project["project_id"])
+    operate(engine, settings, project, "pause", run_id)
+    return run_id
+
+
+def _pending(engine, project, settings, tmp_path):  # type: ignore[no-untyped-def]
+    return test_runs.admit(engine, project["project_id"])
+
+
+@pytest.mark.parametrize(
+    ("operation", "setup"),
+    [
+        ("pause", _pending),
+        ("resume", _paused),
+        ("cancel", _pending),
+        ("retry_compensation", _stuck_in_compensation),
+        ("retry_resolution", _escalated("test-no-resolver")),
+        ("manual_close", _escalated("test-halt")),
+    ],
+)
+def test_every_operation_is_one_effect_and_one_audit_row_per_operation_id(
+    engine, project, settings, tmp_path, operation, setup
+):
+    enabled = settings.__class__(**{**settings.__dict__, "manual_close_enabled": 1})
+    run_id = setup(engine, project, enabled, tmp_path)
+    version = db.run(engine, run_id)["version"]
+
+    first = operate(engine, enabled, project, operation, run_id, operation_id="op-x")
+    again = operate(engine, enabled, project, operation, run_id, operation_id="op-x")
+
+    assert (first.applied, again.applied, again.replayed) == (True, False, True)
+    assert db.run(engine, run_id)["version"] == version + 1
+    audit = [
+        e
+        for e in db.events(engine, run_id)
+        if e["trigger"] == "operator" and e["trigger_id"] == "op-x"
+    ]
+    assert [(e["actor"], e["detail"]["operation"]) for e in audit] == [("alice", operation)]
