@@ -65,7 +65,7 @@ def json_object(body: bytes) -> dict[str, Any]:
     """The body as a JSON object, or a 400 that says what is wrong."""
     try:
         value = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: deep nesting
         raise errors.MalformedRequest("request body is not valid JSON") from None
     if not isinstance(value, dict):
         raise errors.MalformedRequest("request body must be a JSON object")

@@ -5,8 +5,9 @@ A tool step's handler dispatches a call and the run waits, with no worker, for i
 A result is accepted once per event id (``awooop_inbox``); the run becomes claimable and the
 next worker turns the result into the step's outcome (success, transient failure — retried
 by the step's policy, which dispatches again with the same effect id — or rejection). A result
-that arrives when the run is no longer waiting on that step (it timed out and moved on, or
-finished) is late: kept in the run's history, with no effect.
+that arrives when the run is no longer waiting on that step is late: the step's
+``late_result`` policy decides (see docs/workflows.md); a result contradicting one already
+recorded for the same attempt is a conflict, escalated to a person.
 """
 
 from __future__ import annotations
@@ -39,13 +40,13 @@ def deliver_result(
     status: Any,
     output: Any = None,
     error: Any = None,
-) -> LateAware:
+) -> DeliveryOutcome:
     """Validate and deliver one result (the arguments may come straight from JSON)."""
     if not (isinstance(event_id, str) and 0 < len(event_id) <= 256):
         raise errors.MalformedRequest("event_id must be a string of 1 to 256 characters")
     if not (isinstance(step, str) and 0 < len(step) <= 128):
         raise errors.MalformedRequest("step must be the name of the tool step")
-    if status not in RESULT_STATUSES:
+    if not isinstance(status, str) or status not in RESULT_STATUSES:
         raise errors.MalformedRequest(f"status must be one of {sorted(RESULT_STATUSES)}")
     if error is not None and not isinstance(error, str):
         raise errors.MalformedRequest("error must be a string")
@@ -88,12 +89,12 @@ def deliver_result(
             "event_id": event_id,
         },
     )
-    return LateAware(delivery, follow_up)
+    return DeliveryOutcome(delivery, follow_up)
 
 
 @dataclass(frozen=True)
-class LateAware:
-    """A delivery, and the follow-up run started to undo a late success (if any)."""
+class DeliveryOutcome:
+    """What a delivery did, and the follow-up run started to undo a late success (if any)."""
 
     delivery: tools.Delivery
     compensation_run_id: uuid.UUID | None = None

@@ -37,6 +37,17 @@ def test_malformed_json_is_400(client, project, channel, assert_nothing_written)
 
 
 @pytest.mark.parametrize("channel", CHANNELS)
+def test_absurdly_nested_json_is_400_not_a_crash(client, project, channel, assert_nothing_written):
+    path, headers, _ = requests.valid(channel, project)
+    raw = b"[" * 20000 + b"]" * 20000
+
+    response = client.post(path, headers=requests.resign(project, path, headers, raw), data=raw)
+
+    expect_error(response, 400, "E-REQUEST-001")
+    assert_nothing_written()
+
+
+@pytest.mark.parametrize("channel", CHANNELS)
 def test_json_that_is_not_an_object_is_400(client, project, channel, assert_nothing_written):
     path, headers, _ = requests.valid(channel, project)
     raw = b"[1, 2, 3]"

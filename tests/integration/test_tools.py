@@ -169,6 +169,8 @@ def test_tool_result_bad_input_is_refused_and_writes_nothing(client, engine, pro
     before = db.run(engine, run_id)
 
     assert deliver(client, project, run_id, status="maybe").status_code == 400
+    assert deliver(client, project, run_id, status=["succeeded"]).status_code == 400
+    assert deliver(client, project, run_id, step=7).status_code == 400
     assert deliver(client, project, run_id, event_id="").status_code == 400
     assert deliver(client, project, "not-a-uuid").status_code == 404
     wrong_token = client.post(
