@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 
 from awooop import db
 from awooop.config import Settings
@@ -68,29 +67,6 @@ def prune_dedupe_once(engine: Engine, settings: Settings) -> int:
     return total
 
 
-def _tool_timeout(conn: Connection, t: timers.FiredTimer) -> bool:
-    assert t.step is not None and t.attempt is not None
-    return timers.tool_timed_out(conn, t.run_id, t.step, t.attempt, t.expected_version, t.timer_id)
-
-
-def _step_timeout(conn: Connection, t: timers.FiredTimer) -> bool:
-    assert t.step is not None and t.attempt is not None
-    return timers.step_timed_out(conn, t.run_id, t.step, t.attempt, t.expected_version, t.timer_id)
-
-
-def _deadline(conn: Connection, t: timers.FiredTimer) -> bool:
-    return timers.deadline_passed(conn, t.run_id, t.timer_id)
-
-
-# What a fired timer does to its run, beyond the nudge (retry wake-ups and resolver polls
-# are only a nudge). False: the run had moved on, nothing to do.
-_TIMER_EFFECTS: dict[str, Callable[[Connection, timers.FiredTimer], bool]] = {
-    "tool_timeout": _tool_timeout,
-    "step_timeout": _step_timeout,
-    "deadline": _deadline,
-}
-
-
 def fire_due_timers_once(engine: Engine, settings: Settings) -> list[timers.FiredTimer]:
     """Fire every due timer, in batches; returns the fired ones whose run should be nudged.
 
@@ -107,7 +83,7 @@ def fire_due_timers_once(engine: Engine, settings: Settings) -> list[timers.Fire
                 if not timer.fired:
                     skipped += 1
                     continue
-                effect = _TIMER_EFFECTS.get(timer.kind)
+                effect = timers.EFFECTS.get(timer.kind)
                 if effect is not None and not effect(conn, timer):
                     continue
                 fired.append(timer)

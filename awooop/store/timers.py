@@ -4,7 +4,9 @@ timer does to its run (each applied in the same transaction as the firing)."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Connection, text
 
@@ -95,30 +97,6 @@ FROM changed
 )
 
 
-def tool_timed_out(
-    conn: Connection,
-    run_id: uuid.UUID,
-    step: str,
-    attempt: int,
-    expected_version: int,
-    timer_id: str,
-) -> bool:
-    """Apply a fired tool timeout; False when the run had moved on (the result won)."""
-    return (
-        conn.execute(
-            _TIME_OUT,
-            {
-                "run_id": run_id,
-                "step": step,
-                "attempt": attempt,
-                "expected_version": expected_version,
-                "timer_id": timer_id,
-            },
-        ).rowcount
-        == 1
-    )
-
-
 # A step overran its timeout and may still be running: its outcome is unknown. Record that,
 # take the run from the (possibly hung) worker — bumping lease_epoch fences its late writes —
 # and make it claimable; the next worker resolves the step or hands it to a person.
@@ -154,30 +132,6 @@ FROM changed
 )
 
 
-def step_timed_out(
-    conn: Connection,
-    run_id: uuid.UUID,
-    step: str,
-    attempt: int,
-    expected_version: int,
-    timer_id: str,
-) -> bool:
-    """Apply a fired step timeout; False when the step had finished (or the run moved on)."""
-    return (
-        conn.execute(
-            _TIME_OUT_STEP,
-            {
-                "run_id": run_id,
-                "step": step,
-                "attempt": attempt,
-                "expected_version": expected_version,
-                "timer_id": timer_id,
-            },
-        ).rowcount
-        == 1
-    )
-
-
 # The workflow's run deadline passed: a run still going forward turns back, like a cancel,
 # and ends FAILED (E-SAGA-003) after compensating. A run already compensating, waiting for a
 # person, or finished is left alone.
@@ -208,5 +162,36 @@ FROM changed
 )
 
 
-def deadline_passed(conn: Connection, run_id: uuid.UUID, timer_id: str) -> bool:
-    return conn.execute(_DEADLINE_PASSED, {"run_id": run_id, "timer_id": timer_id}).rowcount == 1
+def _apply(conn: Connection, statement: Any, t: FiredTimer) -> bool:
+    params = {
+        "run_id": t.run_id,
+        "step": t.step,
+        "attempt": t.attempt,
+        "expected_version": t.expected_version,
+        "timer_id": t.timer_id,
+    }
+    return conn.execute(statement, params).rowcount == 1
+
+
+def tool_timed_out(conn: Connection, t: FiredTimer) -> bool:
+    """The tool result did not come: False when the run had moved on (the result won)."""
+    return _apply(conn, _TIME_OUT, t)
+
+
+def step_timed_out(conn: Connection, t: FiredTimer) -> bool:
+    """The step overran: False when it had finished (or the run moved on)."""
+    return _apply(conn, _TIME_OUT_STEP, t)
+
+
+def deadline_passed(conn: Connection, t: FiredTimer) -> bool:
+    """The run deadline passed: False when the run was not going forward any more."""
+    return _apply(conn, _DEADLINE_PASSED, t)
+
+
+# What a fired timer does to its run, beyond the nudge (retry wake-ups and resolver polls
+# are only a nudge). False: the run had moved on, nothing to do.
+EFFECTS: dict[str, Callable[[Connection, FiredTimer], bool]] = {
+    "tool_timeout": tool_timed_out,
+    "step_timeout": step_timed_out,
+    "deadline": deadline_passed,
+}
