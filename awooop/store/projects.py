@@ -73,40 +73,37 @@ def add_channel_secret(
     )
 
 
-_SET_ROUTES = text(
-    """
+# Merge a JSON object into one of the project's JSONB columns (the names are fixed here).
+_MERGE = {
+    column: text(
+        f"""
 UPDATE awooop_project
-SET routes = routes || CAST(:routes AS jsonb)
+SET {column} = {column} || CAST(:values AS jsonb)
 WHERE project_id = :project_id
-RETURNING routes
+RETURNING {column} AS merged
 """
-)
+    )
+    for column in ("routes", "config")
+}
+
+
+def _merge(
+    conn: Connection, column: str, project_id: str, values: dict[str, str]
+) -> dict[str, str] | None:
+    row = conn.execute(
+        _MERGE[column], {"project_id": project_id, "values": json.dumps(values)}
+    ).first()
+    return None if row is None else row.merged
 
 
 def set_routes(conn: Connection, project_id: str, routes: dict[str, str]) -> dict[str, str] | None:
     """Merge ``routes`` into the project's; returns the new routes, None if no such project."""
-    row = conn.execute(
-        _SET_ROUTES, {"project_id": project_id, "routes": json.dumps(routes)}
-    ).first()
-    return None if row is None else row.routes
-
-
-_SET_CONFIG = text(
-    """
-UPDATE awooop_project
-SET config = config || CAST(:config AS jsonb)
-WHERE project_id = :project_id
-RETURNING config
-"""
-)
+    return _merge(conn, "routes", project_id, routes)
 
 
 def set_config(conn: Connection, project_id: str, config: dict[str, str]) -> dict[str, str] | None:
     """Merge ``config`` into the project's; the new config, None if no such project."""
-    row = conn.execute(
-        _SET_CONFIG, {"project_id": project_id, "config": json.dumps(config)}
-    ).first()
-    return None if row is None else row.config
+    return _merge(conn, "config", project_id, config)
 
 
 _PROJECT_EXISTS = text("SELECT 1 FROM awooop_project WHERE project_id = :project_id")
