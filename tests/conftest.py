@@ -24,7 +24,8 @@ from awooop.config import Settings
 ROOT = Path(__file__).resolve().parent.parent
 IN_CI = os.environ.get("CI") == "true"
 # Tests use their own Redis database so a developer's queued messages are never touched.
-TEST_REDIS_DB = 13
+# Two test sessions running at once on one machine need different ones.
+TEST_REDIS_DB = int(os.environ.get("AWOOOP_TEST_REDIS_DB", "13"))
 
 
 def _require_env(name: str) -> str:
