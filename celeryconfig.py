@@ -63,6 +63,11 @@ beat_schedule = {
         "schedule": _settings.timer_interval_seconds,
         "options": {"expires": _settings.timer_interval_seconds},
     },
+    "send-due-notifications": {
+        "task": "awooop.sweeps.send_due_notifications",
+        "schedule": _settings.outbox_interval_seconds,
+        "options": {"expires": _settings.outbox_interval_seconds},
+    },
     "prune-dedupe": {
         "task": "awooop.sweeps.prune_dedupe",
         "schedule": _settings.prune_interval_seconds,

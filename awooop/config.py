@@ -50,6 +50,19 @@ class Settings:
     timer_interval_seconds: float = 2.0
     timer_batch_size: int = 500
     max_body_bytes: int = 1024 * 1024
+    # Outbound messages (the outbox): provider endpoints, and how hard to try. A message
+    # still failing after outbox_max_attempts sends is parked (kept, visible, not retried).
+    telegram_api_base: str = "https://api.telegram.org"
+    line_api_base: str = "https://api.line.me"
+    outbox_max_attempts: int = 8
+    outbox_base_delay_seconds: float = 2.0
+    outbox_max_delay_seconds: float = 300.0
+    outbox_send_timeout_seconds: float = 10.0
+    outbox_interval_seconds: float = 2.0
+    outbox_batch_size: int = 200
+    # This deployment's public address (e.g. https://awooop.example.com), used in links sent
+    # out (the approval URL in a webhook); empty: links are left out.
+    public_base_url: str = ""
     # How long a web process reuses a project's routes and credential hashes (0: never).
     # Revoked credentials and changed routes take effect within this many seconds.
     auth_cache_seconds: float = 5.0

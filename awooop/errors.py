@@ -107,6 +107,27 @@ class InvalidOperation(AwoooPError):
     http_status = 400
 
 
+class ApprovalExpired(AwoooPError):
+    """This approval has expired; the run has failed with E-APPROVAL-002."""
+
+    code = "E-APPROVAL-002"
+    http_status = 410
+
+
+class ApprovalClosed(AwoooPError):
+    """This approval was already decided, or its run no longer waits for it."""
+
+    code = "E-APPROVAL-003"
+    http_status = 409
+
+
+class ApprovalForbidden(AwoooPError):
+    """You may not decide this approval."""
+
+    code = "E-APPROVAL-004"
+    http_status = 403
+
+
 class ServiceUnavailable(AwoooPError):
     """The database is unavailable; retry later."""
 

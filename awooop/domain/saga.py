@@ -11,6 +11,9 @@ The journal (``saga_steps``) is an append-only list of entries:
   count against the retry budgets.
 - ``phase: "resolve"`` — one per resolver poll of a step whose outcome was UNKNOWN; when
   the resolver settles it, a forward entry with the settled status follows.
+- an approval step's attempt has a ``status: "REQUESTED"`` forward entry when its prompt
+  went out, then a ``phase: "approval"`` entry with the ``decision`` (approved, rejected,
+  expired); the next worker turns that decision into the attempt's outcome.
 - a tool step's attempt has a ``status: "DISPATCHED"`` forward entry when its call went
   out, then a ``phase: "tool_result"`` entry when the result (or its timeout) came in; the
   next worker turns that result into the attempt's outcome.
@@ -40,7 +43,11 @@ REJECTED = "REJECTED"
 HALTED = "HALTED"
 UNKNOWN = "UNKNOWN"  # the effect may or may not have happened: resolve it
 DISPATCHED = "DISPATCHED"  # a tool call went out; not an outcome
+REQUESTED = "REQUESTED"  # an approval prompt went out; not an outcome
 TOOL_RESULT = "tool_result"
+APPROVAL = "approval"
+# Entries that say something is awaited rather than what happened.
+_AWAITING = (DISPATCHED, REQUESTED)
 
 # Run failure codes (``failure_code``).
 STEP_REJECTED = "E-STEP-001"
@@ -50,6 +57,8 @@ MANUAL_INTERVENTION = "E-SAGA-001"
 CANCELLED = "E-SAGA-002"  # an operator cancelled the run
 DEADLINE = "E-SAGA-003"  # the workflow's run deadline passed
 CONFLICT = "E-SAGA-004"  # two different outcomes were reported for one attempt
+APPROVAL_REJECTED = "E-APPROVAL-001"  # a person said no
+APPROVAL_EXPIRED = "E-APPROVAL-002"  # nobody decided within the approval's TTL
 
 Journal = Sequence[dict[str, Any]]
 
@@ -78,7 +87,7 @@ def recorded_attempts(journal: Journal, step: str, phase: str) -> int:
     return sum(
         1
         for e in journal[since:]
-        if e.get("phase") == phase and e.get("step") == step and e.get("status") != DISPATCHED
+        if e.get("phase") == phase and e.get("step") == step and e.get("status") not in _AWAITING
     )
 
 
@@ -87,7 +96,7 @@ def _unsettled(journal: Journal, step: str) -> bool:
     outcomes = [
         e
         for e in journal
-        if e.get("phase") == FORWARD and e.get("step") == step and e.get("status") != DISPATCHED
+        if e.get("phase") == FORWARD and e.get("step") == step and e.get("status") not in _AWAITING
     ]
     return bool(outcomes) and outcomes[-1].get("status") == UNKNOWN
 
@@ -99,6 +108,20 @@ def tool_result(journal: Journal, nxt: Next) -> dict[str, Any] | None:
             e
             for e in journal
             if e.get("phase") == TOOL_RESULT
+            and e.get("step") == nxt.step.name
+            and e.get("attempt") == nxt.attempt
+        ),
+        None,
+    )
+
+
+def approval_decision(journal: Journal, nxt: Next) -> dict[str, Any] | None:
+    """The decision taken on this attempt of an approval step, if any."""
+    return next(
+        (
+            e
+            for e in journal
+            if e.get("phase") == APPROVAL
             and e.get("step") == nxt.step.name
             and e.get("attempt") == nxt.attempt
         ),
@@ -163,6 +186,8 @@ class Decision:
         run FAILED with ``failure_code``, saga COMPENSATED;
       - ``escalate``: append the entry, run WAITING_APPROVAL, saga MANUAL_INTERVENTION;
       - ``wait_tool``: append the dispatch entry, run WAITING_TOOL until the result;
+      - ``wait_approval``: append the request entry, run WAITING_APPROVAL until a person
+        decides or ``delay`` (the approval's TTL) passes;
       - ``resolve``: append the entry, saga WAITING_RESOLUTION, poll the resolver after
         ``delay`` seconds.
     """
@@ -195,6 +220,9 @@ def decide(
     after = [*journal, entry]
     if status == DISPATCHED:
         return Decision("wait_tool", [entry], delay=nxt.step.tool_timeout or 0.0)
+    if status == REQUESTED:
+        assert nxt.step.approval is not None
+        return Decision("wait_approval", [entry], delay=nxt.step.approval.ttl_seconds)
     if nxt.phase == RESOLVE:
         return _decide_resolution(workflow, journal, nxt, entry, rng)
     if status == UNKNOWN:
@@ -224,7 +252,7 @@ def decide(
     if status == FAILED and _retryable(entry) and nxt.attempt <= nxt.step.retry.max_retries:
         return Decision("retry", [entry], delay=nxt.step.retry.delay(nxt.attempt, rng))
     # A rejection, or a transient failure with no retry left: undo what succeeded.
-    code = STEP_REJECTED if status == REJECTED else RETRIES_EXHAUSTED
+    code = entry.get("failure_code") or (STEP_REJECTED if status == REJECTED else RETRIES_EXHAUSTED)
     reason = f"step {nxt.step.name}: {entry.get('error')}"
     plan = {
         "phase": PLAN,

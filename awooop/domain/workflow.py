@@ -101,6 +101,39 @@ class Resolver:
         return max(1, int(self.budget // max(self.poll_interval, 0.001)))
 
 
+APPROVAL_REJECT_POLICIES = ("compensate", "continue")
+DEFAULT_APPROVAL_TTL_SECONDS = 900.0  # ADR-114 D4: the approval token lives 15 minutes
+
+
+@dataclass(frozen=True)
+class Approval:
+    """A person must approve before the saga goes on (ADR-114 D4, DESIGN §5).
+
+    The step's handler builds the prompt: it returns the text to show (a string). The run
+    then waits in WAITING_APPROVAL, its lease released, until someone decides:
+
+    - ``roles``: API token roles that may decide through ``POST …/approvals/{token}``;
+    - ``chat_users``: Telegram / LINE user ids that may press the buttons, on top of the
+      project's ``approvers`` configuration (``{"telegram": [...], "line": [...]}``);
+    - ``ttl_seconds``: after this the approval expires and the run fails (E-APPROVAL-002)
+      after compensating;
+    - ``on_reject``: "compensate" (the default: undo what succeeded, fail E-APPROVAL-001) or
+      "continue" (the step succeeds with ``{"approved": false}`` and later steps decide).
+    """
+
+    action: str
+    ttl_seconds: float = DEFAULT_APPROVAL_TTL_SECONDS
+    roles: tuple[str, ...] = ("operator", "admin")
+    chat_users: tuple[str, ...] = ()
+    on_reject: str = "compensate"
+
+    def __post_init__(self) -> None:
+        if self.on_reject not in APPROVAL_REJECT_POLICIES:
+            raise ValueError(f"approval on_reject must be one of {APPROVAL_REJECT_POLICIES}")
+        if self.ttl_seconds <= 0 or not self.action or len(self.action) > 128:
+            raise ValueError(f"invalid approval: {self}")
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """Transient failures: up to ``max_retries`` more attempts, exponential back-off.
@@ -173,8 +206,12 @@ class Step:
     # its worker (fencing its late writes) and the outcome is UNKNOWN: resolved by
     # ``resolver``, or a person decides. Costs one statement per attempt of this step.
     timeout: float | None = None
+    # An approval step: ``handler`` returns the prompt; the run waits for a person.
+    approval: Approval | None = None
 
     def __post_init__(self) -> None:
+        if self.approval is not None and (self.is_tool or self.resolver or self.timeout):
+            raise ValueError(f"step {self.name}: an approval step cannot be a tool or time out")
         if self.late_result not in LATE_RESULT_POLICIES:
             raise ValueError(f"step {self.name}: late_result must be one of {LATE_RESULT_POLICIES}")
         if self.late_result == "compensate" and self.compensate is None:
@@ -183,6 +220,10 @@ class Step:
     @property
     def is_tool(self) -> bool:
         return self.tool_timeout is not None
+
+    @property
+    def is_approval(self) -> bool:
+        return self.approval is not None
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -194,6 +235,7 @@ class Step:
             "tool_timeout": self.tool_timeout,
             "late_result": self.late_result,
             "timeout": self.timeout,
+            "approval": None if self.approval is None else vars(self.approval),
             "resolver": None
             if self.resolver is None
             else {

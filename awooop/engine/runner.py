@@ -14,6 +14,7 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import Connection, Engine
@@ -21,8 +22,9 @@ from sqlalchemy import Connection, Engine
 from awooop.config import Settings
 from awooop.domain import saga, states
 from awooop.domain.workflow import Halt, Reject, StepContext, Unknown, Workflow
-from awooop.engine import identity, lease
+from awooop.engine import approvals, identity, lease
 from awooop.engine.lease import Lease
+from awooop.outbound import messages
 from awooop.store import runs
 from awooop.workflows import registry
 
@@ -41,6 +43,7 @@ class Outcome(enum.Enum):
     WAITING_TOOL = "waiting_tool"  # a tool call is out; released until its result
     RESOLVING = "resolving"  # outcome unknown; released until the next resolver poll
     ESCALATED = "escalated"  # waiting for a person (manual intervention)
+    WAITING_APPROVAL = "waiting_approval"  # a person must approve; released until then
     LEASE_LOST = "lease_lost"  # reaped or re-claimed while we ran: stopped without writing
     RELEASED = "released"  # this worker cannot run the workflow; handed back for another
 
@@ -53,11 +56,22 @@ _SEGMENT_ENDS = {
     "escalate": Outcome.ESCALATED,
     "wait_tool": Outcome.WAITING_TOOL,
     "resolve": Outcome.RESOLVING,
+    "wait_approval": Outcome.WAITING_APPROVAL,
 }
 
+# Sends the outbox messages a segment queued (after their statement committed).
+Notify = Callable[[list[uuid.UUID]], object]
 
-def execute(engine: Engine, settings: Settings, run_id: uuid.UUID | str | None) -> Outcome:
-    """Claim ``run_id`` (or the oldest claimable run) and drive it as far as it goes."""
+
+def execute(
+    engine: Engine,
+    settings: Settings,
+    run_id: uuid.UUID | str | None,
+    notify: Notify | None = None,
+) -> Outcome:
+    """Claim ``run_id`` (or the oldest claimable run) and drive it as far as it goes.
+    ``notify`` is given the ids of outbox messages to send now (the outbox sweep sends any
+    it misses)."""
     me = identity.worker_id()
     with engine.connect() as conn:
         claim = runs.claim(conn, me, settings.lease_ttl_seconds, run_id)
@@ -96,12 +110,26 @@ def execute(engine: Engine, settings: Settings, run_id: uuid.UUID | str | None) 
     keeper = lease.keeper()
     keeper.hold(held)
     try:
-        return _run_steps(engine, claim, workflow, held)
+        return _run_steps(engine, claim, workflow, held, _Segment(settings, notify))
     finally:
         keeper.drop(held)
 
 
-def _run_steps(engine: Engine, claim: runs.Claim, workflow: Workflow, held: Lease) -> Outcome:
+class _Segment:
+    """What writing a segment's decisions needs beyond the claim."""
+
+    def __init__(self, settings: Settings, notify: Notify | None) -> None:
+        self.settings = settings
+        self.notify = notify
+
+    def send(self, message_ids: list[uuid.UUID]) -> None:
+        if message_ids and self.notify is not None:
+            self.notify(message_ids)
+
+
+def _run_steps(
+    engine: Engine, claim: runs.Claim, workflow: Workflow, held: Lease, segment: _Segment
+) -> Outcome:
     fields = _fields(claim)
     journal = list(claim.saga_steps)
     steering = runs.Steering(cancelling=claim.saga_status == "CANCELLING", cause=claim.failure_code)
@@ -142,7 +170,7 @@ def _run_steps(engine: Engine, claim: runs.Claim, workflow: Workflow, held: Leas
                 return Outcome.LEASE_LOST
             decision = saga.decide(workflow, journal, nxt, entry)
         with engine.connect() as conn:
-            written = _write(conn, claim, workflow, journal, nxt, decision)
+            written = _write(conn, claim, workflow, journal, nxt, decision, segment)
         if written is None:
             held.lost.set()
             log.warning("lease lost; result discarded", extra={**fields, "action": "lease_lost"})
@@ -195,6 +223,11 @@ def _attempt(
         "effect_id": ctx.effect_id,
         "command_id": ctx.command_id,
     }
+    if nxt.step.is_approval and nxt.phase == saga.FORWARD:
+        decided = saga.approval_decision(journal, nxt)
+        if decided is not None:  # a person (or the expiry timer) decided this attempt
+            entry.update(approvals.outcome_entry(nxt.step, decided))
+            return entry
     if nxt.step.is_tool and nxt.phase == saga.FORWARD:
         delivered = saga.tool_result(journal, nxt)
         if delivered is not None:  # the call's result came in: it is this attempt's outcome
@@ -226,6 +259,10 @@ def _attempt(
             entry["retryable"] = False
     else:
         dispatched = nxt.step.is_tool and nxt.phase == saga.FORWARD
+        if nxt.step.is_approval and nxt.phase == saga.FORWARD:  # the handler wrote the prompt
+            prompt = output if isinstance(output, str) else json.dumps(output)
+            entry.update(status=saga.REQUESTED, output={"prompt": prompt[:4000]})
+            return entry
         entry.update(status=saga.DISPATCHED if dispatched else saga.SUCCEEDED, output=output)
         if dispatched:
             entry["late_result"] = nxt.step.late_result
@@ -240,6 +277,7 @@ def _write(
     journal: list[dict[str, Any]],
     nxt: saga.Next | None,
     d: saga.Decision,
+    segment: _Segment,
 ) -> runs.Steering | None:
     """Write ``d`` in one fenced statement; None when it matched no row (lease lost)."""
     after = [*journal, *d.entries]
@@ -248,7 +286,23 @@ def _write(
         return runs.record_step(
             conn, claim, d.entries, next_step=upcoming.step.name if upcoming else None
         )
-    return runs.Steering() if _write_change(conn, claim, upcoming, nxt, d) else None
+    if d.kind == "wait_approval":
+        assert nxt is not None
+        sent = approvals.request(conn, claim, nxt.step, nxt.attempt, d.entries, segment.settings)
+        if sent is None:
+            return None
+        segment.send(sent)
+        return runs.Steering()
+    report = any(s.is_approval for s in workflow.steps)
+    return runs.Steering() if _write_change(conn, claim, upcoming, nxt, d, report) else None
+
+
+def _outcome_messages(claim: runs.Claim, status: str, code: str | None) -> list[Any]:
+    """A run that asked people for approval tells them how it ended."""
+    targets = messages.reply_targets(claim.input)
+    return messages.outcome_messages(
+        targets, run_id=str(claim.run_id), status=status, failure_code=code
+    )
 
 
 def _write_change(
@@ -257,6 +311,7 @@ def _write_change(
     upcoming: saga.Next | None,
     nxt: saga.Next | None,
     d: saga.Decision,
+    report: bool,
 ) -> bool:
     if d.kind == "turn_back":
         assert upcoming is not None
@@ -271,14 +326,17 @@ def _write_change(
             to_status=states.COMPLETED,
             saga_status="COMPLETED",
             output=d.output,
+            messages=_outcome_messages(claim, states.COMPLETED, None) if report else [],
         )
     if d.kind == "compensated":
         cancelled = d.failure_code == saga.CANCELLED
+        to_status = states.CANCELLED if cancelled else states.FAILED
         return runs.finish(
             conn,
             claim,
             d.entries,
-            to_status=states.CANCELLED if cancelled else states.FAILED,
+            messages=_outcome_messages(claim, to_status, d.failure_code) if report else [],
+            to_status=to_status,
             saga_status="COMPENSATED",
             failure_code=d.failure_code,
             failure_reason=d.failure_reason,

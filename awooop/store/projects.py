@@ -171,3 +171,20 @@ def load_auth(conn: Connection, project_id: str, channel_type: str) -> ProjectAu
     return ProjectAuth(
         project_id=project_id, routes=rows[0].routes, credentials=creds, config=rows[0].config
     )
+
+
+_OUTBOUND_KEYS = text(
+    """
+SELECT secret_encrypted FROM awooop_credential
+WHERE project_id = :project_id AND kind = 'channel_secret' AND channel_type = :channel_type
+  AND revoked_at IS NULL AND secret_encrypted IS NOT NULL
+ORDER BY created_at DESC
+"""
+)
+
+
+def outbound_keys(conn: Connection, project_id: str, channel_type: str) -> list[str]:
+    """The project's encrypted credentials for calling a provider (``telegram:bot``,
+    ``line:access``, ``gitea:token``, ``webhook:signing``), newest first."""
+    params = {"project_id": project_id, "channel_type": channel_type}
+    return [r.secret_encrypted for r in conn.execute(_OUTBOUND_KEYS, params)]

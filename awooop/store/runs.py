@@ -16,6 +16,8 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from awooop.domain import states
+from awooop.outbound.messages import Message
+from awooop.store.outbox import INSERT_FROM_CHANGED, messages_param
 from awooop.store.prepared import PreparedStatement
 
 # Each transition below is checked against the one table in awooop.domain.states at import.
@@ -220,7 +222,8 @@ WITH changed AS (
         finished_at = now(),
         updated_at = now()
     WHERE {_FENCE}
-    RETURNING run_id, status
+    RETURNING run_id, project_id, status
+), outbox AS ({INSERT_FROM_CHANGED}
 ), history AS ({_HISTORY})
 SELECT count(*) FROM changed
 """,
@@ -378,8 +381,10 @@ def finish(
     output: Any = None,
     failure_code: str | None = None,
     failure_reason: str | None = None,
+    messages: list[Message] | None = None,
 ) -> bool:
-    """Record the last outcomes and end the run in the same statement, fenced."""
+    """Record the last outcomes and end the run in the same statement, fenced; ``messages``
+    (the run's outcome, to whoever was asked to approve) go to the outbox with it."""
     states.check_transition(states.RUNNING, to_status)
     detail = {"saga_status": saga_status, "failure_code": failure_code}
     return _change(
@@ -394,6 +399,7 @@ def finish(
         output=json.dumps(output),
         failure_code=failure_code,
         failure_reason=failure_reason,
+        messages=messages_param(messages or []),
     )
 
 

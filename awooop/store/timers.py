@@ -188,10 +188,13 @@ def deadline_passed(conn: Connection, t: FiredTimer) -> bool:
     return _apply(conn, _DEADLINE_PASSED, t)
 
 
+from awooop.store import approvals  # noqa: E402 - approvals needs FiredTimer from here
+
 # What a fired timer does to its run, beyond the nudge (retry wake-ups and resolver polls
 # are only a nudge). False: the run had moved on, nothing to do.
 EFFECTS: dict[str, Callable[[Connection, FiredTimer], bool]] = {
     "tool_timeout": tool_timed_out,
     "step_timeout": step_timed_out,
     "deadline": deadline_passed,
+    "approval_expiry": approvals.expire,
 }

@@ -12,7 +12,9 @@ from awooop import db, logs
 from awooop.config import get_settings
 from awooop.workflows import registry
 
-app = Celery("awooop", include=["awooop.tasks.runs", "awooop.tasks.sweeps"])
+app = Celery(
+    "awooop", include=["awooop.tasks.runs", "awooop.tasks.sweeps", "awooop.tasks.notifications"]
+)
 app.config_from_object("celeryconfig")
 
 _settings = get_settings()

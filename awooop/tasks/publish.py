@@ -14,6 +14,7 @@ produces, and the end-to-end tests prove that real workers consume it.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import socket
@@ -85,3 +86,9 @@ class RedisPublisher:
 
 def is_redis_url(url: str) -> bool:
     return url.startswith(("redis://", "rediss://", "unix://"))
+
+
+@functools.cache
+def for_broker(url: str) -> RedisPublisher | None:
+    """The process's publisher for ``url``; None when the broker is not Redis."""
+    return RedisPublisher(url) if is_redis_url(url) else None

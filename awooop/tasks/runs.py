@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 import uuid
 from collections.abc import Iterable
@@ -10,7 +9,7 @@ from collections.abc import Iterable
 from awooop import db
 from awooop.config import get_settings
 from awooop.engine import runner
-from awooop.tasks import publish
+from awooop.tasks import notifications, publish
 from awooop.tasks.app import app
 
 log = logging.getLogger("awooop.tasks.runs")
@@ -22,14 +21,10 @@ RUNS_QUEUE = "runs"
 @app.task(name=EXECUTE)
 def execute(run_id: str) -> str:
     """Claim the run and drive it; a message for a run someone else holds is a no-op."""
-    outcome = runner.execute(db.get_engine(), get_settings(), uuid.UUID(run_id))
+    outcome = runner.execute(
+        db.get_engine(), get_settings(), uuid.UUID(run_id), notify=notifications.enqueue
+    )
     return outcome.value
-
-
-@functools.cache
-def _redis_publisher() -> publish.RedisPublisher | None:
-    url = app.conf.broker_url
-    return publish.RedisPublisher(url) if publish.is_redis_url(url) else None
 
 
 def enqueue(run_ids: Iterable[uuid.UUID | str]) -> int:
@@ -42,7 +37,7 @@ def enqueue(run_ids: Iterable[uuid.UUID | str]) -> int:
     if not ids:
         return 0
     try:
-        publisher = _redis_publisher()
+        publisher = publish.for_broker(app.conf.broker_url)
         if publisher is not None:
             return publisher.publish(EXECUTE, RUNS_QUEUE, ([run_id] for run_id in ids))
         for run_id in ids:

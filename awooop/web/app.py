@@ -11,7 +11,7 @@ from sqlalchemy import Engine
 from awooop import db, logs
 from awooop.config import Settings, get_settings
 from awooop.secrets import SecretBox
-from awooop.web import api, errors, ingress
+from awooop.web import api, approvals, errors, ingress
 from awooop.web.auth import ProjectAuthCache
 from awooop.workflows import registry
 
@@ -22,6 +22,7 @@ def create_app(
     settings: Settings | None = None,
     engine: Engine | None = None,
     enqueue: Enqueue | None = None,
+    notify: Enqueue | None = None,
 ) -> Flask:
     settings = settings or get_settings()
     logs.configure(settings.log_level)
@@ -30,6 +31,10 @@ def create_app(
         from awooop.tasks import runs  # the Celery app is only needed to send messages
 
         enqueue = runs.enqueue
+    if notify is None:
+        from awooop.tasks import notifications
+
+        notify = notifications.enqueue
 
     app = Flask("awooop")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
@@ -44,8 +49,10 @@ def create_app(
         "secret_box": SecretBox(settings.secret_key),
         "auth_cache": ProjectAuthCache(settings.auth_cache_seconds),
         "enqueue": enqueue,
+        "notify": notify,
     }
     app.register_blueprint(ingress.blueprint)
     app.register_blueprint(api.blueprint)
+    app.register_blueprint(approvals.blueprint)
     errors.register(app)
     return app

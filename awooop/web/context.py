@@ -40,6 +40,13 @@ def enqueue(run_ids: list[Any]) -> int:
     return _ext()["enqueue"](run_ids)
 
 
+def notify(message_ids: list[Any]) -> int:
+    """Send these outbox messages now (they were committed)."""
+    if not message_ids:
+        return 0
+    return _ext()["notify"](message_ids)
+
+
 def raw_request(body: bytes = b"") -> RawRequest:
     """The current request as the channel modules see it."""
     # werkzeug's Headers is a case-insensitive mapping in all but its declared type.

@@ -16,7 +16,7 @@ from awooop import db, errors
 from awooop.channels import CHANNELS
 from awooop.channels.base import ChannelSecrets, InboundEvent
 from awooop.store import admission, projects
-from awooop.web import context
+from awooop.web import context, decisions
 from awooop.workflows import registry
 
 blueprint = Blueprint("ingress", __name__)
@@ -74,6 +74,14 @@ def _admit(project_id: str, channel: str) -> tuple[Response, int]:
     if auth is None or not module.authenticate(raw, _secrets_for(auth, channel)):
         raise errors.Unauthenticated()
     events = module.parse(raw)
+    # Approval buttons pressed in the chat decide an approval instead of starting a run.
+    presses = [e for e in events if decisions.button_press(channel, e)]
+    decided = [decisions.decide(project_id, channel, e) for e in presses]
+    events = [e for e in events if e not in presses]
+    if decided and not events:
+        if channel == "line":
+            return jsonify({"runs": [], "decisions": decided}), 200
+        return jsonify(decided[0]), 200
     if not events:  # LINE's webhook verification request
         return jsonify({"status": "ok", "runs": []}), 200
     workflow_name = auth.routes.get(channel)
@@ -110,7 +118,7 @@ def _admit(project_id: str, channel: str) -> tuple[Response, int]:
     created = [r.run_id for r in results if r.created]
     if created:
         context.enqueue(created)
-    return _respond(channel, results)
+    return _respond(channel, results, decided)
 
 
 def _run_input(channel: str, event: InboundEvent, config: dict[str, Any]) -> dict[str, Any]:
@@ -131,8 +139,13 @@ def _describe(result: admission.Admission) -> dict[str, Any]:
     return body
 
 
-def _respond(channel: str, results: list[admission.Admission]) -> tuple[Response, int]:
+def _respond(
+    channel: str, results: list[admission.Admission], decided: list[dict[str, Any]]
+) -> tuple[Response, int]:
     status = 202 if any(r.created for r in results) else 200
-    if channel == "line":  # one request, several events
-        return jsonify({"runs": [_describe(r) for r in results]}), status
+    if channel == "line":  # one request, several events (and maybe button presses)
+        body: dict[str, Any] = {"runs": [_describe(r) for r in results]}
+        if decided:
+            body["decisions"] = decided
+        return jsonify(body), status
     return jsonify(_describe(results[0])), status

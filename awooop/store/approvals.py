@@ -1,0 +1,266 @@
+"""Statements on ``awooop_approval``: waiting for a person, deciding, expiring (ADR-114 D4).
+
+Entering an approval is one fenced statement: the journal entry, WAITING_APPROVAL with the
+lease released and ``attempt_count`` reset, the approval row (token hash only), the prompt
+in the outbox, the expiry timer, the history row. Deciding is one statement too: the
+approval row goes from PENDING to its decision only while it is unexpired and its run still
+waits at its step (so a token is single-use, and worthless once the run has moved on), and
+in the same statement the decision is journaled, the run RESUMED and the reply queued.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection, text
+
+from awooop.domain import states
+from awooop.outbound.messages import Message
+from awooop.store.outbox import INSERT_FROM_CHANGED, messages_param
+from awooop.store.runs import _FENCE, _HISTORY, _JOURNAL_APPEND, Claim, _fence_params
+
+if TYPE_CHECKING:
+    from awooop.store.timers import FiredTimer
+
+states.check_transition(states.RUNNING, states.WAITING_APPROVAL)
+states.check_transition(states.WAITING_APPROVAL, states.RESUMED)
+
+_WAIT = text(
+    f"""
+WITH changed AS (
+    UPDATE awooop_run_state
+    SET {_JOURNAL_APPEND},
+        status = 'WAITING_APPROVAL',
+        current_step = :step,
+        lease_until = NULL,
+        attempt_count = 0,
+        version = version + 1,
+        updated_at = now()
+    WHERE {_FENCE}
+    RETURNING run_id, project_id, status, version
+), approval AS (
+    INSERT INTO awooop_approval
+        (token_hash, project_id, run_id, step, attempt, action, approvers, prompt, expires_at)
+    SELECT :token_hash, project_id, run_id, :step, :attempt, :action,
+           CAST(:approvers AS jsonb), :prompt, now() + make_interval(secs => :ttl)
+    FROM changed
+    RETURNING approval_id, run_id
+), timer AS (
+    -- Valid whatever the run's version (-1): a pause must not disarm the expiry; the
+    -- effect itself checks that the approval is still pending.
+    INSERT INTO awooop_timer (timer_id, run_id, kind, step, attempt, due_at, expected_version)
+    SELECT :timer_id, run_id, 'approval_expiry', :step, :attempt,
+           now() + make_interval(secs => :ttl), -1
+    FROM changed
+    ON CONFLICT (timer_id) DO NOTHING
+), outbox AS ({INSERT_FROM_CHANGED}
+), history AS ({_HISTORY})
+SELECT (SELECT count(*) FROM changed) AS changed,
+       (SELECT array_agg(message_id) FROM outbox) AS message_ids
+"""
+)
+
+
+def wait_for_approval(
+    conn: Connection,
+    c: Claim,
+    entries: list[dict[str, Any]],
+    *,
+    step: str,
+    attempt: int,
+    ttl_seconds: float,
+    token_hash: str,
+    action: str,
+    approvers: dict[str, Any],
+    prompt: str,
+    messages: list[Message],
+) -> list[uuid.UUID] | None:
+    """Release the run to WAITING_APPROVAL, fenced. The prompt's outbox message ids, or
+    None when the lease was lost (nothing written)."""
+    params = {
+        **_fence_params(c),
+        "entries": json.dumps(entries),
+        "event_kind": "transition",
+        "trigger_id": f"wait_approval:{c.lease_epoch}",
+        "detail": json.dumps({"step": step, "action": action, "ttl_seconds": ttl_seconds}),
+        "step": step,
+        "attempt": attempt,
+        "ttl": ttl_seconds,
+        "token_hash": token_hash,
+        "action": action,
+        "approvers": json.dumps(approvers),
+        "prompt": prompt,
+        "timer_id": f"{c.run_id}:approval:{step}:{attempt}",
+        "messages": messages_param(messages),
+    }
+    row = conn.execute(_WAIT, params).one()
+    if row.changed != 1:
+        return None
+    return list(row.message_ids or [])
+
+
+_LOOKUP = text(
+    """
+SELECT a.approval_id, a.project_id, a.run_id, a.step, a.attempt, a.action, a.approvers,
+       a.status, a.expires_at, a.expires_at <= now() AS expired, a.decided_by,
+       r.status AS run_status, r.saga_status, r.current_step, r.input
+FROM awooop_approval a
+JOIN awooop_run_state r ON r.run_id = a.run_id
+WHERE a.token_hash = :token_hash AND a.project_id = :project_id
+"""
+)
+
+
+@dataclass(frozen=True)
+class PendingApproval:
+    approval_id: uuid.UUID
+    project_id: str
+    run_id: uuid.UUID
+    step: str
+    attempt: int
+    action: str
+    approvers: dict[str, Any]
+    status: str
+    expires_at: datetime | None
+    expired: bool
+    decided_by: str | None
+    run_status: str
+    saga_status: str
+    current_step: str | None
+    input: dict[str, Any]
+
+    @property
+    def run_waiting_here(self) -> bool:
+        return (
+            self.run_status == states.WAITING_APPROVAL
+            and self.saga_status == "RUNNING"
+            and self.current_step == self.step
+        )
+
+
+def lookup(conn: Connection, project_id: str, token_hash: str) -> PendingApproval | None:
+    """The approval a token (hash) opens in this project, whatever its state."""
+    row = conn.execute(_LOOKUP, {"project_id": project_id, "token_hash": token_hash}).first()
+    return None if row is None else PendingApproval(**row._mapping)
+
+
+_DECIDE = text(
+    f"""
+WITH decided AS (
+    UPDATE awooop_approval a
+    SET status = :status, decided_by = :actor, decided_via = :via, decided_at = now(),
+        comment = :comment
+    FROM awooop_run_state r
+    WHERE a.token_hash = :token_hash AND a.project_id = :project_id
+      AND a.status = 'PENDING' AND a.expires_at > now()
+      AND r.run_id = a.run_id AND r.status = 'WAITING_APPROVAL' AND r.saga_status = 'RUNNING'
+      AND r.current_step = a.step
+    RETURNING a.approval_id, a.run_id, a.step, a.attempt
+), changed AS (
+    UPDATE awooop_run_state r
+    SET saga_steps = r.saga_steps || jsonb_build_array(jsonb_build_object(
+            'phase', 'approval', 'step', d.step, 'attempt', d.attempt,
+            'decision', CAST(:decision AS text), 'actor', CAST(:actor AS text),
+            'via', CAST(:via AS text), 'comment', CAST(:comment AS text),
+            'recorded_at', now())),
+        status = 'RESUMED',
+        attempt_count = 0,
+        available_at = now(),
+        enqueued_at = now(),
+        version = r.version + 1,
+        updated_at = now()
+    FROM decided d
+    WHERE r.run_id = d.run_id
+    RETURNING r.run_id, r.project_id, d.approval_id
+), outbox AS ({INSERT_FROM_CHANGED}
+), history AS (
+    INSERT INTO awooop_run_event
+        (run_id, kind, from_status, to_status, trigger, trigger_id, actor, detail)
+    SELECT run_id, 'transition', 'WAITING_APPROVAL', 'RESUMED', 'approval',
+           approval_id::text, :actor,
+           jsonb_build_object('decision', CAST(:decision AS text), 'via', CAST(:via AS text))
+    FROM changed
+)
+SELECT (SELECT count(*) FROM changed) AS changed,
+       (SELECT array_agg(message_id) FROM outbox) AS message_ids
+"""
+)
+
+DECISIONS = {"approve": ("APPROVED", "approved"), "reject": ("REJECTED", "rejected")}
+
+
+def decide(
+    conn: Connection,
+    project_id: str,
+    token_hash: str,
+    decision: str,
+    *,
+    actor: str,
+    via: str,
+    comment: str | None,
+    messages: list[Message],
+) -> list[uuid.UUID] | None:
+    """Take the decision if the approval is still open; its outbox message ids, or None when
+    it was not (already decided, expired, or its run moved on) and nothing changed."""
+    status, word = DECISIONS[decision]
+    params = {
+        "project_id": project_id,
+        "token_hash": token_hash,
+        "status": status,
+        "decision": word,
+        "actor": actor,
+        "via": via,
+        "comment": comment,
+        "messages": messages_param(messages),
+    }
+    row = conn.execute(_DECIDE, params).one()
+    return list(row.message_ids or []) if row.changed == 1 else None
+
+
+# The expiry timer fired: a still-pending approval expires and the run resumes to turn back
+# (the worker reads the "expired" decision: compensate, then FAILED E-APPROVAL-002).
+_EXPIRE = text(
+    """
+WITH expired AS (
+    UPDATE awooop_approval a
+    SET status = 'EXPIRED', decided_at = now(), decided_via = 'timer'
+    FROM awooop_run_state r
+    WHERE a.run_id = :run_id AND a.step = :step AND a.attempt = :attempt
+      AND a.status = 'PENDING'
+      AND r.run_id = a.run_id AND r.status = 'WAITING_APPROVAL' AND r.saga_status = 'RUNNING'
+      AND r.current_step = a.step
+    RETURNING a.approval_id, a.run_id, a.step, a.attempt
+), changed AS (
+    UPDATE awooop_run_state r
+    SET saga_steps = r.saga_steps || jsonb_build_array(jsonb_build_object(
+            'phase', 'approval', 'step', e.step, 'attempt', e.attempt,
+            'decision', 'expired', 'actor', 'timer', 'recorded_at', now())),
+        status = 'RESUMED',
+        attempt_count = 0,
+        available_at = now(),
+        enqueued_at = now(),
+        version = r.version + 1,
+        updated_at = now()
+    FROM expired e
+    WHERE r.run_id = e.run_id
+    RETURNING r.run_id, r.project_id
+), history AS (
+    INSERT INTO awooop_run_event
+        (run_id, kind, from_status, to_status, trigger, trigger_id, detail)
+    SELECT run_id, 'transition', 'WAITING_APPROVAL', 'RESUMED', 'timer', :timer_id,
+           jsonb_build_object('decision', 'expired', 'step', CAST(:step AS text))
+    FROM changed
+)
+SELECT count(*) FROM changed
+"""
+)
+
+
+def expire(conn: Connection, t: FiredTimer) -> bool:
+    """The approval's TTL passed: False when it had been decided (or the run moved on)."""
+    params = {"run_id": t.run_id, "step": t.step, "attempt": t.attempt, "timer_id": t.timer_id}
+    return conn.execute(_EXPIRE, params).scalar_one() == 1
