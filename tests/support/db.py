@@ -35,3 +35,8 @@ def events(engine: Engine, run_id: object) -> list[dict]:
                 text("SELECT * FROM awooop_run_event WHERE run_id = :r ORDER BY seq"), {"r": run_id}
             ).mappings()
         ]
+
+
+def rows(engine: Engine, sql: str, **params: object) -> list[dict]:
+    with engine.connect() as conn:
+        return [dict(r) for r in conn.execute(text(sql), params).mappings()]

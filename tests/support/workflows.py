@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from awooop.domain.workflow import (
+    Approval,
     Halt,
     Reject,
     Resolver,
@@ -373,3 +374,34 @@ TOOL_COMPENSATE_LATE = register(
         ],
     )
 )
+
+
+# --- Approval workflows ---------------------------------------------------------------------
+
+
+def _ask(ctx: StepContext) -> str:
+    _note(ctx, f"ask:{ctx.step}")
+    return f"Restart {ctx.input['event'].get('service', 'db-1')}?"
+
+
+def _approval_workflow(name: str, ttl: float, on_reject: str = "compensate") -> Workflow:
+    return register(
+        Workflow(
+            name,
+            1,
+            [
+                Step("prepare", _do, compensate=_undo),
+                Step(
+                    "approve",
+                    _ask,
+                    approval=Approval("restart-db", ttl_seconds=ttl, on_reject=on_reject),
+                ),
+                Step("act", _do),
+            ],
+        )
+    )
+
+
+APPROVAL = _approval_workflow("test-approval", ttl=900.0)
+APPROVAL_SHORT = _approval_workflow("test-approval-short", ttl=1.0)
+APPROVAL_CONTINUE = _approval_workflow("test-approval-continue", ttl=900.0, on_reject="continue")

@@ -1,0 +1,78 @@
+"""Setting a project up for approvals against the local fake provider, and draining its
+outbox the way the notifications worker would."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from sqlalchemy import Engine
+
+from awooop import db, secrets
+from awooop.config import Settings
+from awooop.engine import notify
+from awooop.store import projects
+
+BOT_TOKEN = "123456:TEST-bot-token-do-not-log"
+LINE_ACCESS_TOKEN = "line-access-token-do-not-log"
+GITEA_TOKEN = "gitea-token-do-not-log"
+WEBHOOK_SECRET = "webhook-signing-secret-do-not-log"
+
+
+def provider_settings(settings: Settings, provider_url: str) -> Settings:
+    return dataclasses.replace(
+        settings,
+        telegram_api_base=f"{provider_url}/telegram",
+        line_api_base=f"{provider_url}/line",
+        outbox_base_delay_seconds=0.05,
+        outbox_max_delay_seconds=0.2,
+        outbox_max_attempts=4,
+        outbox_send_timeout_seconds=2.0,
+    )
+
+
+def configure(
+    engine: Engine,
+    settings: Settings,
+    project_id: str,
+    workflow: str = "test-approval",
+    config: dict[str, Any] | None = None,
+) -> None:
+    """Route every channel to ``workflow``, set approvers, store outbound credentials."""
+    box = secrets.SecretBox(settings.secret_key)
+    with db.transaction(engine) as conn:
+        projects.set_routes(
+            conn, project_id, {c: workflow for c in ("telegram", "line", "api", "gitea")}
+        )
+        projects.set_config(
+            conn,
+            project_id,
+            {"approvers": {"telegram": ["777"], "line": ["U1"]}, **(config or {})},  # type: ignore[dict-item]
+        )
+        for kind, value in (
+            ("telegram:bot", BOT_TOKEN),
+            ("line:access", LINE_ACCESS_TOKEN),
+            ("gitea:token", GITEA_TOKEN),
+            ("webhook:signing", WEBHOOK_SECRET),
+        ):
+            projects.add_channel_secret(conn, project_id, kind, secret_encrypted=box.encrypt(value))
+
+
+def drain(engine: Engine, settings: Settings, rounds: int = 50) -> list[notify.Sent]:
+    """Send every due message until none is left due (retries included)."""
+    import time
+
+    results: list[notify.Sent] = []
+    for _ in range(rounds):
+        due = notify.due(engine, settings)
+        if not due:
+            with engine.connect() as conn:
+                pending = conn.exec_driver_sql(
+                    "SELECT count(*) FROM awooop_outbox WHERE status = 'PENDING'"
+                ).scalar_one()
+            if not pending:
+                return results
+            time.sleep(0.05)
+            continue
+        results += [notify.send(engine, settings, m) for m in due]
+    return results
