@@ -1,0 +1,150 @@
+"""Approvals with real web, worker, maintenance and beat processes: the prompt sent by the
+notifications queue, expiry by the beat-driven timer sweep, and a waiting run that survives
+reaper passes and a SIGKILLed worker."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import requests
+
+from tests.support import approvals as setup
+from tests.support import db
+from tests.support import requests as req
+from tests.support.fake_provider import FakeProvider
+from tests.support.processes import wait_until
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def provider() -> Iterator[FakeProvider]:
+    fake = FakeProvider()
+    yield fake
+    fake.close()
+
+
+def start(stack, provider):  # type: ignore[no-untyped-def]
+    stack.env.update(
+        {
+            "AWOOOP_TELEGRAM_API_BASE": f"{provider.url}/telegram",
+            "AWOOOP_OUTBOX_INTERVAL_SECONDS": "0.5",
+            "AWOOOP_OUTBOX_BASE_DELAY_SECONDS": "0.2",
+        }
+    )
+    worker = stack.worker("worker-1", queues="runs,notifications")
+    stack.worker("maintenance", queues="maintenance")
+    stack.beat()
+    _, base = stack.web()
+    return worker, base
+
+
+def admit(base: str, project: dict) -> uuid.UUID:
+    path, headers, body = req.api(project, key=uuid.uuid4().hex, payload={"service": "db-1"})
+    response = requests.post(base + path, headers=headers, data=body, timeout=10)
+    assert response.status_code == 202, response.text
+    return uuid.UUID(response.json()["run_id"])
+
+
+def decide(base: str, project: dict, token: str, decision: str = "approve") -> requests.Response:
+    return requests.post(
+        f"{base}/v1/projects/{project['project_id']}/approvals/{token}",
+        headers={
+            "Authorization": f"Bearer {project['api_token']}",
+            "Content-Type": "application/json",
+        },
+        data=json.dumps({"decision": decision, "actor": "alice"}),
+        timeout=10,
+    )
+
+
+def prompt_token(provider: FakeProvider, run_id: uuid.UUID) -> str:
+    def prompted() -> bool:
+        return any(c.json.get("run_id") == str(run_id) for c in provider.to("/hook"))
+
+    wait_until(prompted, 30, "the approval prompt to reach the webhook")
+    return next(
+        c.json["approval_token"]
+        for c in provider.to("/hook")
+        if c.json.get("run_id") == str(run_id) and c.json["type"] == "approval.requested"
+    )
+
+
+def wait_for(engine, run_id, status: str, timeout: float = 40) -> dict:  # type: ignore[no-untyped-def]
+    wait_until(
+        lambda: db.run(engine, run_id)["status"] == status, timeout, f"run {run_id} to be {status}"
+    )
+    return db.run(engine, run_id)
+
+
+def test_an_unanswered_approval_expires_and_the_run_fails_after_compensating(
+    stack, engine, project, settings, provider
+):
+    setup.configure(
+        engine,
+        settings,
+        project["project_id"],
+        workflow="test-approval-short",  # a 1-second TTL
+        config={"notify_url": f"{provider.url}/hook"},
+    )
+    _, base = start(stack, provider)
+
+    run_id = admit(base, project)
+    token = prompt_token(provider, run_id)
+
+    # Nobody answers: the beat-driven timer sweep expires it, a worker compensates
+    run = wait_for(engine, run_id, "FAILED")
+    assert (run["failure_code"], run["saga_status"]) == ("E-APPROVAL-002", "COMPENSATED")
+    undone = [e["step"] for e in run["saga_steps"] if e["phase"] == "compensate"]
+    assert undone == ["prepare"]
+    (approval,) = db.rows(engine, "SELECT status FROM awooop_approval")
+    assert approval["status"] == "EXPIRED"
+
+    # A decision after expiry changes nothing
+    late = decide(base, project, token)
+    assert (late.status_code, late.json()["error"]["code"]) == (410, "E-APPROVAL-002")
+    assert db.run(engine, run_id)["version"] == run["version"]
+    # The webhook was told how the run ended
+    wait_until(
+        lambda: any(c.json.get("type") == "run.finished" for c in provider.to("/hook")),
+        20,
+        "the outcome message",
+    )
+
+
+def test_a_waiting_run_survives_reapers_and_a_killed_worker_then_completes(
+    stack, engine, project, settings, provider
+):
+    setup.configure(
+        engine, settings, project["project_id"], config={"notify_url": f"{provider.url}/hook"}
+    )
+    worker, base = start(stack, provider)
+    run_id = admit(base, project)
+    token = prompt_token(provider, run_id)
+    waiting = wait_for(engine, run_id, "WAITING_APPROVAL")
+
+    # Several reaper passes (every 2 s here, lease TTL 3 s) and a SIGKILLed worker later
+    time.sleep(7)
+    worker.kill()
+    stack.worker("worker-2", queues="runs,notifications")
+    after = db.run(engine, run_id)
+    assert (after["status"], after["version"], after["attempt_count"]) == (
+        "WAITING_APPROVAL",
+        waiting["version"],
+        0,
+    )
+    reaped = [e for e in db.events(engine, run_id) if e["trigger"] == "reaper"]
+    assert reaped == []
+
+    # The approval still works, and the new worker finishes the run
+    assert decide(base, project, token).status_code == 200
+    done = wait_for(engine, run_id, "COMPLETED")
+    assert [e["step"] for e in done["saga_steps"] if e.get("status") == "SUCCEEDED"] == [
+        "prepare",
+        "approve",
+        "act",
+    ]
