@@ -109,8 +109,10 @@ DEFAULT_APPROVAL_TTL_SECONDS = 900.0  # ADR-114 D4: the approval token lives 15 
 class Approval:
     """A person must approve before the saga goes on (ADR-114 D4, DESIGN §5).
 
-    The step's handler builds the prompt: it returns the text to show (a string). The run
-    then waits in WAITING_APPROVAL, its lease released, until someone decides:
+    The step's handler builds the prompt: it returns the text to show (a string), or None
+    when this run needs no approval (the step then succeeds at once with
+    ``{"needed": false}``). Otherwise the run waits in WAITING_APPROVAL, its lease released,
+    until someone decides:
 
     - ``roles``: API token roles that may decide through ``POST …/approvals/{token}``;
     - ``chat_users``: Telegram / LINE user ids that may press the buttons, on top of the
@@ -226,7 +228,7 @@ class Step:
         return self.approval is not None
 
     def describe(self) -> dict[str, Any]:
-        return {
+        shape: dict[str, Any] = {
             "name": self.name,
             "handler": _name(self.handler),
             "compensate": _name(self.compensate),
@@ -235,7 +237,6 @@ class Step:
             "tool_timeout": self.tool_timeout,
             "late_result": self.late_result,
             "timeout": self.timeout,
-            "approval": None if self.approval is None else vars(self.approval),
             "resolver": None
             if self.resolver is None
             else {
@@ -244,6 +245,9 @@ class Step:
                 "poll_interval": self.resolver.poll_interval,
             },
         }
+        if self.approval is not None:  # only then: digests of other steps stay as they were
+            shape["approval"] = vars(self.approval)
+        return shape
 
 
 @dataclass(frozen=True)

@@ -259,6 +259,9 @@ def _attempt(
             entry["retryable"] = False
     else:
         dispatched = nxt.step.is_tool and nxt.phase == saga.FORWARD
+        if nxt.step.is_approval and nxt.phase == saga.FORWARD and output is None:
+            entry.update(status=saga.SUCCEEDED, output={"needed": False})
+            return entry
         if nxt.step.is_approval and nxt.phase == saga.FORWARD:  # the handler wrote the prompt
             prompt = output if isinstance(output, str) else json.dumps(output)
             entry.update(status=saga.REQUESTED, output={"prompt": prompt[:4000]})

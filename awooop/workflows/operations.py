@@ -10,6 +10,12 @@ JSON POSTs with the step's ``effect_id`` as ``Idempotency-Key``:
 - ``/remediate``, then ``/verify`` (answer ``{"healthy": true}``), and ``/rollback`` when
   verification fails (alert-triage, critical firing alerts only).
 - ``/restart`` (chatops ``/restart <service>``).
+
+Both ask a person first (version 2; version 1 stays registered for runs that started on it):
+chatops before every restart, alert-triage before remediating a firing critical alert. The
+prompt goes to the chat the command came from, or to the project's ops chat / webhook
+(``notify_telegram_chat``, ``notify_line_to``, ``notify_url``); ``approvers`` in the project
+configuration lists who may press the buttons (docs/approvals.md).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from awooop.domain.workflow import Reject, RetryPolicy, Step, StepContext, Workflow
+from awooop.domain.workflow import Approval, Reject, RetryPolicy, Step, StepContext, Workflow
 from awooop.workflows import actions
 from awooop.workflows.registry import register
 
@@ -57,9 +63,25 @@ def request_diagnostics(ctx: StepContext) -> dict[str, Any]:
     return {"requested": True, "ticket": answer.get("ticket")}
 
 
+def _remediation_needed(triage: dict[str, Any]) -> bool:
+    return bool(triage["status"] == "firing" and triage["severity"] == "critical")
+
+
+def ask_remediation(ctx: StepContext) -> str | None:
+    """The approval prompt, or None when nothing will be remediated (no approval needed)."""
+    triage = ctx.outputs["classify"]
+    if not _remediation_needed(triage):
+        return None
+    diagnostics = ctx.outputs.get("diagnose")
+    return (
+        f"{', '.join(triage['alertnames'])} is firing ({triage['severity']}) on "
+        f"{', '.join(triage['instances'])}. Diagnostics: {diagnostics}. Remediate now?"
+    )
+
+
 def remediate(ctx: StepContext) -> dict[str, Any]:
     triage = ctx.outputs["classify"]
-    if triage["status"] != "firing" or triage["severity"] != "critical":
+    if not _remediation_needed(triage):
         return {"action": "none", "reason": f"{triage['status']} / {triage['severity']}"}
     answer = actions.post(
         ctx,
@@ -106,19 +128,38 @@ def report(ctx: StepContext) -> dict[str, Any]:
     return {"reply": text}
 
 
-ALERT_TRIAGE = register(
+_DIAGNOSE = Step("diagnose", request_diagnostics, tool_timeout=300.0, retry=HTTP_RETRY)
+_REMEDIATE = Step("remediate", remediate, compensate=rollback, retry=HTTP_RETRY)
+
+ALERT_TRIAGE_V1 = register(
     Workflow(
         "alert-triage",
         1,
         [
             Step("classify", classify),
-            Step("diagnose", request_diagnostics, tool_timeout=300.0, retry=HTTP_RETRY),
-            Step("remediate", remediate, compensate=rollback, retry=HTTP_RETRY),
+            _DIAGNOSE,
+            _REMEDIATE,
             Step("verify", verify, retry=HTTP_RETRY),
             Step("report", report),
         ],
         description="Alertmanager: classify, collect diagnostics (tool), remediate critical "
         "alerts, verify (roll back if still unhealthy), report",
+    )
+)
+ALERT_TRIAGE = register(
+    Workflow(
+        "alert-triage",
+        2,
+        [
+            Step("classify", classify),
+            _DIAGNOSE,
+            Step("approve", ask_remediation, approval=Approval("remediate")),
+            _REMEDIATE,
+            Step("verify", verify, retry=HTTP_RETRY),
+            Step("report", report),
+        ],
+        description="Alertmanager: classify, collect diagnostics (tool), ask a person, "
+        "remediate critical alerts, verify (roll back if still unhealthy), report",
     )
 )
 
@@ -146,6 +187,11 @@ def parse_command(ctx: StepContext) -> dict[str, Any]:
     return {"command": "restart", "service": words[1]}
 
 
+def ask_restart(ctx: StepContext) -> str:
+    service = ctx.outputs["parse"]["service"]
+    return f"Restart {service}? (asked with: {_message_text(ctx)[:200]})"
+
+
 def act(ctx: StepContext) -> dict[str, Any]:
     command = ctx.outputs["parse"]
     answer = actions.post(ctx, command["command"], {"service": command["service"]})
@@ -166,11 +212,25 @@ def reply(ctx: StepContext) -> dict[str, Any]:
     return {"reply": text}
 
 
-CHATOPS = register(
+CHATOPS_V1 = register(
     Workflow(
         "chatops",
         1,
         [Step("parse", parse_command), Step("act", act, retry=HTTP_RETRY), Step("reply", reply)],
         description="Telegram/LINE commands such as /restart <service>: parse, act, reply",
+    )
+)
+CHATOPS = register(
+    Workflow(
+        "chatops",
+        2,
+        [
+            Step("parse", parse_command),
+            Step("approve", ask_restart, approval=Approval("restart")),
+            Step("act", act, retry=HTTP_RETRY),
+            Step("reply", reply),
+        ],
+        description="Telegram/LINE commands such as /restart <service>: parse, ask a person "
+        "in the chat, act, reply",
     )
 )

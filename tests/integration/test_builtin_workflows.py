@@ -11,8 +11,10 @@ import pytest
 
 from awooop.engine import runner
 from awooop.store import projects
+from tests.support import approvals as setup
 from tests.support import db
 from tests.support import requests as channel_requests
+from tests.support.fake_provider import FakeProvider
 
 
 class Automation(http.server.BaseHTTPRequestHandler):
@@ -37,7 +39,28 @@ class Automation(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def automation(engine, project) -> Iterator[type[Automation]]:  # type: ignore[no-untyped-def]
+def provider(engine, project, settings) -> Iterator[FakeProvider]:  # type: ignore[no-untyped-def]
+    """Where approval prompts go: the project's webhook, on a local fake provider."""
+    fake = FakeProvider()
+    setup.configure(
+        engine, settings, project["project_id"], None, {"notify_url": f"{fake.url}/hook"}
+    )
+    yield fake
+    fake.close()
+
+
+def approve(client, engine, settings, project, provider, run_id) -> None:  # type: ignore[no-untyped-def]
+    """Send the run's prompt (to the webhook) and approve it through the API."""
+    assert runner.execute(engine, settings, run_id) == runner.Outcome.WAITING_APPROVAL
+    setup.drain(engine, setup.provider_settings(settings, provider.url))
+    (prompt,) = [c.json for c in provider.to("/hook") if c.json["run_id"] == str(run_id)]
+    assert prompt["type"] == "approval.requested"
+    response = setup.approve_by_api(client, project, prompt["approval_token"])
+    assert response.status_code == 200, response.json
+
+
+@pytest.fixture
+def automation(engine, project, provider) -> Iterator[type[Automation]]:  # type: ignore[no-untyped-def]
     handler = type("Recorder", (Automation,), {"calls": [], "responses": {}})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -95,8 +118,8 @@ def deliver_diagnostics(client, project, run_id) -> None:  # type: ignore[no-unt
     assert response.status_code == 202
 
 
-def test_alert_triage_diagnoses_remediates_and_reports(
-    client, engine, project, settings, automation
+def test_alert_triage_diagnoses_asks_remediates_and_reports(
+    client, engine, project, settings, automation, provider
 ):
     automation.responses["/remediate"] = (200, {"change": "chg-7"})
     automation.responses["/verify"] = (200, {"healthy": True})
@@ -104,6 +127,8 @@ def test_alert_triage_diagnoses_remediates_and_reports(
 
     assert runner.execute(engine, settings, run_id) == runner.Outcome.WAITING_TOOL
     deliver_diagnostics(client, project, run_id)
+    approve(client, engine, settings, project, provider, run_id)
+    assert [c[0] for c in automation.calls] == ["/diagnostics"]  # nothing before approval
     assert runner.execute(engine, settings, run_id) == runner.Outcome.COMPLETED
 
     paths = [(path, key) for path, key, _ in automation.calls]
@@ -118,14 +143,30 @@ def test_alert_triage_diagnoses_remediates_and_reports(
     )
 
 
+def test_alert_triage_without_a_critical_alert_asks_nobody(
+    client, engine, project, settings, automation, provider
+):
+    run_id = admit(client, channel_requests.alertmanager(project))  # no severity label
+
+    runner.execute(engine, settings, run_id)
+    deliver_diagnostics(client, project, run_id)
+
+    assert runner.execute(engine, settings, run_id) == runner.Outcome.COMPLETED
+    outputs = {e["step"]: e.get("output") for e in db.run(engine, run_id)["saga_steps"]}
+    assert outputs["approve"] == {"needed": False}
+    assert [c[0] for c in automation.calls] == ["/diagnostics"]
+    assert db.count(engine, "awooop_approval") == 0
+
+
 def test_alert_triage_rolls_back_a_remediation_that_did_not_help(
-    client, engine, project, settings, automation
+    client, engine, project, settings, automation, provider
 ):
     automation.responses["/remediate"] = (200, {"change": "chg-8"})
     automation.responses["/verify"] = (200, {"healthy": False})
     run_id = admit(client, critical_alert(project))
     runner.execute(engine, settings, run_id)
     deliver_diagnostics(client, project, run_id)
+    approve(client, engine, settings, project, provider, run_id)
 
     assert runner.execute(engine, settings, run_id) == runner.Outcome.FAILED
 
@@ -136,11 +177,13 @@ def test_alert_triage_rolls_back_a_remediation_that_did_not_help(
     assert db.run(engine, run_id)["saga_status"] == "COMPENSATED"
 
 
-def test_chatops_restart_command_calls_the_endpoint_and_replies(
-    client, engine, project, settings, automation
+def test_chatops_restart_command_asks_then_calls_the_endpoint_and_replies(
+    client, engine, project, settings, automation, provider
 ):
     run_id = admit(client, channel_requests.telegram(project, text="/restart nginx"))
 
+    approve(client, engine, settings, project, provider, run_id)
+    assert automation.calls == []
     assert runner.execute(engine, settings, run_id) == runner.Outcome.COMPLETED
 
     assert [(p, k, b["service"]) for p, k, b in automation.calls] == [
@@ -160,12 +203,15 @@ def test_chatops_unknown_command_is_rejected_without_calling_anything(
     assert "not a command this bot knows" in db.run(engine, run_id)["failure_reason"]
 
 
-def test_chatops_endpoint_refusal_is_a_rejection(client, engine, project, settings, automation):
+def test_chatops_endpoint_refusal_is_a_rejection(
+    client, engine, project, settings, automation, provider
+):
     automation.responses["/restart"] = (403, {"error": "not allowed"})
     run_id = admit(
         client,
         channel_requests.line(project, [channel_requests.line_event("e-9", text="/restart api")]),
     )
+    approve(client, engine, settings, project, provider, run_id)
 
     assert runner.execute(engine, settings, run_id) == runner.Outcome.FAILED
 

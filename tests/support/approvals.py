@@ -35,15 +35,16 @@ def configure(
     engine: Engine,
     settings: Settings,
     project_id: str,
-    workflow: str = "test-approval",
+    workflow: str | None = "test-approval",
     config: dict[str, Any] | None = None,
 ) -> None:
-    """Route every channel to ``workflow``, set approvers, store outbound credentials."""
+    """Route every channel to ``workflow`` (None: leave the routes), set approvers, store
+    outbound credentials."""
     box = secrets.SecretBox(settings.secret_key)
     with db.transaction(engine) as conn:
-        projects.set_routes(
-            conn, project_id, {c: workflow for c in ("telegram", "line", "api", "gitea")}
-        )
+        if workflow is not None:
+            routes = {c: workflow for c in ("telegram", "line", "api", "gitea")}
+            projects.set_routes(conn, project_id, routes)
         projects.set_config(
             conn,
             project_id,
@@ -56,6 +57,19 @@ def configure(
             ("webhook:signing", WEBHOOK_SECRET),
         ):
             projects.add_channel_secret(conn, project_id, kind, secret_encrypted=box.encrypt(value))
+
+
+def approve_by_api(client: Any, project: dict, token: str, decision: str = "approve") -> Any:
+    import json
+
+    return client.post(
+        f"/v1/projects/{project['project_id']}/approvals/{token}",
+        headers={
+            "Authorization": f"Bearer {project['api_token']}",
+            "Content-Type": "application/json",
+        },
+        data=json.dumps({"decision": decision, "actor": "alice"}),
+    )
 
 
 def drain(engine: Engine, settings: Settings, rounds: int = 50) -> list[notify.Sent]:
