@@ -10,6 +10,7 @@ import argparse
 import json
 import re
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,23 @@ from awooop.workflows import registry
 
 PROJECT_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 DEMO_PROJECT = "demo"
-PROJECT_CONFIG_KEYS = ("actions_url",)
+PROJECT_CONFIG_KEYS = (
+    "actions_url",
+    "approvers",
+    "notify_url",
+    "notify_telegram_chat",
+    "notify_telegram_bot",
+    "notify_line_to",
+    "gitea_url",
+)
+_URL_KEYS = ("actions_url", "notify_url", "gitea_url")
+# Provider credentials for outbound messages, by channel (stored encrypted).
+OUTBOUND_CREDENTIALS = {
+    "telegram": ("telegram:bot", "the bot token from @BotFather (123456:ABC...)"),
+    "line": ("line:access", "the channel access token"),
+    "gitea": ("gitea:token", "an API token of the bot user"),
+    "webhook": ("webhook:signing", "the secret receivers check X-AwoooP-Signature with"),
+}
 
 
 class UsageError(Exception):
@@ -124,15 +141,69 @@ def cmd_project_config(args: argparse.Namespace) -> int:
                 f"setting {pair!r} must look like <key>=<value>; keys: "
                 f"{', '.join(PROJECT_CONFIG_KEYS)}"
             )
-        if key == "actions_url" and not value.startswith(("http://", "https://")):
-            raise UsageError("actions_url must be an http:// or https:// URL")
-        config[key] = value
+        if key in _URL_KEYS and not value.startswith(("http://", "https://")):
+            raise UsageError(f"{key} must be an http:// or https:// URL")
+        config[key] = _parse_approvers(value) if key == "approvers" else value
     settings = _settings("database_url")
     with _engine(settings).connect() as conn:
         updated = projects.set_config(conn, args.project_id, config)
     if updated is None:
         raise UsageError(f"no project {args.project_id!r}")
     print(json.dumps({"project_id": args.project_id, "config": updated}, indent=2))
+    return 0
+
+
+def _parse_approvers(value: str) -> dict[str, list[str]]:
+    """``telegram:123,line:U4af...`` -> {"telegram": ["123"], "line": ["U4af..."]}."""
+    approvers: dict[str, list[str]] = {"telegram": [], "line": []}
+    for item in filter(None, (v.strip() for v in value.split(","))):
+        channel, sep, user = item.partition(":")
+        if not sep or channel not in approvers or not user:
+            raise UsageError(
+                f"approver {item!r} must look like telegram:<user id> or line:<user id>"
+            )
+        approvers[channel].append(user)
+    return approvers
+
+
+def cmd_project_outbound(args: argparse.Namespace) -> int:
+    from awooop.store import projects
+
+    _check_project_id(args.project_id)
+    credential_type, _ = OUTBOUND_CREDENTIALS[args.channel]
+    secret = sys.stdin.readline().strip()
+    if not secret:
+        raise UsageError("give the credential on standard input (never as an argument)")
+    settings = _settings("database_url", "secret_key")
+    with db.transaction(_engine(settings)) as conn:
+        if not projects.project_exists(conn, args.project_id):
+            raise UsageError(f"no project {args.project_id!r}")
+        projects.add_channel_secret(
+            conn,
+            args.project_id,
+            credential_type,
+            secret_encrypted=secrets.SecretBox(settings.secret_key).encrypt(secret),
+        )
+    print(json.dumps({"project_id": args.project_id, "stored": credential_type}))
+    return 0
+
+
+def cmd_outbox_list(args: argparse.Namespace) -> int:
+    from awooop.store import outbox
+
+    with _engine(_settings("database_url")).connect() as conn:
+        rows = outbox.list_messages(conn, args.status, args.run_id, args.limit)
+    print(json.dumps(rows, indent=2, default=str))
+    return 0
+
+
+def cmd_outbox_retry(args: argparse.Namespace) -> int:
+    from awooop.store import outbox
+
+    with _engine(_settings("database_url")).connect() as conn:
+        if not outbox.retry_parked(conn, args.message_id):
+            raise UsageError(f"no parked message {args.message_id}")
+    print(json.dumps({"message_id": str(args.message_id), "status": "PENDING"}))
     return 0
 
 
@@ -262,6 +333,34 @@ def build_parser() -> argparse.ArgumentParser:
     config.add_argument("project_id")
     config.add_argument("settings", nargs="+", metavar="KEY=VALUE")
     config.set_defaults(func=cmd_project_config)
+    outbound = project_sub.add_parser(
+        "outbound",
+        help="store a provider credential for outbound messages (read from stdin)",
+        description="Stores, encrypted, the credential AwoooP uses to send to a channel: "
+        + "; ".join(f"{c}: {what}" for c, (_, what) in OUTBOUND_CREDENTIALS.items())
+        + ". Read from standard input so it never shows in the process list, e.g. "
+        "`printenv BOT_TOKEN | awooop project outbound ops telegram`.",
+    )
+    outbound.add_argument("project_id")
+    outbound.add_argument("channel", choices=sorted(OUTBOUND_CREDENTIALS))
+    outbound.set_defaults(func=cmd_project_outbound)
+
+    outbox_parser = sub.add_parser("outbox", help="outbound messages: list, retry parked ones")
+    outbox_sub = outbox_parser.add_subparsers(
+        dest="outbox_command", required=True, metavar="ACTION"
+    )
+    listing = outbox_sub.add_parser(
+        "list", help="recent messages, newest first (PARKED ones never send by themselves)"
+    )
+    listing.add_argument("--status", choices=["PENDING", "SENT", "PARKED"])
+    listing.add_argument("--run-id", type=uuid.UUID, help="only this run's messages")
+    listing.add_argument("--limit", type=int, default=100)
+    listing.set_defaults(func=cmd_outbox_list)
+    retry = outbox_sub.add_parser(
+        "retry", help="send a PARKED message again (after fixing its credential or target)"
+    )
+    retry.add_argument("message_id", type=uuid.UUID)
+    retry.set_defaults(func=cmd_outbox_retry)
 
     migrate = sub.add_parser("migrate", help="apply database migrations (alembic)")
     migrate.add_argument(

@@ -88,8 +88,8 @@ RETURNING {column} AS merged
 
 
 def _merge(
-    conn: Connection, column: str, project_id: str, values: dict[str, str]
-) -> dict[str, str] | None:
+    conn: Connection, column: str, project_id: str, values: dict[str, Any]
+) -> dict[str, Any] | None:
     row = conn.execute(
         _MERGE[column], {"project_id": project_id, "values": json.dumps(values)}
     ).first()
@@ -101,7 +101,7 @@ def set_routes(conn: Connection, project_id: str, routes: dict[str, str]) -> dic
     return _merge(conn, "routes", project_id, routes)
 
 
-def set_config(conn: Connection, project_id: str, config: dict[str, str]) -> dict[str, str] | None:
+def set_config(conn: Connection, project_id: str, config: dict[str, Any]) -> dict[str, Any] | None:
     """Merge ``config`` into the project's; the new config, None if no such project."""
     return _merge(conn, "config", project_id, config)
 

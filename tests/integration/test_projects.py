@@ -86,3 +86,84 @@ def test_project_config_refuses_unknown_keys_and_bad_urls(capsys, monkeypatch, s
 
     assert (bad_key[0], bad_url[0]) == (2, 2)
     assert "keys: actions_url" in bad_key[2] and "http://" in bad_url[2]
+
+
+def test_project_config_sets_approvers_and_notification_targets(
+    capsys, monkeypatch, settings, engine
+):
+    run(capsys, monkeypatch, settings, "project", "create", "ops")
+
+    code, out, _ = run(
+        capsys,
+        monkeypatch,
+        settings,
+        "project",
+        "config",
+        "ops",
+        "approvers=telegram:777,line:U1,telegram:778",
+        "notify_url=https://hooks.example/awooop",
+        "notify_telegram_chat=-1001",
+    )
+    bad = run(capsys, monkeypatch, settings, "project", "config", "ops", "approvers=slack:1")
+
+    assert code == 0
+    assert json.loads(out)["config"] == {
+        "approvers": {"telegram": ["777", "778"], "line": ["U1"]},
+        "notify_url": "https://hooks.example/awooop",
+        "notify_telegram_chat": "-1001",
+    }
+    assert bad[0] == 2 and "telegram:<user id>" in bad[2]
+
+
+def test_project_outbound_stores_the_credential_encrypted_from_stdin(
+    capsys, monkeypatch, settings, engine
+):
+    import io
+
+    run(capsys, monkeypatch, settings, "project", "create", "ops")
+    monkeypatch.setattr("sys.stdin", io.StringIO("123456:SECRET-BOT-TOKEN\n"))
+
+    code, out, _ = run(capsys, monkeypatch, settings, "project", "outbound", "ops", "telegram")
+
+    assert code == 0 and json.loads(out) == {"project_id": "ops", "stored": "telegram:bot"}
+    with engine.connect() as conn:
+        stored = conn.execute(
+            text(
+                "SELECT secret_encrypted FROM awooop_credential WHERE channel_type = 'telegram:bot'"
+            )
+        ).scalar_one()
+    assert "SECRET-BOT-TOKEN" not in stored
+    from awooop.secrets import SecretBox
+
+    assert SecretBox(settings.secret_key).decrypt(stored) == "123456:SECRET-BOT-TOKEN"
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    empty = run(capsys, monkeypatch, settings, "project", "outbound", "ops", "telegram")
+    assert empty[0] == 2 and "standard input" in empty[2]
+
+
+def test_outbox_list_and_retry_a_parked_message(capsys, monkeypatch, settings, engine):
+    from awooop.outbound.messages import Message
+    from awooop.store import outbox
+
+    run(capsys, monkeypatch, settings, "project", "create", "ops")
+    with engine.connect() as conn:
+        (message_id,) = outbox.add(
+            conn, "ops", None, [Message("webhook", "run_outcome", {"url": "http://x", "body": {}})]
+        )
+        conn.execute(
+            text(
+                "UPDATE awooop_outbox SET status = 'PARKED', last_error = 'HTTP 500', attempts = 8"
+            )
+        )
+
+    code, out, _ = run(capsys, monkeypatch, settings, "outbox", "list", "--status", "PARKED")
+    assert code == 0
+    (listed,) = json.loads(out)
+    assert (listed["message_id"], listed["last_error"]) == (str(message_id), "HTTP 500")
+
+    assert run(capsys, monkeypatch, settings, "outbox", "retry", str(message_id))[0] == 0
+    again = run(capsys, monkeypatch, settings, "outbox", "retry", str(message_id))
+    assert again[0] == 2 and "no parked message" in again[2]
+    with engine.connect() as conn:
+        row = conn.execute(text("SELECT status, attempts FROM awooop_outbox")).one()
+    assert tuple(row) == ("PENDING", 0)
