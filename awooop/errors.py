@@ -26,6 +26,13 @@ class Unauthenticated(AwoooPError):
     http_status = 401
 
 
+class Forbidden(AwoooPError):
+    """This API token's role does not allow this request."""
+
+    code = "E-AUTH-002"
+    http_status = 403
+
+
 class MalformedRequest(AwoooPError):
     """The request body is not valid for this endpoint."""
 

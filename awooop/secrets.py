@@ -11,7 +11,7 @@ import base64
 import hashlib
 import hmac
 import secrets as _stdlib_secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from cryptography.fernet import Fernet, InvalidToken
 
@@ -37,6 +37,17 @@ def matches_any_hash(presented: str, stored_hashes: Iterable[str]) -> bool:
     for stored in stored_hashes:
         # No early exit: every candidate is compared.
         found |= hmac.compare_digest(presented_hash, stored.encode("ascii"))
+    return found
+
+
+def index_of_matching_hash(presented: str, stored_hashes: Sequence[str]) -> int | None:
+    """Which stored hash the presented secret matches (None: none), in constant time."""
+    presented_hash = sha256_hex(presented).encode("ascii")
+    found: int | None = None
+    for index, stored in enumerate(stored_hashes):
+        # No early exit: every candidate is compared.
+        if hmac.compare_digest(presented_hash, stored.encode("ascii")) and found is None:
+            found = index
     return found
 
 

@@ -115,6 +115,7 @@ def project_exists(conn: Connection, project_id: str) -> bool:
 
 @dataclass(frozen=True)
 class CredentialRow:
+    credential_id: str
     kind: str
     channel_type: str | None
     role: str | None
@@ -145,7 +146,8 @@ class ProjectAuth:
 # One round trip: the project's routes and its active credentials of the requested kind.
 _PROJECT_AUTH = text(
     """
-SELECT p.routes, p.config, c.kind, c.channel_type, c.role, c.secret_hash, c.secret_encrypted
+SELECT p.routes, p.config, c.credential_id, c.kind, c.channel_type, c.role,
+       c.secret_hash, c.secret_encrypted
 FROM awooop_project p
 LEFT JOIN awooop_credential c
        ON c.project_id = p.project_id
@@ -157,19 +159,24 @@ WHERE p.project_id = :project_id
 
 
 def load_auth(conn: Connection, project_id: str, channel_type: str) -> ProjectAuth | None:
-    """The project's routes plus its API tokens and the secrets of ``channel_type``."""
+    """The project's routes and config, its API tokens and the secrets of ``channel_type``."""
     rows = conn.execute(
         _PROJECT_AUTH, {"project_id": project_id, "channel_type": channel_type}
     ).all()
     if not rows:
         return None
     creds = tuple(
-        CredentialRow(r.kind, r.channel_type, r.role, r.secret_hash, r.secret_encrypted)
+        CredentialRow(
+            str(r.credential_id), r.kind, r.channel_type, r.role, r.secret_hash, r.secret_encrypted
+        )
         for r in rows
         if r.kind is not None
     )
     return ProjectAuth(
-        project_id=project_id, routes=rows[0].routes, credentials=creds, config=rows[0].config
+        project_id=project_id,
+        routes=rows[0].routes,
+        credentials=creds,
+        config=rows[0].config,
     )
 
 

@@ -1,63 +1,49 @@
-"""The read API: ``GET /v1/projects/{project_id}/runs/{run_id}``."""
+"""``GET /v1/projects/{project_id}/runs/{run_id}`` (the run with its step journal) and
+``POST …/runs/{run_id}/tool-results``.
+
+The run's ``version`` is also its ``ETag``: send it back as ``If-Match`` with a management
+operation to act only if nothing changed since you looked.
+"""
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
 
 from awooop import errors
-from awooop.channels import api as api_channel
 from awooop.channels.base import json_object
 from awooop.engine import tools
-from awooop.secrets import matches_any_hash
 from awooop.store import runs
-from awooop.web import context
-from awooop.web.ingress import ADMIT_ROLES
+from awooop.web import context, roles
+from awooop.web.runs_api import jsonable, run_id_or_404
 
 blueprint = Blueprint("api", __name__)
-
-READ_ROLES = frozenset({"viewer", "operator", "admin"})
-
-
-def _authenticate(project_id: str, roles: frozenset[str]) -> None:
-    """A Bearer API token of this project with one of ``roles``, or 401 (alike for an unknown
-    project)."""
-    token = api_channel.bearer_token(context.raw_request())
-    auth = context.project_auth(project_id, "api")
-    hashes = [c.secret_hash for c in (auth.api_tokens() if auth else []) if c.role in roles]
-    if token is None or not matches_any_hash(token, [h for h in hashes if h]):
-        raise errors.Unauthenticated()
 
 
 @blueprint.get("/v1/projects/<project_id>/runs/<run_id>")
 def get_run(project_id: str, run_id: str) -> Response:
-    _authenticate(project_id, READ_ROLES)
-    try:
-        parsed_id = uuid.UUID(run_id)
-    except ValueError:
-        parsed_id = None
-    run = None
-    if parsed_id is not None:
-        with context.engine().connect() as conn:
-            run = runs.get_run(conn, project_id, parsed_id)
+    """The run: both status axes, input, output, failure, lease, and ``saga_steps`` — the step
+    journal, one entry per recorded step attempt in order."""
+    caller = roles.authenticate(project_id, roles.READ)
+    parsed_id = run_id_or_404(run_id)
+    with context.engine().connect() as conn:
+        run = runs.get_run(conn, caller.project_id, parsed_id)
     if run is None:
         raise errors.NotFound("no such run in this project")
-    return jsonify(_public(run))
+    response = jsonify(jsonable(run))
+    response.set_etag(str(run["version"]))
+    return response
 
 
 @blueprint.post("/v1/projects/<project_id>/runs/<run_id>/tool-results")
 def tool_result(project_id: str, run_id: str) -> tuple[Response, int]:
     """An asynchronous tool call's result, deduplicated by its event id."""
-    _authenticate(project_id, ADMIT_ROLES)
+    roles.authenticate(project_id, roles.ADMIT)
     if request.mimetype != "application/json":
         raise errors.UnsupportedMediaType()
     body = json_object(request.get_data(cache=True))
-    try:
-        parsed_id = uuid.UUID(run_id)
-    except ValueError:
-        raise errors.NotFound("no such run in this project") from None
+    parsed_id = run_id_or_404(run_id)
     outcome = tools.deliver_result(
         context.engine(),
         project_id,
@@ -79,11 +65,3 @@ def tool_result(project_id: str, run_id: str) -> tuple[Response, int]:
         return jsonify(late), 200
     context.enqueue([parsed_id])
     return jsonify({"status": "accepted"}), 202
-
-
-def _public(run: dict[str, Any]) -> dict[str, Any]:
-    out = dict(run)
-    out["run_id"] = str(run["run_id"])
-    for key in ("lease_until", "created_at", "updated_at", "finished_at"):
-        out[key] = run[key].isoformat() if run[key] is not None else None
-    return out

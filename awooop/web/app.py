@@ -11,7 +11,7 @@ from sqlalchemy import Engine
 from awooop import db, logs
 from awooop.config import Settings, get_settings
 from awooop.secrets import SecretBox
-from awooop.web import api, approvals, errors, ingress
+from awooop.web import api, approvals, errors, ingress, management_api, runs_api
 from awooop.web.auth import ProjectAuthCache
 from awooop.workflows import registry
 
@@ -54,5 +54,7 @@ def create_app(
     app.register_blueprint(ingress.blueprint)
     app.register_blueprint(api.blueprint)
     app.register_blueprint(approvals.blueprint)
+    app.register_blueprint(runs_api.blueprint)
+    app.register_blueprint(management_api.blueprint)
     errors.register(app)
     return app

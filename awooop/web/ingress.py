@@ -1,8 +1,9 @@
 """Admission: ``POST /v1/projects/{project_id}/webhooks/{channel}`` and ``.../runs``.
 
-One request: size and content type → credentials (401 alike for an unknown project) →
-parse → route → one transaction (dedupe row + run row per event) → commit → send one Celery
-message per new run → respond. Nothing slow happens inline.
+One request: size and content type → credentials (401 alike for an unknown project; 403 for
+an API token whose role may not admit) → parse → route → one transaction (dedupe row + run
+row per event) → commit → send one Celery message per new run → respond. Nothing slow
+happens inline.
 """
 
 from __future__ import annotations
@@ -14,15 +15,14 @@ from flask import Blueprint, Response, jsonify, request
 
 from awooop import db, errors
 from awooop.channels import CHANNELS
+from awooop.channels import api as api_channel
 from awooop.channels.base import ChannelSecrets, InboundEvent
 from awooop.store import admission, projects
-from awooop.web import context, decisions
+from awooop.web import context, decisions, roles
 from awooop.workflows import registry
 
 blueprint = Blueprint("ingress", __name__)
 
-# Roles whose API tokens may admit events (a viewer token only reads).
-ADMIT_ROLES = frozenset({"ingest", "operator", "admin"})
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 
 
@@ -51,7 +51,7 @@ def _secrets_for(auth: projects.ProjectAuth, channel: str) -> ChannelSecrets:
     if channel == "api":
         return ChannelSecrets(
             hashes=tuple(
-                c.secret_hash for c in auth.api_tokens() if c.role in ADMIT_ROLES and c.secret_hash
+                c.secret_hash for c in auth.api_tokens() if c.role in roles.ADMIT and c.secret_hash
             )
         )
     rows = auth.channel_secrets(channel)
@@ -72,6 +72,8 @@ def _admit(project_id: str, channel: str) -> tuple[Response, int]:
     auth = context.project_auth(project_id, channel)
     # An unknown project answers exactly like bad credentials: no enumeration.
     if auth is None or not module.authenticate(raw, _secrets_for(auth, channel)):
+        if channel == "api" and roles.matching_token(api_channel.bearer_token(raw), auth):
+            raise errors.Forbidden("a viewer API token cannot admit events")
         raise errors.Unauthenticated()
     events = module.parse(raw)
     # Approval buttons pressed in the chat decide an approval instead of starting a run.

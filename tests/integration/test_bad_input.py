@@ -145,7 +145,7 @@ def test_viewer_token_cannot_admit(client, engine, project, assert_nothing_writt
     path, headers, raw = requests.api(project)
     headers["Authorization"] = f"Bearer {viewer}"
 
-    expect_error(client.post(path, headers=headers, data=raw), 401, "E-AUTH-001")
+    expect_error(client.post(path, headers=headers, data=raw), 403, "E-AUTH-002")
     # The credential insert above is the only write.
     assert db.row_counts(engine) == dict.fromkeys(db.TABLES, 0)
 

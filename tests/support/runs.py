@@ -12,7 +12,11 @@ from awooop.workflows import registry
 
 
 def admit(
-    engine: Engine, project_id: str, workflow: str = "noop-3", event: dict[str, Any] | None = None
+    engine: Engine,
+    project_id: str,
+    workflow: str = "noop-3",
+    event: dict[str, Any] | None = None,
+    channel: str = "api",
 ) -> uuid.UUID:
     wf = registry.latest(workflow)
     assert wf is not None, workflow
@@ -22,7 +26,7 @@ def admit(
             conn,
             admission.NewRun(
                 project_id=project_id,
-                channel_type="api",
+                channel_type=channel,
                 provider_event_id=key,
                 request_digest=key,
                 workflow_name=wf.name,
@@ -30,7 +34,7 @@ def admit(
                 workflow_digest=wf.digest,
                 max_attempts=wf.max_attempts,
                 input={
-                    "channel": "api",
+                    "channel": channel,
                     "provider_event_id": key,
                     "event": event or {},
                     "meta": {},

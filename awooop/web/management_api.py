@@ -1,0 +1,114 @@
+"""Management operations over HTTP: ``POST /v1/projects/{p}/runs/{run_id}/{operation}`` for
+pause, resume, cancel, retry-compensation, retry-resolution and manual-close.
+
+Body ``{"operation_id": "...", "reason": "..."}``: ``operation_id`` (1-128 characters) is
+required and makes the call idempotent — the same id again answers 200 with
+``"replayed": true`` and changes nothing. ``If-Match: "<version>"`` (the run's ETag) refuses
+the operation with 412 ``E-OPERATION-002`` if the run changed. The caller's API token is the
+actor in the audit row, with the reason. Role operator or admin; manual-close needs admin
+and ``AWOOOP_MANUAL_CLOSE_ENABLED=1``. A run not in a state for the operation: 409
+``E-OPERATION-001``. The view is thin: :func:`awooop.engine.management.operate` does the work.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, Response, jsonify, request
+
+from awooop import errors
+from awooop.channels.base import json_object
+from awooop.engine import management
+from awooop.web import context, roles
+from awooop.web.runs_api import run_id_or_404
+
+blueprint = Blueprint("management_api", __name__)
+
+# URL segment -> engine operation
+OPERATIONS = {
+    "pause": "pause",
+    "resume": "resume",
+    "cancel": "cancel",
+    "retry-compensation": "retry_compensation",
+    "retry-resolution": "retry_resolution",
+    "manual-close": "manual_close",
+}
+MAX_OPERATION_ID = 128
+MAX_REASON = 1000
+
+
+def _roles_for(operation: str) -> frozenset[str]:
+    return roles.ADMINISTER if operation == "manual_close" else roles.OPERATE
+
+
+def _body() -> tuple[str, str]:
+    if request.mimetype != "application/json":
+        raise errors.UnsupportedMediaType()
+    body = json_object(request.get_data(cache=True))
+    operation_id = body.get("operation_id")
+    if not isinstance(operation_id, str) or not 0 < len(operation_id) <= MAX_OPERATION_ID:
+        raise errors.InvalidOperation(
+            f"operation_id is required: a string of 1 to {MAX_OPERATION_ID} characters, "
+            "the same for every retry of this request"
+        )
+    reason = body.get("reason", "")
+    if reason is None:
+        reason = ""
+    if not isinstance(reason, str) or len(reason) > MAX_REASON:
+        raise errors.MalformedRequest(f"reason must be a string of at most {MAX_REASON} characters")
+    return operation_id, reason
+
+
+def _expected_version() -> int | None:
+    """The version in ``If-Match`` (``"7"``, ``W/"7"`` or ``7``); None without one or ``*``."""
+    raw = request.headers.get("If-Match")
+    if raw is None or raw.strip() == "*":
+        return None
+    value = raw.strip().removeprefix("W/").strip('"')
+    if not value.isascii() or not value.isdigit() or len(value) > 18:
+        raise errors.MalformedRequest('If-Match must be the run\'s version as an ETag, e.g. "7"')
+    return int(value)
+
+
+def operate(project_id: str, run_id: str, operation: str) -> Response:
+    caller = roles.authenticate(project_id, _roles_for(operation))
+    operation_id, reason = _body()
+    expected_version = _expected_version()
+    parsed_id = run_id_or_404(run_id)
+    result = management.operate(
+        context.engine(),
+        context.settings(),
+        operation,
+        caller.project_id,
+        parsed_id,
+        operation_id=operation_id,
+        actor=caller.actor,
+        reason=reason,
+        expected_version=expected_version,
+    )
+    if result.applied and operation in management.NUDGING:
+        context.enqueue([parsed_id])
+    body: dict[str, Any] = {
+        "run_id": str(parsed_id),
+        "operation": operation,
+        "operation_id": operation_id,
+        "applied": result.applied,
+        "replayed": result.replayed,
+        "status": result.status,
+        "saga_status": result.saga_status,
+        "control_state": result.control_state,
+        "version": result.version,
+    }
+    response = jsonify(body)
+    response.set_etag(str(result.version))
+    return response
+
+
+for _segment, _operation in OPERATIONS.items():
+    blueprint.add_url_rule(
+        f"/v1/projects/<project_id>/runs/<run_id>/{_segment}",
+        endpoint=_operation,
+        view_func=operate,
+        methods=["POST"],
+        defaults={"operation": _operation},
+    )

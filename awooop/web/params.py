@@ -1,0 +1,139 @@
+"""Query parameters of the runs API: validation and opaque page cursors.
+
+Anything a client gets wrong here is a 400 ``E-REQUEST-001`` naming the parameter: an
+unknown parameter, a bad value, a limit out of range, a cursor this API did not issue.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import uuid
+from collections.abc import Collection, Mapping
+from datetime import datetime
+from typing import Any
+
+from werkzeug.datastructures import MultiDict
+
+from awooop import errors
+from awooop.store.queries import RunPosition
+
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 200
+_MAX_CURSOR_LENGTH = 512
+
+
+def bad(message: str) -> errors.MalformedRequest:
+    return errors.MalformedRequest(message)
+
+
+def check_known(args: MultiDict[str, str], allowed: Collection[str]) -> None:
+    unknown = sorted(set(args) - set(allowed))
+    if unknown:
+        raise bad(f"unknown query parameter {unknown[0]!r}; allowed: {', '.join(allowed)}")
+
+
+def single(args: MultiDict[str, str], name: str) -> str | None:
+    values = args.getlist(name)
+    if len(values) > 1:
+        raise bad(f"query parameter {name!r} is given more than once")
+    return values[0] if values else None
+
+
+def limit(args: MultiDict[str, str]) -> int:
+    raw = single(args, "limit")
+    if raw is None:
+        return DEFAULT_LIMIT
+    if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= MAX_LIMIT:
+        raise bad(f"limit must be a whole number from 1 to {MAX_LIMIT}")
+    return int(raw)
+
+
+def choices(args: MultiDict[str, str], name: str, allowed: Collection[str]) -> tuple[str, ...]:
+    """A comma-separated (or repeated) parameter whose every value is one of ``allowed``."""
+    values = [v.strip() for raw in args.getlist(name) for v in raw.split(",")]
+    for value in values:
+        if value not in allowed:
+            raise bad(f"{name} {value[:64]!r} is not one of: {', '.join(allowed)}")
+    return tuple(dict.fromkeys(values))
+
+
+def choice(args: MultiDict[str, str], name: str, allowed: Collection[str]) -> str | None:
+    raw = single(args, name)
+    if raw is not None and raw not in allowed:
+        raise bad(f"{name} {raw[:64]!r} is not one of: {', '.join(allowed)}")
+    return raw
+
+
+def text_value(args: MultiDict[str, str], name: str, max_length: int = 128) -> str | None:
+    raw = single(args, name)
+    if raw is None:
+        return None
+    if not 0 < len(raw) <= max_length or not raw.isprintable():
+        raise bad(f"{name} must be 1 to {max_length} printable characters")
+    return raw
+
+
+def timestamp(args: MultiDict[str, str], name: str) -> datetime | None:
+    """An ISO 8601 instant with a UTC offset, e.g. ``2026-11-29T10:00:00Z``."""
+    raw = single(args, name)
+    if raw is None:
+        return None
+    try:
+        value = datetime.fromisoformat(raw)
+    except ValueError:
+        value = None
+    if value is None or value.tzinfo is None:
+        raise bad(f"{name} must be an ISO 8601 time with a UTC offset, e.g. 2026-11-29T10:00:00Z")
+    return value
+
+
+# Cursors are opaque to clients: base64url JSON naming the list they belong to.
+
+
+def encode_cursor(kind: str, position: Mapping[str, Any]) -> str:
+    raw = json.dumps({"k": kind, **position}, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(args: MultiDict[str, str], kind: str) -> dict[str, Any] | None:
+    raw = single(args, "cursor")
+    if raw is None:
+        return None
+    try:
+        if len(raw) > _MAX_CURSOR_LENGTH:
+            raise ValueError
+        data = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
+        if not isinstance(data, dict) or data.pop("k", None) != kind:
+            raise ValueError
+        return data
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise bad("cursor is not one this list returned; start again without it") from None
+
+
+def run_position(data: dict[str, Any] | None) -> RunPosition | None:
+    """The (created_at, run_id) keyset of a run-list cursor."""
+    if data is None:
+        return None
+    try:
+        created_at = datetime.fromisoformat(data["t"])
+        run_id = uuid.UUID(data["r"])
+        if created_at.tzinfo is None:
+            raise ValueError
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise bad("cursor is not one this list returned; start again without it") from None
+    return RunPosition(created_at, run_id)
+
+
+def run_cursor(kind: str, row: Mapping[str, Any]) -> str:
+    return encode_cursor(kind, {"t": row["created_at"].isoformat(), "r": str(row["run_id"])})
+
+
+def seq_position(data: dict[str, Any] | None) -> int:
+    if data is None:
+        return 0
+    seq = data.get("s")
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
+        raise bad("cursor is not one this list returned; start again without it")
+    return seq
