@@ -18,7 +18,8 @@ from sqlalchemy import Engine
 
 from awooop import db, secrets
 from awooop.config import STATE_DIR, ConfigError, Settings
-from awooop.models.project import CHANNEL_TYPES
+from awooop.domain import limits as project_limits
+from awooop.models.project import API_TOKEN_ROLES, CHANNEL_TYPES
 from awooop.workflows import registry
 
 PROJECT_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
@@ -207,6 +208,45 @@ def cmd_outbox_retry(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_project_limits(args: argparse.Namespace) -> int:
+    from awooop.store import projects
+
+    _check_project_id(args.project_id)
+    values: dict[str, int | None] = {}
+    for pair in args.limits:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise UsageError(
+                f"limit {pair!r} must look like <key>=<number or none>; keys: "
+                f"{', '.join(project_limits.LIMIT_KEYS)}"
+            )
+        try:
+            values[key] = project_limits.parse_limit(key, value)
+        except project_limits.InvalidLimit as exc:
+            raise UsageError(str(exc)) from None
+    settings = _settings("database_url")
+    with _engine(settings).connect() as conn:
+        updated = projects.set_limits(conn, args.project_id, values)
+    if updated is None:
+        raise UsageError(f"no project {args.project_id!r}")
+    print(json.dumps({"project_id": args.project_id, "limits": updated}, indent=2))
+    return 0
+
+
+def cmd_project_token(args: argparse.Namespace) -> int:
+    from awooop.store import projects
+
+    _check_project_id(args.project_id)
+    settings = _settings("database_url")
+    token = secrets.new_token()
+    with db.transaction(_engine(settings)) as conn:
+        if not projects.project_exists(conn, args.project_id):
+            raise UsageError(f"no project {args.project_id!r}")
+        projects.add_api_token(conn, args.project_id, args.role, secrets.sha256_hex(token))
+    print(json.dumps({"project_id": args.project_id, "role": args.role, "api_token": token}))
+    return 0
+
+
 def cmd_migrate(args: argparse.Namespace) -> int:
     from alembic import command
     from alembic.config import Config
@@ -344,6 +384,28 @@ def build_parser() -> argparse.ArgumentParser:
     outbound.add_argument("project_id")
     outbound.add_argument("channel", choices=sorted(OUTBOUND_CREDENTIALS))
     outbound.set_defaults(func=cmd_project_outbound)
+
+    limits = project_sub.add_parser(
+        "limits",
+        help="set quotas and rate limits",
+        description="Sets the project's limits, e.g. `awooop project limits ops "
+        "max_active_runs=100 ingress_per_minute=6000 management_per_minute=60`; "
+        "`<key>=none` removes one. max_active_runs: runs not yet finished (admission over "
+        "it gets 429 E-QUOTA-001); *_per_minute: requests per one-minute window (429 "
+        "E-RATE-001). Changes reach web processes within AWOOOP_AUTH_CACHE_SECONDS.",
+    )
+    limits.add_argument("project_id")
+    limits.add_argument("limits", nargs="+", metavar="KEY=VALUE")
+    limits.set_defaults(func=cmd_project_limits)
+    token = project_sub.add_parser(
+        "token",
+        help="create an API token with a role; prints it once",
+        description="Roles: viewer (reads runs), operator (reads, admits events, steers "
+        "runs), admin (operator + manual close), ingest (admits events only).",
+    )
+    token.add_argument("project_id")
+    token.add_argument("--role", choices=API_TOKEN_ROLES, required=True)
+    token.set_defaults(func=cmd_project_token)
 
     outbox_parser = sub.add_parser("outbox", help="outbound messages: list, retry parked ones")
     outbox_sub = outbox_parser.add_subparsers(

@@ -46,6 +46,14 @@ class Settings:
     prune_batch_size: int = 5000
     # Operators may close a run stuck in manual intervention without compensating ("1").
     manual_close_enabled: int = 0
+    # Per-project quotas and rate limits are set per project (`awooop project limits`).
+    # Retry-After sent with a 429 E-QUOTA-001 (active-run quota reached).
+    quota_retry_after_seconds: int = 30
+    # The Redis counting rate-limit windows (default: the broker, when it is Redis). When it
+    # is unreachable, requests are allowed and it is not asked again for retry_seconds.
+    rate_limit_redis_url: str = ""
+    rate_limit_timeout_seconds: float = 0.25
+    rate_limit_retry_seconds: float = 10.0
     # The due-timer sweep (retry wake-ups; step, tool and approval timeouts).
     timer_interval_seconds: float = 2.0
     timer_batch_size: int = 500
@@ -73,6 +81,10 @@ class Settings:
     # Comma-separated modules that register deployment workflows at process start.
     workflow_modules: str = ""
     beat_schedule_file: str = str(STATE_DIR / "celerybeat-schedule")
+
+    @property
+    def rate_limit_url(self) -> str:
+        return self.rate_limit_redis_url or self.broker_url
 
     @property
     def workflow_module_list(self) -> list[str]:

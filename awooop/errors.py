@@ -19,6 +19,16 @@ class AwoooPError(Exception):
         super().__init__(self.message)
 
 
+class _RetryLater(AwoooPError):
+    """Refused for now; the ``Retry-After`` header says when to try again."""
+
+    http_status = 429
+
+    def __init__(self, retry_after: int, message: str | None = None) -> None:
+        super().__init__(message)
+        self.headers = {"Retry-After": str(max(1, int(retry_after)))}
+
+
 class Unauthenticated(AwoooPError):
     """Missing or invalid credentials or signature."""
 
@@ -133,6 +143,18 @@ class ApprovalForbidden(AwoooPError):
 
     code = "E-APPROVAL-004"
     http_status = 403
+
+
+class ActiveRunQuotaExceeded(_RetryLater):
+    """The project has as many active runs as its quota allows; retry when some have finished."""
+
+    code = "E-QUOTA-001"
+
+
+class RateLimited(_RetryLater):
+    """Too many requests of this kind for this project; retry after the indicated delay."""
+
+    code = "E-RATE-001"
 
 
 class ServiceUnavailable(AwoooPError):

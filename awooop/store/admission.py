@@ -9,13 +9,13 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from awooop.domain import states
 from awooop.store.prepared import PreparedStatement
 
 # One round trip: insert the dedupe row; only if it was inserted, insert the run and its
-# first history row; otherwise return the run the earlier event created.
-_ADMIT = PreparedStatement(
-    "awooop_admit",
-    """
+# first history row; otherwise return the run the earlier event created. {quota} is empty
+# or the active-run quota's condition (below).
+_ADMIT_TEMPLATE = """
 WITH seen AS (
     SELECT d.run_id, d.request_digest
     FROM awooop_channel_event_dedupe d
@@ -28,7 +28,7 @@ WITH seen AS (
     INSERT INTO awooop_channel_event_dedupe
         (project_id, channel_type, provider_event_id, run_id, request_digest)
     SELECT :project_id, :channel_type, :provider_event_id, :run_id, :request_digest
-    WHERE NOT EXISTS (SELECT 1 FROM seen)
+    WHERE NOT EXISTS (SELECT 1 FROM seen){quota}
     ON CONFLICT (project_id, channel_type, provider_event_id) DO NOTHING
     RETURNING run_id
 ), run AS (
@@ -59,8 +59,37 @@ UNION ALL
 SELECT s.run_id, r.status, FALSE, s.request_digest
 FROM seen s
 JOIN awooop_run_state r ON r.run_id = s.run_id
-""",
+"""
+
+_ADMIT = PreparedStatement("awooop_admit", _ADMIT_TEMPLATE.format(quota=""))
+
+# The active-run quota (DESIGN §5). The count stops at the quota, so it reads at most
+# max_active_runs index entries of ix_awooop_run_state_project_status.
+_ACTIVE = "', '".join(s for s in states.RUN_STATUSES if s not in states.TERMINAL_STATUSES)
+_WITHIN_QUOTA = f"""
+      AND (SELECT count(*) FROM (
+               SELECT 1 FROM awooop_run_state a
+               WHERE a.project_id = :project_id AND a.status IN ('{_ACTIVE}')
+               LIMIT :max_active_runs) active) < :max_active_runs"""
+
+# Race-free: concurrent admissions of one project would each count the runs committed
+# before their own statement began and could all pass. So the statement runs behind a
+# transaction-scoped advisory lock on the project, sent in the same round trip: PostgreSQL
+# runs a multi-statement query as one implicit transaction, the lock is held until it
+# commits, and (READ COMMITTED) the admission's snapshot is taken after the lock was
+# granted, so it counts every run admitted before it. Other projects take other locks.
+_ADMIT_WITHIN_QUOTA = PreparedStatement(
+    "awooop_admit_within_quota",
+    _ADMIT_TEMPLATE.format(quota=_WITHIN_QUOTA),
+    lock="SELECT pg_advisory_xact_lock(:lock_namespace, hashtext(:project_id))",
 )
+# The first key of the project-admission advisory lock (the second is the project's hash).
+ADMISSION_LOCK_NAMESPACE = 0x415751  # "AWQ"
+
+
+class OverQuota(Exception):
+    """The project has ``max_active_runs`` active runs; nothing was written."""
+
 
 # When a concurrent admission of the same key committed after our statement's snapshot was
 # taken, ON CONFLICT waited for it but the snapshot cannot see its row: look again.
@@ -100,10 +129,12 @@ class NewRun:
     deadline_seconds: float | None = None
 
 
-def admit(conn: Connection, new: NewRun) -> Admission:
+def admit(conn: Connection, new: NewRun, max_active_runs: int | None = None) -> Admission:
     """Insert the event's dedupe row and its run, or find the run an earlier copy created.
 
-    Runs in the caller's transaction; the caller commits and then sends the Celery message.
+    With ``max_active_runs``, a new event of a project that has that many active runs raises
+    :class:`OverQuota` and writes nothing; a duplicate is still answered. Runs in the
+    caller's transaction; the caller commits and then sends the Celery message.
     """
     params = {
         "project_id": new.project_id,
@@ -119,9 +150,19 @@ def admit(conn: Connection, new: NewRun) -> Admission:
         "traceparent": new.traceparent,
         "deadline": new.deadline_seconds,
     }
-    row = _ADMIT.execute(conn, params).first()
-    if row is None:
+    if max_active_runs is None:
+        row = _ADMIT.execute(conn, params).first()
+    else:
+        params["max_active_runs"] = max_active_runs
+        params["lock_namespace"] = ADMISSION_LOCK_NAMESPACE
+        row = _ADMIT_WITHIN_QUOTA.execute(conn, params).first()
+    if row is None and max_active_runs is None:
         row = conn.execute(_EXISTING, params).one()
+    elif row is None:
+        # The quota refused a new event (or, rarely, a concurrent copy of it won).
+        row = conn.execute(_EXISTING, params).first()
+        if row is None:
+            raise OverQuota(new.project_id)
     return Admission(
         run_id=row.run_id,
         status=row.status,

@@ -8,6 +8,8 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from awooop.domain.limits import ProjectLimits
+
 
 class ProjectExists(Exception):
     """A project with this id already exists."""
@@ -74,16 +76,21 @@ def add_channel_secret(
 
 
 # Merge a JSON object into one of the project's JSONB columns (the names are fixed here).
+# A limit set to null is removed (no limit).
 _MERGE = {
     column: text(
         f"""
 UPDATE awooop_project
-SET {column} = {column} || CAST(:values AS jsonb)
+SET {column} = {merged}
 WHERE project_id = :project_id
 RETURNING {column} AS merged
 """
     )
-    for column in ("routes", "config")
+    for column, merged in (
+        ("routes", "routes || CAST(:values AS jsonb)"),
+        ("config", "config || CAST(:values AS jsonb)"),
+        ("limits", "jsonb_strip_nulls(limits || CAST(:values AS jsonb))"),
+    )
 }
 
 
@@ -104,6 +111,14 @@ def set_routes(conn: Connection, project_id: str, routes: dict[str, str]) -> dic
 def set_config(conn: Connection, project_id: str, config: dict[str, Any]) -> dict[str, Any] | None:
     """Merge ``config`` into the project's; the new config, None if no such project."""
     return _merge(conn, "config", project_id, config)
+
+
+def set_limits(
+    conn: Connection, project_id: str, limits: dict[str, int | None]
+) -> dict[str, int] | None:
+    """Merge ``limits`` into the project's (None removes a limit); the new limits, None if no
+    such project."""
+    return _merge(conn, "limits", project_id, limits)
 
 
 _PROJECT_EXISTS = text("SELECT 1 FROM awooop_project WHERE project_id = :project_id")
@@ -131,6 +146,7 @@ class ProjectAuth:
     routes: dict[str, Any]
     credentials: tuple[CredentialRow, ...]
     config: dict[str, Any] = field(default_factory=dict)
+    limits: ProjectLimits = field(default_factory=ProjectLimits)
 
     def channel_secrets(self, channel_type: str) -> list[CredentialRow]:
         return [
@@ -146,7 +162,7 @@ class ProjectAuth:
 # One round trip: the project's routes and its active credentials of the requested kind.
 _PROJECT_AUTH = text(
     """
-SELECT p.routes, p.config, c.credential_id, c.kind, c.channel_type, c.role,
+SELECT p.routes, p.config, p.limits, c.credential_id, c.kind, c.channel_type, c.role,
        c.secret_hash, c.secret_encrypted
 FROM awooop_project p
 LEFT JOIN awooop_credential c
@@ -159,7 +175,8 @@ WHERE p.project_id = :project_id
 
 
 def load_auth(conn: Connection, project_id: str, channel_type: str) -> ProjectAuth | None:
-    """The project's routes and config, its API tokens and the secrets of ``channel_type``."""
+    """The project's routes, config and limits, its API tokens and the secrets of
+    ``channel_type``."""
     rows = conn.execute(
         _PROJECT_AUTH, {"project_id": project_id, "channel_type": channel_type}
     ).all()
@@ -177,6 +194,7 @@ def load_auth(conn: Connection, project_id: str, channel_type: str) -> ProjectAu
         routes=rows[0].routes,
         credentials=creds,
         config=rows[0].config,
+        limits=ProjectLimits.from_json(rows[0].limits),
     )
 
 

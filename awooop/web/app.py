@@ -10,6 +10,7 @@ from sqlalchemy import Engine
 
 from awooop import db, logs
 from awooop.config import Settings, get_settings
+from awooop.ratelimit import RateLimiter
 from awooop.secrets import SecretBox
 from awooop.web import api, approvals, errors, ingress, management_api, runs_api
 from awooop.web.auth import ProjectAuthCache
@@ -50,6 +51,11 @@ def create_app(
         "auth_cache": ProjectAuthCache(settings.auth_cache_seconds),
         "enqueue": enqueue,
         "notify": notify,
+        "rate_limiter": RateLimiter.from_url(
+            settings.rate_limit_url,
+            settings.rate_limit_timeout_seconds,
+            settings.rate_limit_retry_seconds,
+        ),
     }
     app.register_blueprint(ingress.blueprint)
     app.register_blueprint(api.blueprint)

@@ -10,6 +10,7 @@ from sqlalchemy import Engine
 
 from awooop.channels.base import RawRequest
 from awooop.config import Settings
+from awooop.ratelimit import RateLimiter
 from awooop.secrets import SecretBox
 from awooop.store.projects import ProjectAuth
 from awooop.web.auth import ProjectAuthCache
@@ -34,6 +35,10 @@ def secret_box() -> SecretBox:
 def project_auth(project_id: str, channel: str) -> ProjectAuth | None:
     cache: ProjectAuthCache = _ext()["auth_cache"]
     return cache.load(engine(), project_id, channel)
+
+
+def rate_limiter() -> RateLimiter:
+    return _ext()["rate_limiter"]
 
 
 def enqueue(run_ids: list[Any]) -> int:

@@ -1,9 +1,10 @@
 """Admission: ``POST /v1/projects/{project_id}/webhooks/{channel}`` and ``.../runs``.
 
 One request: size and content type → credentials (401 alike for an unknown project; 403 for
-an API token whose role may not admit) → parse → route → one transaction (dedupe row + run
-row per event) → commit → send one Celery message per new run → respond. Nothing slow
-happens inline.
+an API token whose role may not admit) → the project's ingress rate limit (429
+``E-RATE-001``) → parse → route → one transaction (dedupe row + run row per event, refused
+with 429 ``E-QUOTA-001`` when the project's active-run quota is reached) → commit → send one
+Celery message per new run → respond. Nothing slow happens inline.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from awooop.channels import CHANNELS
 from awooop.channels import api as api_channel
 from awooop.channels.base import ChannelSecrets, InboundEvent
 from awooop.store import admission, projects
-from awooop.web import context, decisions, roles
+from awooop.web import context, decisions, roles, throttle
 from awooop.workflows import registry
 
 blueprint = Blueprint("ingress", __name__)
@@ -75,6 +76,7 @@ def _admit(project_id: str, channel: str) -> tuple[Response, int]:
         if channel == "api" and roles.matching_token(api_channel.bearer_token(raw), auth):
             raise errors.Forbidden("a viewer API token cannot admit events")
         raise errors.Unauthenticated()
+    throttle.check(project_id, throttle.INGRESS, auth.limits.ingress_per_minute)
     events = module.parse(raw)
     # Approval buttons pressed in the chat decide an approval instead of starting a run.
     presses = [e for e in events if decisions.button_press(channel, e)]
@@ -110,13 +112,22 @@ def _admit(project_id: str, channel: str) -> tuple[Response, int]:
     ]
     # One event: one statement, atomic by itself. Several (LINE): one transaction, so a
     # refused event rolls back the others.
+    # Over the active-run quota, nothing is written (and a multi-event request is refused
+    # whole). Runs already admitted keep going: claims never look at quotas.
+    quota = auth.limits.max_active_runs
     engine = context.engine()
-    with db.transaction(engine) if len(new_runs) > 1 else engine.connect() as conn:
-        results = [admission.admit(conn, new) for new in new_runs]
-        if not all(r.digest_matches for r in results):
-            # A mismatch is always a duplicate (nothing inserted for it); raising here rolls
-            # back the other events of a multi-event request.
-            raise errors.IdempotencyKeyReused()
+    try:
+        with db.transaction(engine) if len(new_runs) > 1 else engine.connect() as conn:
+            results = [admission.admit(conn, new, quota) for new in new_runs]
+            if not all(r.digest_matches for r in results):
+                # A mismatch is always a duplicate (nothing inserted for it); raising here
+                # rolls back the other events of a multi-event request.
+                raise errors.IdempotencyKeyReused()
+    except admission.OverQuota:
+        raise errors.ActiveRunQuotaExceeded(
+            context.settings().quota_retry_after_seconds,
+            f"this project may have {quota} active runs at a time; retry when some finish",
+        ) from None
     created = [r.run_id for r in results if r.created]
     if created:
         context.enqueue(created)

@@ -19,7 +19,7 @@ from flask import Blueprint, Response, jsonify, request
 from awooop import errors
 from awooop.channels.base import json_object
 from awooop.engine import management
-from awooop.web import context, roles
+from awooop.web import context, roles, throttle
 from awooop.web.runs_api import run_id_or_404
 
 blueprint = Blueprint("management_api", __name__)
@@ -72,6 +72,7 @@ def _expected_version() -> int | None:
 
 def operate(project_id: str, run_id: str, operation: str) -> Response:
     caller = roles.authenticate(project_id, _roles_for(operation))
+    throttle.check(caller.project_id, throttle.MANAGEMENT, caller.auth.limits.management_per_minute)
     operation_id, reason = _body()
     expected_version = _expected_version()
     parsed_id = run_id_or_404(run_id)

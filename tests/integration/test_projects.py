@@ -1,12 +1,13 @@
-"""`awooop project create / routes` against a real database."""
+"""`awooop project …` and `awooop outbox …` against a real database."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
 from sqlalchemy import text
 
-from awooop import cli
+from awooop import cli, secrets
 
 
 def run(capsys, monkeypatch, settings, *argv: str):  # type: ignore[no-untyped-def]
@@ -167,3 +168,57 @@ def test_outbox_list_and_retry_a_parked_message(capsys, monkeypatch, settings, e
     with engine.connect() as conn:
         row = conn.execute(text("SELECT status, attempts FROM awooop_outbox")).one()
     assert tuple(row) == ("PENDING", 0)
+
+
+def test_project_limits_sets_and_removes_limits(capsys, monkeypatch, settings, engine):
+    run(capsys, monkeypatch, settings, "project", "create", "ops")
+
+    code, out, _ = run(
+        capsys,
+        monkeypatch,
+        settings,
+        *("project", "limits", "ops", "max_active_runs=100", "ingress_per_minute=6000"),
+    )
+    assert code == 0
+    assert json.loads(out)["limits"] == {"max_active_runs": 100, "ingress_per_minute": 6000}
+
+    code, out, _ = run(
+        capsys, monkeypatch, settings, "project", "limits", "ops", "ingress_per_minute=none"
+    )
+    assert code == 0
+    with engine.connect() as conn:
+        stored = conn.execute(text("SELECT limits FROM awooop_project")).scalar_one()
+    assert stored == json.loads(out)["limits"] == {"max_active_runs": 100}
+
+
+@pytest.mark.parametrize(
+    "pair", ["max_active_runs=-1", "max_active_runs=lots", "max_runs=5", "max_active_runs"]
+)
+def test_project_limits_refuses_bad_input_and_writes_nothing(
+    capsys, monkeypatch, settings, engine, pair
+):
+    run(capsys, monkeypatch, settings, "project", "create", "ops")
+
+    code, _, err = run(
+        capsys, monkeypatch, settings, "project", "limits", "ops", "management_per_minute=5", pair
+    )
+
+    assert code == 2 and err
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT limits FROM awooop_project")).scalar_one() == {}
+
+
+def test_project_token_creates_a_token_with_the_role_and_stores_only_its_hash(
+    capsys, monkeypatch, settings, engine
+):
+    run(capsys, monkeypatch, settings, "project", "create", "ops")
+
+    code, out, _ = run(capsys, monkeypatch, settings, "project", "token", "ops", "--role", "viewer")
+
+    assert code == 0
+    token = json.loads(out)["api_token"]
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT role, secret_hash FROM awooop_credential WHERE role = 'viewer'")
+        ).all()
+    assert [(r.role, r.secret_hash) for r in rows] == [("viewer", secrets.sha256_hex(token))]

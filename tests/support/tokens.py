@@ -28,3 +28,8 @@ def bearer(token: str, **extra: str) -> dict[str, str]:
 
 def operation(token: str, **extra: str) -> dict[str, str]:
     return bearer(token, **{"Content-Type": "application/json", **extra})
+
+
+def set_limits(engine: Engine, project_id: str, **limits: int | None) -> None:
+    with engine.connect() as conn:
+        assert projects.set_limits(conn, project_id, limits) is not None

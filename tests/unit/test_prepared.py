@@ -9,3 +9,10 @@ def test_named_parameters_become_positional_in_order_of_first_use():
     assert stmt._prepare == "PREPARE s AS SELECT $1, CAST($2 AS jsonb), $1, x::text, 'k:' || $3"
     assert stmt._execute == "EXECUTE s(%s, %s, %s)"
     assert stmt._order == ["a", "b", "c"]
+
+
+def test_a_lock_statement_is_sent_in_the_same_round_trip_before_execute():
+    stmt = PreparedStatement("s", "SELECT :a, :b", lock="SELECT pg_advisory_xact_lock(:n, :a)")
+
+    assert stmt._execute == "SELECT pg_advisory_xact_lock(%s, %s); EXECUTE s(%s, %s)"
+    assert stmt._lock_order == ["n", "a"]
