@@ -56,8 +56,18 @@ class RunState(Base):
             "lease_until",
             postgresql_where=text("status = 'RUNNING'"),
         ),
-        # Listing per project.
+        # Listing per project by status; the active-run quota's count.
         Index("ix_awooop_run_state_project_status", "project_id", "status", "created_at"),
+        # The runs API's list, newest first, keyset (created_at, run_id).
+        Index("ix_awooop_run_state_project_created", "project_id", "created_at", "run_id"),
+        # The manual-intervention queue, oldest first.
+        Index(
+            "ix_awooop_run_state_intervention",
+            "project_id",
+            "created_at",
+            "run_id",
+            postgresql_where=text("saga_status = 'MANUAL_INTERVENTION'"),
+        ),
         # The migration sets fillfactor = 70: room on each page, so step records (which
         # change no indexed column) are HOT updates that rewrite no index.
     )
