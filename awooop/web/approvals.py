@@ -23,8 +23,7 @@ from awooop import errors
 from awooop.channels import api as api_channel
 from awooop.channels.base import json_object
 from awooop.engine import approvals
-from awooop.secrets import matches_any_hash
-from awooop.web import context
+from awooop.web import context, roles
 
 blueprint = Blueprint("approvals", __name__)
 
@@ -37,19 +36,16 @@ _REFUSED = {
     "used": errors.ApprovalClosed,
     "not_waiting": errors.ApprovalClosed,
 }
-_ROLES = ("admin", "operator", "viewer", "ingest")  # strongest first
 
 
 def _caller_role(project_id: str) -> str:
-    """The role of the presented project API token, or 401 (alike for an unknown project)."""
-    token = api_channel.bearer_token(context.raw_request())
+    """The role of the presented project API token, or 401 (alike for an unknown project).
+    Which roles may decide is the approval step's to say (403 E-APPROVAL-004)."""
     auth = context.project_auth(project_id, "api")
-    if token is not None and auth is not None:
-        for role in _ROLES:
-            hashes = [c.secret_hash for c in auth.api_tokens() if c.role == role and c.secret_hash]
-            if hashes and matches_any_hash(token, hashes):
-                return role
-    raise errors.Unauthenticated()
+    credential = roles.matching_token(api_channel.bearer_token(context.raw_request()), auth)
+    if credential is None or credential.role is None:
+        raise errors.Unauthenticated()
+    return credential.role
 
 
 def _optional_text(body: dict[str, Any], key: str, limit: int) -> str | None:
