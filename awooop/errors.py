@@ -124,6 +124,13 @@ class InvalidOperation(AwoooPError):
     http_status = 400
 
 
+class OperationIdReused(AwoooPError):
+    """This operation_id was already used for another operation on this run."""
+
+    code = "E-OPERATION-005"
+    http_status = 422
+
+
 class ApprovalExpired(AwoooPError):
     """This approval has expired; the run has failed with E-APPROVAL-002."""
 

@@ -68,6 +68,10 @@ def operate(
         "operation_id": operation_id,
         "actor": actor,
     }
+    if result.replayed and result.prior_operation != operation:
+        raise errors.OperationIdReused(
+            f"operation_id {operation_id!r} was already used for {result.prior_operation}"
+        )
     if result.replayed:
         log.info("operation already applied", extra={**fields, "action": "operation_replayed"})
         return result

@@ -61,7 +61,7 @@ OPERATIONS: dict[str, tuple[str, str]] = {
 
 _TEMPLATE = """
 WITH prior AS (
-    SELECT seq FROM awooop_run_event
+    SELECT seq, detail ->> 'operation' AS operation FROM awooop_run_event
     WHERE run_id = :run_id AND trigger = 'operator' AND trigger_id = :operation_id
 ), target AS (
     SELECT run_id, status, saga_status, control_state, direction, version
@@ -99,6 +99,7 @@ SELECT COALESCE(c.to_status, t.status) AS status,
        COALESCE(c.control_state, t.control_state) AS control_state,
        COALESCE(c.version, t.version) AS version,
        EXISTS (SELECT 1 FROM prior) AS replayed,
+       (SELECT operation FROM prior LIMIT 1) AS prior_operation,
        c.run_id IS NOT NULL AS applied
 FROM target t LEFT JOIN changed c ON c.run_id = t.run_id
 """
@@ -119,6 +120,8 @@ class OperationResult:
     saga_status: str
     control_state: str
     version: int
+    # When replayed: the operation the id was first used for.
+    prior_operation: str | None = None
 
 
 class RunNotFound(LookupError):
@@ -159,4 +162,5 @@ def apply(
         saga_status=row.saga_status,
         control_state=row.control_state,
         version=row.version,
+        prior_operation=row.prior_operation,
     )

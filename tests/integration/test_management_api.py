@@ -243,3 +243,17 @@ def test_an_unknown_operation_is_404(client, engine, project, admin):
 
     assert response.status_code == 404
     assert db.run(engine, run_id)["version"] == 0
+
+
+def test_an_operation_id_used_for_another_operation_is_refused(
+    client, engine, project, settings, admin
+):
+    run_id = test_runs.admit(engine, project["project_id"])
+    first = post(client, project, run_id, "pause", admin)
+    other = post(client, project, run_id, "cancel", admin)  # same operation_id "op-1"
+
+    assert first.status_code == 200
+    assert (other.status_code, other.json["error"]["code"]) == (422, "E-OPERATION-005")
+    row = db.run(engine, run_id)
+    assert (row["control_state"], row["saga_status"]) == ("PAUSED", "RUNNING")
+    assert post(client, project, run_id, "pause", admin).json["replayed"] is True
