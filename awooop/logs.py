@@ -3,14 +3,27 @@
 Usage::
 
     log.info("run claimed", extra={"action": "run_claimed", "run_id": run_id})
+
+    with logs.bound(run_id=..., project_id=..., worker_id=..., traceparent=...):
+        ...  # every awooop log line in here carries these fields
+
+Fields given with :func:`bound` live in a context variable, so the lines a step handler
+writes while a worker drives a run carry the run's ids and its ``traceparent`` without the
+handler passing them. A field given in ``extra`` wins over a bound one.
+
+Nothing secret is ever a field: no token, channel secret, request header or body.
 """
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from datetime import UTC, datetime
+from types import MappingProxyType
 
 # The LogRecord attributes that are not caller-supplied context.
 _STANDARD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None)).keys()) | {
@@ -18,6 +31,37 @@ _STANDARD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None)
     "asctime",
     "taskName",
 }
+
+_context: contextvars.ContextVar[Mapping[str, object]] = contextvars.ContextVar(
+    "awooop_log_context", default=MappingProxyType({})
+)
+
+
+def bind(**fields: object) -> contextvars.Token[Mapping[str, object]]:
+    """Add fields to every log line of this context (None values are left out).
+
+    Returns the token :func:`unbind` takes; prefer :func:`bound` where a ``with`` fits.
+    """
+    added = {k: v for k, v in fields.items() if v is not None}
+    return _context.set({**_context.get(), **added})
+
+
+def unbind(token: contextvars.Token[Mapping[str, object]]) -> None:
+    _context.reset(token)
+
+
+@contextmanager
+def bound(**fields: object) -> Iterator[None]:
+    token = bind(**fields)
+    try:
+        yield
+    finally:
+        unbind(token)
+
+
+def context() -> Mapping[str, object]:
+    """The fields bound in this context."""
+    return _context.get()
 
 
 class JsonFormatter(logging.Formatter):
@@ -28,6 +72,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        line.update(_context.get())
         for key, value in record.__dict__.items():
             if key not in _STANDARD_ATTRS and not key.startswith("_"):
                 line[key] = value

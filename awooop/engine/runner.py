@@ -19,6 +19,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
+from awooop import logs
 from awooop.config import Settings
 from awooop.domain import saga, states
 from awooop.domain.workflow import Halt, Reject, StepContext, Unknown, Workflow
@@ -81,9 +82,21 @@ def execute(
             extra={"action": "claim_skipped", "run_id": str(run_id), "worker_id": me},
         )
         return Outcome.NOT_CLAIMED
+    # Every line logged while this worker drives the run — the step handlers' included —
+    # carries the run's ids and the trace context it was admitted with.
+    with logs.bound(**_fields(claim), traceparent=claim.traceparent):
+        return _drive(engine, settings, claim, notify)
+
+
+def _drive(engine: Engine, settings: Settings, claim: runs.Claim, notify: Notify | None) -> Outcome:
     fields = _fields(claim)
     log.info(
-        "run claimed", extra={**fields, "action": "run_claimed", "attempt": claim.attempt_count}
+        "run claimed",
+        extra={
+            **fields,
+            "action": "run_claimed",
+            "attempt": claim.attempt_count,
+        },
     )
 
     try:

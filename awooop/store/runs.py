@@ -56,7 +56,8 @@ WITH candidate AS (
     WHERE r.run_id = c.run_id
     RETURNING r.run_id, r.project_id, r.workflow_name, r.workflow_version, r.workflow_digest,
               r.input, r.saga_steps, r.attempt_count, r.max_attempts, r.lease_epoch,
-              r.lease_until, r.saga_status, r.version, r.failure_code, c.status AS from_status
+              r.lease_until, r.saga_status, r.version, r.failure_code, r.traceparent,
+              c.status AS from_status
 ), history AS (
     INSERT INTO awooop_run_event
         (run_id, kind, from_status, to_status, trigger, trigger_id, actor, detail)
@@ -90,6 +91,8 @@ class Claim:
     saga_status: str = "RUNNING"
     version: int = 0
     failure_code: str | None = None
+    # The W3C trace context the run was admitted with (for log lines), if any.
+    traceparent: str | None = None
 
 
 def claim(
@@ -118,6 +121,7 @@ def claim(
         saga_status=row.saga_status,
         version=row.version,
         failure_code=row.failure_code,
+        traceparent=row.traceparent,
     )
 
 

@@ -6,7 +6,7 @@ import logging
 import uuid
 from collections.abc import Iterable
 
-from awooop import db
+from awooop import db, logs
 from awooop.config import get_settings
 from awooop.engine import runner
 from awooop.tasks import notifications, publish
@@ -21,9 +21,10 @@ RUNS_QUEUE = "runs"
 @app.task(name=EXECUTE)
 def execute(run_id: str) -> str:
     """Claim the run and drive it; a message for a run someone else holds is a no-op."""
-    outcome = runner.execute(
-        db.get_engine(), get_settings(), uuid.UUID(run_id), notify=notifications.enqueue
-    )
+    with logs.bound(run_id=run_id):
+        outcome = runner.execute(
+            db.get_engine(), get_settings(), uuid.UUID(run_id), notify=notifications.enqueue
+        )
     return outcome.value
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 
-from flask import Flask
+from flask import Flask, g, request
 from sqlalchemy import Engine
 
-from awooop import db, logs
+from awooop import db, logs, tracing
 from awooop.config import Settings, get_settings
 from awooop.ratelimit import RateLimiter
 from awooop.secrets import SecretBox
@@ -63,4 +63,22 @@ def create_app(
     app.register_blueprint(runs_api.blueprint)
     app.register_blueprint(management_api.blueprint)
     errors.register(app)
+    _bind_log_context(app)
     return app
+
+
+def _bind_log_context(app: Flask) -> None:
+    """Log lines written while serving a request carry its project id and trace context."""
+
+    @app.before_request
+    def _bind() -> None:
+        project_id = (request.view_args or {}).get("project_id")
+        traceparent = tracing.parse_traceparent(request.headers.get("traceparent"))
+        if project_id is not None or traceparent is not None:
+            g.awooop_log_token = logs.bind(project_id=project_id, traceparent=traceparent)
+
+    @app.teardown_request
+    def _unbind(_: BaseException | None) -> None:
+        token = g.pop("awooop_log_token", None)
+        if token is not None:
+            logs.unbind(token)

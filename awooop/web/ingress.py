@@ -9,12 +9,11 @@ Celery message per new run → respond. Nothing slow happens inline.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
 
-from awooop import db, errors
+from awooop import db, errors, tracing
 from awooop.channels import CHANNELS
 from awooop.channels import api as api_channel
 from awooop.channels.base import ChannelSecrets, InboundEvent
@@ -23,8 +22,6 @@ from awooop.web import context, decisions, roles, throttle
 from awooop.workflows import registry
 
 blueprint = Blueprint("ingress", __name__)
-
-_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 
 
 @blueprint.post("/v1/projects/<project_id>/webhooks/<channel>")
@@ -93,7 +90,8 @@ def _admit(project_id: str, channel: str) -> tuple[Response, int]:
     if workflow is None:
         reason = f"no workflow is routed for channel {channel}"
         return jsonify({"status": "ignored", "reason": reason}), 200
-    traceparent = request.headers.get("traceparent", "").strip().lower()
+    # A missing or malformed traceparent is ignored, never refused.
+    traceparent = tracing.parse_traceparent(request.headers.get("traceparent"))
     new_runs = [
         admission.NewRun(
             project_id=project_id,
@@ -105,7 +103,7 @@ def _admit(project_id: str, channel: str) -> tuple[Response, int]:
             workflow_digest=workflow.digest,
             max_attempts=workflow.max_attempts,
             input=_run_input(channel, event, auth.config),
-            traceparent=traceparent if _TRACEPARENT.match(traceparent) else None,
+            traceparent=traceparent,
             deadline_seconds=workflow.deadline_seconds,
         )
         for event in events

@@ -17,6 +17,7 @@ def admit(
     workflow: str = "noop-3",
     event: dict[str, Any] | None = None,
     channel: str = "api",
+    traceparent: str | None = None,
 ) -> uuid.UUID:
     wf = registry.latest(workflow)
     assert wf is not None, workflow
@@ -40,6 +41,7 @@ def admit(
                     "meta": {},
                 },
                 deadline_seconds=wf.deadline_seconds,
+                traceparent=traceparent,
             ),
         )
     assert result.created

@@ -5,10 +5,12 @@ records whether its lease is still held — for fencing tests in one process.
 ``test-crash``: its ``block`` step, when its marker file does not exist yet, writes it and
 sleeps, so a test can SIGKILL the worker process mid-step.
 ``test-fail``: a step that raises.
+``test-speaking``: its step logs a line with no fields of its own (log context tests).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from pathlib import Path
@@ -405,3 +407,14 @@ def _approval_workflow(name: str, ttl: float, on_reject: str = "compensate") -> 
 APPROVAL = _approval_workflow("test-approval", ttl=900.0)
 APPROVAL_SHORT = _approval_workflow("test-approval-short", ttl=1.0)
 APPROVAL_CONTINUE = _approval_workflow("test-approval-continue", ttl=900.0, on_reject="continue")
+
+
+def _speak(ctx: StepContext) -> dict[str, Any]:
+    # No extra fields: the run's ids come from the context the worker bound.
+    logging.getLogger("awooop.workflows.test").info(
+        "step handler speaking", extra={"action": "test_step_spoke"}
+    )
+    return {"spoke": True}
+
+
+SPEAKING = register(Workflow("test-speaking", 1, [Step("speak", _speak)]))
