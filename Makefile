@@ -36,6 +36,7 @@ migrate: services
 
 run: migrate
 	$(WITH_ENV) $(BIN)/awooop dev demo
+	$(WITH_ENV) $(BIN)/awooop metrics reset
 	$(WITH_ENV) $(BIN)/honcho start -f Procfile
 
 stop:

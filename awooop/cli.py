@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from awooop import db, secrets
-from awooop.config import STATE_DIR, ConfigError, Settings
+from awooop.config import STATE_DIR, ConfigError, Settings, metrics_dir
 from awooop.domain import limits as project_limits
 from awooop.models.project import API_TOKEN_ROLES, CHANNEL_TYPES
 from awooop.workflows import registry
@@ -268,6 +268,17 @@ def cmd_workflows(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_metrics_reset(args: argparse.Namespace) -> int:
+    directory = args.dir or metrics_dir()
+    if not directory:
+        raise UsageError("PROMETHEUS_MULTIPROC_DIR is not set; pass --dir or export it")
+    from awooop import metrics
+
+    removed = metrics.reset(directory)
+    print(f"removed {removed} metric file(s) from {directory}")
+    return 0
+
+
 def cmd_dev_up(args: argparse.Namespace) -> int:
     from awooop import devstack
 
@@ -437,6 +448,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="downgrade to REVISION (e.g. base)",
     )
     migrate.set_defaults(func=cmd_migrate)
+
+    metrics_cmd = sub.add_parser("metrics", help="the Prometheus multiprocess directory")
+    metrics_sub = metrics_cmd.add_subparsers(
+        dest="metrics_command", required=True, metavar="ACTION"
+    )
+    reset = metrics_sub.add_parser(
+        "reset",
+        help="empty PROMETHEUS_MULTIPROC_DIR before starting the processes",
+        description="Deletes the metric files (*.db) every web and worker process writes to "
+        "PROMETHEUS_MULTIPROC_DIR. Run it before the processes start (make run does), never "
+        "while they run: their counters then start again from zero.",
+    )
+    reset.add_argument("--dir", help="the directory (default: $PROMETHEUS_MULTIPROC_DIR)")
+    reset.set_defaults(func=cmd_metrics_reset)
 
     workflows = sub.add_parser("workflows", help="list the registered workflows")
     workflows.set_defaults(func=cmd_workflows)

@@ -76,6 +76,10 @@ class Settings:
     auth_cache_seconds: float = 5.0
     db_pool_size: int = 5
     log_level: str = "INFO"
+    # /readyz: how long each dependency check (database, broker) may take before it fails.
+    readiness_timeout_seconds: float = 2.0
+    # /metrics: statement timeout of the gauges read from the database at scrape time.
+    metrics_query_timeout_seconds: float = 2.0
     # Celery task events for Flower ("1"); "0" saves about 0.8 ms of worker CPU per run.
     task_events: int = 1
     # Comma-separated modules that register deployment workflows at process start.
@@ -125,6 +129,14 @@ class Settings:
 def get_settings() -> Settings:
     """The process-wide settings, read on first use."""
     return Settings.from_env()
+
+
+def metrics_dir() -> str | None:
+    """``PROMETHEUS_MULTIPROC_DIR``: where every process writes its metric files (see
+    :mod:`awooop.metrics`). prometheus_client reads this variable itself when it is imported,
+    so it keeps its own name rather than an ``AWOOOP_`` one; None when unset or empty.
+    """
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
 
 
 def database_url() -> str:

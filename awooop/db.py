@@ -14,9 +14,11 @@ caller's retry or the client's retry (503) recovers.
 from __future__ import annotations
 
 import functools
+import math
 from contextlib import AbstractContextManager
 
 from sqlalchemy import Connection, Engine, create_engine
+from sqlalchemy.pool import NullPool
 
 from awooop.config import get_settings
 
@@ -31,6 +33,21 @@ def make_engine(database_url: str, pool_size: int = 5) -> Engine:
         pool_recycle=1800,
         # Answer quickly with 503 instead of hanging when the database is down.
         connect_args={"connect_timeout": 5, "application_name": "awooop"},
+    )
+
+
+def make_probe_engine(database_url: str, timeout_seconds: float) -> Engine:
+    """An engine for health checks: a fresh connection per check, failing within about
+    ``timeout_seconds`` (libpq's connect timeout is whole seconds, at least 2)."""
+    return create_engine(
+        database_url,
+        isolation_level="AUTOCOMMIT",
+        poolclass=NullPool,
+        connect_args={
+            "connect_timeout": max(2, math.ceil(timeout_seconds)),
+            "application_name": "awooop-readyz",
+            "options": f"-c statement_timeout={max(1, int(timeout_seconds * 1000))}",
+        },
     )
 
 

@@ -320,6 +320,12 @@ def up(root: Path, environ: dict[str, str] | None = None) -> dict[str, str]:
         or f"admin:{secrets.new_token(12)}"
     )
     values["AWOOOP_BEAT_SCHEDULE_FILE"] = str(root / "celerybeat-schedule")
+    # Every process of `make run` writes its metrics here; web's /metrics sums them.
+    values["PROMETHEUS_MULTIPROC_DIR"] = (
+        env.get("PROMETHEUS_MULTIPROC_DIR")
+        or state.get("PROMETHEUS_MULTIPROC_DIR")
+        or str(root / "metrics")
+    )
     write_env(paths.env_file, values)
     return values
 

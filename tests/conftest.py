@@ -50,6 +50,9 @@ def _test_broker_url() -> str | None:
 if _test_broker_url():
     os.environ["AWOOOP_BROKER_URL"] = _test_broker_url()  # type: ignore[assignment]
 os.environ.setdefault("AWOOOP_SECRET_KEY", secrets.new_encryption_key())
+# Metrics in this process stay in memory (prometheus_client reads the variable on import);
+# tests that start real processes give them a fresh directory of their own.
+os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
 
 
 @pytest.fixture(scope="session")

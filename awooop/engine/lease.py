@@ -18,6 +18,7 @@ import time
 
 from sqlalchemy import Engine
 
+from awooop import metrics
 from awooop.store import runs
 
 log = logging.getLogger("awooop.engine.lease")
@@ -47,6 +48,7 @@ class Lease:
             except Exception:
                 # A failed renewal is not a lost lease: the lease may still be ours. Retry on
                 # the next beat; if the database stays away the lease expires and is reaped.
+                metrics.LEASE_RENEWALS.labels("error").inc()
                 log.warning(
                     "lease renewal failed", exc_info=True, extra=self._fields("lease_renew_failed")
                 )
@@ -54,7 +56,11 @@ class Lease:
             self._renewed_at = time.monotonic()
             if not held:
                 self.lost.set()
+                metrics.LEASE_RENEWALS.labels("lost").inc()
+                metrics.LEASE_LOSSES.labels("renewal").inc()
                 log.warning("lease lost", extra=self._fields("lease_lost"))
+            else:
+                metrics.LEASE_RENEWALS.labels("renewed").inc()
             return held
 
     def _fields(self, action: str) -> dict[str, object]:

@@ -19,7 +19,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
-from awooop import logs
+from awooop import logs, metrics
 from awooop.config import Settings
 from awooop.domain import saga, states
 from awooop.domain.workflow import Halt, Reject, StepContext, Unknown, Workflow
@@ -82,6 +82,7 @@ def execute(
             extra={"action": "claim_skipped", "run_id": str(run_id), "worker_id": me},
         )
         return Outcome.NOT_CLAIMED
+    metrics.CLAIM_LATENCY.observe(claim.waited_seconds)
     # Every line logged while this worker drives the run — the step handlers' included —
     # carries the run's ids and the trace context it was admitted with.
     with logs.bound(**_fields(claim), traceparent=claim.traceparent):
@@ -96,6 +97,7 @@ def _drive(engine: Engine, settings: Settings, claim: runs.Claim, notify: Notify
             **fields,
             "action": "run_claimed",
             "attempt": claim.attempt_count,
+            "waited_s": round(claim.waited_seconds, 3),
         },
     )
 
@@ -159,8 +161,11 @@ def _run_steps(
         elif steering.paused:
             with engine.connect() as conn:
                 paused = runs.pause_release(conn, claim)
+            if not paused:
+                _lost_on_write(held)
+                return Outcome.LEASE_LOST
             log.info("run paused at a step boundary", extra={**fields, "action": "run_paused"})
-            return Outcome.PAUSED if paused else Outcome.LEASE_LOST
+            return Outcome.PAUSED
         else:
             nxt = saga.next_step(workflow, journal)
             if nxt is None:
@@ -172,7 +177,7 @@ def _run_steps(
                     if not runs.arm_step_timeout(
                         conn, claim, nxt.step.name, nxt.attempt, nxt.step.timeout
                     ):
-                        held.lost.set()
+                        _lost_on_write(held)
                         return Outcome.LEASE_LOST
             entry = _attempt(claim, nxt, journal, held)
             if held.lost.is_set():
@@ -185,7 +190,7 @@ def _run_steps(
         with engine.connect() as conn:
             written = _write(conn, claim, workflow, journal, nxt, decision, segment)
         if written is None:
-            held.lost.set()
+            _lost_on_write(held)
             log.warning("lease lost; result discarded", extra={**fields, "action": "lease_lost"})
             return Outcome.LEASE_LOST
         journal += decision.entries
@@ -203,6 +208,13 @@ def _run_steps(
                 },
             )
             return outcome
+
+
+def _lost_on_write(held: Lease) -> None:
+    """A fenced write matched no row: the lease is gone (counted once, where noticed first)."""
+    if not held.lost.is_set():
+        held.lost.set()
+        metrics.LEASE_LOSSES.labels("write").inc()
 
 
 def _attempt(
@@ -282,7 +294,11 @@ def _attempt(
         entry.update(status=saga.DISPATCHED if dispatched else saga.SUCCEEDED, output=output)
         if dispatched:
             entry["late_result"] = nxt.step.late_result
-    entry["duration_ms"] = round((time.monotonic() - started) * 1000, 3)
+    elapsed = time.monotonic() - started
+    entry["duration_ms"] = round(elapsed * 1000, 3)
+    metrics.STEP_DURATION.labels(
+        claim.workflow_name, nxt.step.name, nxt.phase, entry["status"]
+    ).observe(elapsed)
     return entry
 
 

@@ -12,8 +12,9 @@ import uuid
 
 from sqlalchemy import Engine
 
-from awooop import db
+from awooop import db, metrics
 from awooop.config import Settings
+from awooop.domain import states
 from awooop.engine import identity
 from awooop.store import dedupe, runs, timers
 
@@ -25,6 +26,8 @@ def reap_once(engine: Engine) -> list[runs.Reaped]:
     with engine.connect() as conn:
         reaped = runs.reap(conn, actor=identity.worker_id())
     for r in reaped:
+        outcome = "requeued" if r.to_status == states.PENDING else "failed"
+        metrics.REAPER_RECOVERIES.labels(outcome).inc()
         log.warning(
             "stale run reaped",
             extra={
@@ -87,6 +90,8 @@ def fire_due_timers_once(engine: Engine, settings: Settings) -> list[timers.Fire
                 if effect is not None and not effect(conn, timer):
                     continue
                 fired.append(timer)
+        for timer in batch:  # committed: how late each timer fired, stale ones included
+            metrics.TIMER_LATENESS.labels(timer.kind).observe(max(0.0, timer.late_by))
         if len(batch) < settings.timer_batch_size:
             break
     if fired or skipped:

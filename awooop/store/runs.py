@@ -57,7 +57,9 @@ WITH candidate AS (
     RETURNING r.run_id, r.project_id, r.workflow_name, r.workflow_version, r.workflow_digest,
               r.input, r.saga_steps, r.attempt_count, r.max_attempts, r.lease_epoch,
               r.lease_until, r.saga_status, r.version, r.failure_code, r.traceparent,
-              c.status AS from_status
+              c.status AS from_status,
+              -- claim latency: since the run's message was sent (or its retry fell due)
+              GREATEST(0, extract(epoch FROM now() - r.enqueued_at))::float8 AS waited
 ), history AS (
     INSERT INTO awooop_run_event
         (run_id, kind, from_status, to_status, trigger, trigger_id, actor, detail)
@@ -93,6 +95,8 @@ class Claim:
     failure_code: str | None = None
     # The W3C trace context the run was admitted with (for log lines), if any.
     traceparent: str | None = None
+    # Seconds between the run's message being sent (or its retry falling due) and this claim.
+    waited_seconds: float = 0.0
 
 
 def claim(
@@ -122,6 +126,7 @@ def claim(
         version=row.version,
         failure_code=row.failure_code,
         traceparent=row.traceparent,
+        waited_seconds=row.waited,
     )
 
 

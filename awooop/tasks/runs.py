@@ -6,7 +6,7 @@ import logging
 import uuid
 from collections.abc import Iterable
 
-from awooop import db, logs
+from awooop import db, logs, metrics
 from awooop.config import get_settings
 from awooop.engine import runner
 from awooop.tasks import notifications, publish
@@ -25,6 +25,7 @@ def execute(run_id: str) -> str:
         outcome = runner.execute(
             db.get_engine(), get_settings(), uuid.UUID(run_id), notify=notifications.enqueue
         )
+    metrics.RUN_SEGMENTS.labels(outcome.value).inc()
     return outcome.value
 
 

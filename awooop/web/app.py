@@ -12,7 +12,7 @@ from awooop import db, logs, tracing
 from awooop.config import Settings, get_settings
 from awooop.ratelimit import RateLimiter
 from awooop.secrets import SecretBox
-from awooop.web import api, approvals, errors, ingress, management_api, runs_api
+from awooop.web import api, approvals, errors, health, ingress, management_api, runs_api
 from awooop.web.auth import ProjectAuthCache
 from awooop.workflows import registry
 
@@ -56,12 +56,16 @@ def create_app(
             settings.rate_limit_timeout_seconds,
             settings.rate_limit_retry_seconds,
         ),
+        "probe_engine": db.make_probe_engine(
+            settings.database_url, settings.readiness_timeout_seconds
+        ),
     }
     app.register_blueprint(ingress.blueprint)
     app.register_blueprint(api.blueprint)
     app.register_blueprint(approvals.blueprint)
     app.register_blueprint(runs_api.blueprint)
     app.register_blueprint(management_api.blueprint)
+    app.register_blueprint(health.blueprint)
     errors.register(app)
     _bind_log_context(app)
     return app

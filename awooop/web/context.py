@@ -28,6 +28,11 @@ def engine() -> Engine:
     return _ext()["engine"]
 
 
+def probe_engine() -> Engine:
+    """The poolless engine /readyz checks the database with."""
+    return _ext()["probe_engine"]
+
+
 def secret_box() -> SecretBox:
     return _ext()["secret_box"]
 

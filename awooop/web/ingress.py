@@ -13,7 +13,7 @@ from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
 
-from awooop import db, errors, tracing
+from awooop import db, errors, metrics, tracing
 from awooop.channels import CHANNELS
 from awooop.channels import api as api_channel
 from awooop.channels.base import ChannelSecrets, InboundEvent
@@ -71,9 +71,15 @@ def _admit(project_id: str, channel: str) -> tuple[Response, int]:
     # An unknown project answers exactly like bad credentials: no enumeration.
     if auth is None or not module.authenticate(raw, _secrets_for(auth, channel)):
         if channel == "api" and roles.matching_token(api_channel.bearer_token(raw), auth):
+            metrics.ADMISSIONS.labels(channel, "forbidden").inc()
             raise errors.Forbidden("a viewer API token cannot admit events")
+        metrics.ADMISSIONS.labels(channel, "unauthenticated").inc()
         raise errors.Unauthenticated()
-    throttle.check(project_id, throttle.INGRESS, auth.limits.ingress_per_minute)
+    try:
+        throttle.check(project_id, throttle.INGRESS, auth.limits.ingress_per_minute)
+    except errors.RateLimited:
+        metrics.ADMISSIONS.labels(channel, "rate_limited").inc()
+        raise
     events = module.parse(raw)
     # Approval buttons pressed in the chat decide an approval instead of starting a run.
     presses = [e for e in events if decisions.button_press(channel, e)]
@@ -88,6 +94,7 @@ def _admit(project_id: str, channel: str) -> tuple[Response, int]:
     workflow_name = auth.routes.get(channel)
     workflow = registry.latest(workflow_name) if isinstance(workflow_name, str) else None
     if workflow is None:
+        metrics.ADMISSIONS.labels(channel, "ignored").inc(len(events))
         reason = f"no workflow is routed for channel {channel}"
         return jsonify({"status": "ignored", "reason": reason}), 200
     # A missing or malformed traceparent is ignored, never refused.
@@ -120,16 +127,26 @@ def _admit(project_id: str, channel: str) -> tuple[Response, int]:
             if not all(r.digest_matches for r in results):
                 # A mismatch is always a duplicate (nothing inserted for it); raising here
                 # rolls back the other events of a multi-event request.
+                metrics.ADMISSIONS.labels(channel, "key_reused").inc()
                 raise errors.IdempotencyKeyReused()
     except admission.OverQuota:
+        metrics.ADMISSIONS.labels(channel, "over_quota").inc(len(new_runs))
         raise errors.ActiveRunQuotaExceeded(
             context.settings().quota_retry_after_seconds,
             f"this project may have {quota} active runs at a time; retry when some finish",
         ) from None
     created = [r.run_id for r in results if r.created]
+    _count(channel, len(created), len(results) - len(created))
     if created:
         context.enqueue(created)
     return _respond(channel, results, decided)
+
+
+def _count(channel: str, created: int, duplicates: int) -> None:
+    if created:
+        metrics.ADMISSIONS.labels(channel, "created").inc(created)
+    if duplicates:
+        metrics.ADMISSIONS.labels(channel, "duplicate").inc(duplicates)
 
 
 def _run_input(channel: str, event: InboundEvent, config: dict[str, Any]) -> dict[str, Any]:

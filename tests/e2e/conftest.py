@@ -30,6 +30,8 @@ def stack(settings: Settings, redis_client, tmp_path) -> Iterator[Stack]:  # typ
         "AWOOOP_BEAT_SCHEDULE_FILE": str(tmp_path / "celerybeat-schedule"),
         "AWOOOP_WEB_WORKERS": "2",
         "AWOOOP_ACCESS_LOG": "0",
+        # A fresh multiprocess metrics directory: /metrics counts this test's events only.
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics"),
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     }
     stack = Stack(env, tmp_path)

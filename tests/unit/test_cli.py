@@ -56,3 +56,24 @@ def test_dev_key_prints_a_usable_secret_key(capsys):
     assert cli.main(["dev", "key"]) == 0
     key = capsys.readouterr().out.strip()
     assert SecretBox(key).decrypt(SecretBox(key).encrypt("x")) == "x"
+
+
+def test_metrics_reset_deletes_only_metric_files(capsys, tmp_path):
+    (tmp_path / "counter_123.db").write_bytes(b"x")
+    (tmp_path / "histogram_123.db").write_bytes(b"x")
+    (tmp_path / "keep.txt").write_text("not a metric file")
+
+    code = cli.main(["metrics", "reset", "--dir", str(tmp_path)])
+
+    assert code == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt"]
+    assert "removed 2 metric file(s)" in capsys.readouterr().out
+
+
+def test_metrics_reset_without_a_directory_is_refused(capsys, monkeypatch):
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+
+    code, err = run(capsys, "metrics", "reset")
+
+    assert code == 2
+    assert "PROMETHEUS_MULTIPROC_DIR is not set" in err

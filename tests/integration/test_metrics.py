@@ -1,0 +1,260 @@
+"""``/metrics`` and the counters behind it, over a real PostgreSQL, in one process.
+
+Counters of this process are global, so these tests compare before and after; exact totals
+across real processes are checked in tests/e2e/test_observability_processes.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from awooop.config import Settings
+from awooop.domain.workflow import Step, StepContext, Workflow
+from awooop.engine import lease, runner, sweeps
+from awooop.store import runs
+from awooop.web.app import create_app
+from awooop.workflows import registry
+from tests.support import metrics, requests
+from tests.support import runs as test_runs
+from tests.support.processes import free_port
+
+
+def _unreachable_database(settings: Settings) -> Settings:
+    return dataclasses.replace(
+        settings, database_url=f"postgresql+psycopg2://postgres@127.0.0.1:{free_port()}/nowhere"
+    )
+
+
+def test_admissions_are_counted_by_channel_and_result(client, project):
+    before = {
+        result: metrics.local("awooop_admissions_total", channel="telegram", result=result)
+        for result in ("created", "duplicate", "unauthenticated")
+    }
+    before_reused = metrics.local("awooop_admissions_total", channel="api", result="key_reused")
+
+    for update_id in (1, 2, 3, 1, 2):  # three new events, two duplicates
+        path, headers, body = requests.telegram(project, update_id=update_id)
+        client.post(path, headers=headers, data=body)
+    path, headers, body = requests.telegram(project, update_id=4)
+    client.post(path, headers={**headers, "X-Telegram-Bot-Api-Secret-Token": "wrong"}, data=body)
+    path, headers, body = requests.api(project, key="k", payload={"a": 1})
+    client.post(path, headers=headers, data=body)
+    path, headers, body = requests.api(project, key="k", payload={"a": 2})
+    assert client.post(path, headers=headers, data=body).status_code == 422
+
+    after = {
+        result: metrics.local("awooop_admissions_total", channel="telegram", result=result)
+        for result in before
+    }
+    assert {k: after[k] - before[k] for k in before} == {
+        "created": 3,
+        "duplicate": 2,
+        "unauthenticated": 1,
+    }
+    reused = metrics.local("awooop_admissions_total", channel="api", result="key_reused")
+    assert reused - before_reused == 1
+
+
+def test_metrics_serve_runs_by_status_from_the_database(client, engine, project):
+    for update_id in (1, 2, 3):
+        path, headers, body = requests.telegram(project, update_id=update_id)
+        client.post(path, headers=headers, data=body)
+    with engine.connect() as conn:
+        conn.execute(
+            text(
+                "UPDATE awooop_run_state SET status = 'COMPLETED' WHERE run_id = "
+                "(SELECT run_id FROM awooop_run_state LIMIT 1)"
+            )
+        )
+
+    response = client.get("/metrics")
+
+    assert response.status_code == 200
+    assert response.content_type.startswith("text/plain")
+    body = response.get_data(as_text=True)
+    assert metrics.sample(body, "awooop_metrics_database_up") == 1
+    assert metrics.sample(body, "awooop_runs", status="PENDING") == 2
+    assert metrics.sample(body, "awooop_runs", status="COMPLETED") == 1
+    assert metrics.sample(body, "awooop_runs", status="WAITING_APPROVAL") == 0
+    # Counted events are served too (this process's own, without a multiprocess directory).
+    assert metrics.sample(body, "awooop_admissions_total", channel="telegram", result="created")
+
+
+def test_outbox_backlog_is_left_out_while_the_outbox_table_does_not_exist(client, engine):
+    with engine.connect() as conn:
+        exists = conn.execute(text("SELECT to_regclass('awooop_outbox') IS NOT NULL")).scalar()
+    if exists:
+        pytest.skip("the outbox table exists in this schema")
+
+    body = client.get("/metrics").get_data(as_text=True)
+
+    assert metrics.sample(body, "awooop_metrics_database_up") == 1
+    assert "awooop_outbox_backlog" not in body
+
+
+def test_outbox_backlog_counts_pending_and_parked_messages(client, engine):
+    with engine.connect() as conn:
+        # The columns the backlog reads, for a schema without the outbox migration.
+        conn.execute(
+            text(
+                "CREATE TABLE IF NOT EXISTS awooop_outbox (status varchar(16) NOT NULL, "
+                "created_at timestamptz NOT NULL DEFAULT now())"
+            )
+        )
+        conn.execute(
+            text(
+                "INSERT INTO awooop_outbox (status, created_at) VALUES "
+                "('PENDING', now() - interval '30 seconds'), ('PENDING', now()), "
+                "('PARKED', now()), ('SENT', now())"
+            )
+        )
+
+    body = client.get("/metrics").get_data(as_text=True)
+
+    assert metrics.sample(body, "awooop_outbox_backlog") == 2
+    assert metrics.sample(body, "awooop_outbox_parked") == 1
+    age = metrics.sample(body, "awooop_outbox_oldest_pending_age_seconds")
+    assert age is not None and 30 <= age < 60
+
+
+def test_metrics_still_answer_when_the_database_is_down(settings):
+    client = create_app(_unreachable_database(settings)).test_client()
+
+    response = client.get("/metrics")
+
+    assert response.status_code == 200
+    body = response.get_data(as_text=True)
+    assert metrics.sample(body, "awooop_metrics_database_up") == 0
+    assert "awooop_runs{" not in body
+
+
+def test_an_executed_run_observes_its_claim_latency_and_each_step_duration(
+    engine, project, settings
+):
+    def step_count(step: str) -> float:
+        return metrics.local(
+            "awooop_step_duration_seconds_count",
+            workflow="noop-3",
+            step=step,
+            phase="forward",
+            status="SUCCEEDED",
+        )
+
+    steps = [s.name for s in registry.latest("noop-3").steps]  # type: ignore[union-attr]
+    before_steps = {s: step_count(s) for s in steps}
+    before_claims = metrics.local("awooop_claim_latency_seconds_count")
+    run_id = test_runs.admit(engine, project["project_id"], "noop-3")
+
+    assert runner.execute(engine, settings, run_id) == runner.Outcome.COMPLETED
+
+    assert {s: step_count(s) - before_steps[s] for s in steps} == {s: 1 for s in steps}
+    assert metrics.local("awooop_claim_latency_seconds_count") - before_claims == 1
+
+
+def test_claim_latency_is_the_time_since_the_run_was_enqueued(engine, project):
+    run_id = test_runs.admit(engine, project["project_id"])
+    with engine.connect() as conn:
+        conn.execute(
+            text(
+                "UPDATE awooop_run_state SET enqueued_at = now() - interval '42 seconds' "
+                "WHERE run_id = :r"
+            ),
+            {"r": run_id},
+        )
+        claim = runs.claim(conn, "w1", 30.0, run_id)
+
+    assert claim is not None and 42 <= claim.waited_seconds < 50
+
+
+def test_reaper_recoveries_are_counted_as_requeued_or_failed(engine, project):
+    requeued_before = metrics.local("awooop_reaper_recoveries_total", outcome="requeued")
+    failed_before = metrics.local("awooop_reaper_recoveries_total", outcome="failed")
+    again = test_runs.admit(engine, project["project_id"])
+    exhausted = test_runs.admit(engine, project["project_id"])
+    with engine.connect() as conn:
+        conn.execute(
+            text("UPDATE awooop_run_state SET max_attempts = 1 WHERE run_id = :r"),
+            {"r": exhausted},
+        )
+        runs.claim(conn, "w1", 0.1, again)
+        runs.claim(conn, "w1", 0.1, exhausted)
+    time.sleep(0.3)
+
+    reaped = sweeps.reap_once(engine)
+
+    assert sorted(r.to_status for r in reaped) == ["FAILED", "PENDING"]
+    requeued = metrics.local("awooop_reaper_recoveries_total", outcome="requeued")
+    failed = metrics.local("awooop_reaper_recoveries_total", outcome="failed")
+    assert (requeued - requeued_before, failed - failed_before) == (1, 1)
+
+
+def test_lease_renewals_count_renewed_and_lost_and_a_loss_is_counted_once(engine, project):
+    counters = [
+        ("awooop_lease_renewals_total", {"outcome": "renewed"}),
+        ("awooop_lease_renewals_total", {"outcome": "lost"}),
+        ("awooop_lease_losses_total", {"detected_by": "renewal"}),
+    ]
+    before = [metrics.local(name, **labels) for name, labels in counters]
+    run_id = test_runs.admit(engine, project["project_id"])
+    with engine.connect() as conn:
+        claim = runs.claim(conn, "w1", 0.1, run_id)
+    assert claim is not None
+    held = lease.Lease(engine, claim, ttl=0.1, interval=1.0)
+
+    assert held.renew_now()  # renewed
+    time.sleep(0.3)
+    sweeps.reap_once(engine)
+    assert not held.renew_now()  # lost: reaped
+    assert not held.renew_now()  # already lost: not asked again, not counted again
+
+    after = [metrics.local(name, **labels) for name, labels in counters]
+    assert [a - b for a, b in zip(after, before, strict=True)] == [1, 1, 1]
+
+
+def _take_the_lease_away(ctx: StepContext) -> dict:
+    """While the step runs, the run is taken from this worker (as a step timeout would)."""
+    url = ctx.input["event"]["database_url"]
+    other = create_engine(url)
+    with other.begin() as conn:
+        conn.execute(
+            text(
+                "UPDATE awooop_run_state SET lease_epoch = lease_epoch + 1, status = 'PENDING' "
+                "WHERE run_id = :r"
+            ),
+            {"r": ctx.run_id},
+        )
+    other.dispose()
+    return {}
+
+
+registry.register(Workflow("test-lease-taken", 1, [Step("taken", _take_the_lease_away)]))
+
+
+def test_a_fenced_write_that_matches_no_row_counts_a_lease_loss(
+    engine, project, settings, database_url
+):
+    before = metrics.local("awooop_lease_losses_total", detected_by="write")
+    run_id = test_runs.admit(
+        engine, project["project_id"], "test-lease-taken", {"database_url": database_url}
+    )
+
+    assert runner.execute(engine, settings, run_id) == runner.Outcome.LEASE_LOST
+
+    assert metrics.local("awooop_lease_losses_total", detected_by="write") - before == 1
+
+
+def test_timer_lateness_is_observed_by_timer_kind(engine, project, settings):
+    before = metrics.local("awooop_timer_lateness_seconds_count", kind="retry")
+    run_id = test_runs.admit(engine, project["project_id"], "test-flaky", {"fail_times": 1})
+    assert runner.execute(engine, settings, run_id) == runner.Outcome.RETRY_SCHEDULED
+    time.sleep(0.3)  # the first retry is due after 0.2 s
+
+    fired = sweeps.fire_due_timers_once(engine, settings)
+
+    assert [t.kind for t in fired] == ["retry"]
+    assert metrics.local("awooop_timer_lateness_seconds_count", kind="retry") - before == 1
+    assert metrics.local("awooop_timer_lateness_seconds_sum", kind="retry") >= 0
