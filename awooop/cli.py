@@ -335,6 +335,9 @@ Send a first event (API channel), then read the run it created:
        -d '{{"summary": "disk almost full on db-1"}}'
   curl -s {base}/runs/<run_id> -H 'Authorization: Bearer {creds["api_token"]}'
 
+Watch it: http://127.0.0.1:{settings.port}/metrics (Prometheus) and Flower on
+http://127.0.0.1:5555 (user and password: FLOWER_BASIC_AUTH in {args.state_dir / "env"}).
+
 A Telegram update:
   curl -s -X POST {base}/webhooks/telegram \\
        -H 'X-Telegram-Bot-Api-Secret-Token: {creds["secrets"]["telegram"]}' \\

@@ -158,6 +158,23 @@ class Stack:
         wait_until(listening, 20, "the web server to listen")
         return process, base
 
+    def flower(self, basic_auth: str | None) -> tuple[Process, str]:
+        """Flower, started with the Procfile's own command line on a free port.
+
+        ``basic_auth`` is FLOWER_BASIC_AUTH ("user:password"); None leaves it unset.
+        """
+        procfile = (ROOT / "Procfile").read_text().splitlines()
+        line = next(entry for entry in procfile if entry.startswith("flower:"))
+        port = free_port()
+        command = line.partition(":")[2].strip().replace("--port=5555", f"--port={port}")
+        env = {**self.env, "PATH": f"{BIN}{os.pathsep}{self.env.get('PATH', '')}"}
+        env.pop("FLOWER_BASIC_AUTH", None)
+        if basic_auth is not None:
+            env["FLOWER_BASIC_AUTH"] = basic_auth
+        process = Process("flower", ["sh", "-c", command], env, self.log_dir)
+        self.processes.append(process)
+        return process, f"http://127.0.0.1:{port}"
+
     def stop(self) -> None:
         for process in reversed(self.processes):
             process.stop()
