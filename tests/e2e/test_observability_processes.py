@@ -1,5 +1,6 @@
 """Observability with real processes: exact metrics across gunicorn and Celery processes,
-traceparent from ingress to worker logs, no secret in any log or task message, and Flower."""
+traceparent from ingress to worker logs, no secret, token or Authorization header in any log
+or task message (channel credentials, approval tokens, outbound credentials), and Flower."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ import requests as http
 
 from awooop.tasks import runs as run_tasks
 from awooop.workflows import registry
+from tests.support import approvals as approvals_setup
 from tests.support import db, metrics
 from tests.support import requests as channel_requests
 from tests.support import runs as test_runs
+from tests.support.fake_provider import FakeProvider
 from tests.support.processes import Process, wait_until
 
 pytestmark = pytest.mark.slow
@@ -251,3 +254,76 @@ def test_flower_asks_for_its_credential_and_shows_task_events(stack, engine, pro
     assert "completed" in task["result"]
     stack.stop()
     assert password not in flower.log()
+
+
+def test_no_approval_token_or_outbound_credential_reaches_a_log_or_a_task_message(
+    stack, engine, project, settings, redis_client
+):
+    # Given a project whose runs ask for approval through a webhook, and the web process with
+    # its access log on and every awooop logger at DEBUG
+    provider = FakeProvider()
+    pid = project["project_id"]
+    approvals_setup.configure(engine, settings, pid, config={"notify_url": f"{provider.url}/hook"})
+    stack.env.update(
+        {
+            "AWOOOP_ACCESS_LOG": "1",
+            "AWOOOP_LOG_LEVEL": "DEBUG",
+            "AWOOOP_TELEGRAM_API_BASE": f"{provider.url}/telegram",
+            "AWOOOP_LINE_API_BASE": f"{provider.url}/line",
+        }
+    )
+    stack.worker("worker", queues="runs")
+    _, base = stack.web()
+    auth = {"Authorization": f"Bearer {project['api_token']}", "Content-Type": "application/json"}
+
+    def decide(token: str) -> http.Response:
+        return http.post(
+            f"{base}/v1/projects/{pid}/approvals/{token}",
+            headers=auth,
+            data=json.dumps({"decision": "approve", "actor": "alice"}),
+            timeout=10,
+        )
+
+    path, headers, body = channel_requests.api(project, key="needs-approval")
+    run_id = http.post(base + path, headers=headers, data=body, timeout=10).json()["run_id"]
+    wait_for_status(engine, [run_id], "WAITING_APPROVAL")
+
+    # When the prompt is sent: its task message waits in the queue with an outbox id only
+    messages = [json.loads(m) for m in redis_client.lrange("notifications", 0, -1)]
+    assert messages
+    for message in messages:
+        args, kwargs, _ = json.loads(base64.b64decode(message["body"]))
+        assert kwargs == {} and all(uuid.UUID(str(arg)) for arg in args)
+    stack.worker("notifier", queues="notifications")
+    wait_until(lambda: provider.to("/hook"), 30, "the approval prompt")
+    prompt = next(c for c in provider.to("/hook") if c.json["type"] == "approval.requested")
+    token = prompt.json["approval_token"]
+    # ...and decisions arrive with the token in the URL path, an unknown one first
+    unknown = secrets.token_urlsafe(32)
+    assert decide(unknown).status_code == 404
+    assert decide(token).status_code == 200
+    wait_for_status(engine, [run_id], "COMPLETED")
+    stack.stop()
+    provider.close()
+
+    # Then no log line holds the tokens, the outbound credentials or the webhook signature
+    canaries = {
+        "approval token": token,
+        "unknown approval token": unknown,
+        "api token": project["api_token"],
+        "telegram bot token": approvals_setup.BOT_TOKEN,
+        "line access token": approvals_setup.LINE_ACCESS_TOKEN,
+        "gitea token": approvals_setup.GITEA_TOKEN,
+        "webhook signing secret": approvals_setup.WEBHOOK_SECRET,
+        "webhook signature": prompt.headers["X-AwoooP-Signature"].partition("=")[2],
+    }
+    logs = {p.name: p.log() for p in stack.processes}
+    assert f'"POST /v1/projects/{pid}/approvals/[redacted]" 200' in logs["web"]
+    texts = {**logs, **{f"message {i}": json.dumps(m) for i, m in enumerate(messages)}}
+    leaks = [
+        (what, where)
+        for what, secret in canaries.items()
+        for where, text in texts.items()
+        if secret in text
+    ]
+    assert leaks == []
