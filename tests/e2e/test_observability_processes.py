@@ -126,9 +126,14 @@ def test_traceparent_from_ingress_is_stored_and_carried_into_the_worker_log(stac
 
     assert db.run(engine, traced)["traceparent"] == TRACEPARENT
     assert db.run(engine, untraced)["traceparent"] is None  # invalid: ignored, run admitted
+
+    def segment_logged(run_id: str) -> bool:  # its last line follows the COMPLETED commit
+        lines = [line for line in json_lines(worker) if line.get("run_id") == run_id]
+        return {"run_claimed", "run_completed"} <= {line.get("action") for line in lines}
+
+    wait_until(lambda: segment_logged(traced) and segment_logged(untraced), 10, "the log lines")
     lines = json_lines(worker)
     traced_lines = [line for line in lines if line.get("run_id") == traced]
-    assert {line["action"] for line in traced_lines} >= {"run_claimed", "run_completed"}
     assert all(line.get("traceparent") == TRACEPARENT for line in traced_lines)
     untraced_lines = [line for line in lines if line.get("run_id") == untraced]
     assert untraced_lines and all("traceparent" not in line for line in untraced_lines)
@@ -289,8 +294,11 @@ def test_no_approval_token_or_outbound_credential_reaches_a_log_or_a_task_messag
     wait_for_status(engine, [run_id], "WAITING_APPROVAL")
 
     # When the prompt is sent: its task message waits in the queue with an outbox id only
-    messages = [json.loads(m) for m in redis_client.lrange("notifications", 0, -1)]
-    assert messages
+    # (sent just after the run's WAITING_APPROVAL commit)
+    queued = wait_until(
+        lambda: redis_client.lrange("notifications", 0, -1), 10, "the prompt's task message"
+    )
+    messages = [json.loads(m) for m in queued]  # type: ignore[attr-defined]
     for message in messages:
         args, kwargs, _ = json.loads(base64.b64decode(message["body"]))
         assert kwargs == {} and all(uuid.UUID(str(arg)) for arg in args)
