@@ -17,7 +17,7 @@ from awooop.engine import lease, runner, sweeps
 from awooop.store import runs
 from awooop.web.app import create_app
 from awooop.workflows import registry
-from tests.support import metrics, requests
+from tests.support import metrics, requests, tokens
 from tests.support import runs as test_runs
 from tests.support.processes import free_port
 
@@ -56,6 +56,31 @@ def test_admissions_are_counted_by_channel_and_result(client, project):
     }
     reused = metrics.local("awooop_admissions_total", channel="api", result="key_reused")
     assert reused - before_reused == 1
+
+
+def test_refused_admissions_are_counted_by_why(settings, engine, project, redis_client):
+    # Limits apply to the next request (no cached project limits).
+    client = create_app(dataclasses.replace(settings, auth_cache_seconds=0), engine).test_client()
+    results = ("forbidden", "rate_limited", "over_quota")
+    before = {r: metrics.local("awooop_admissions_total", channel="api", result=r) for r in results}
+    viewer = tokens.add(engine, project["project_id"], "viewer")
+
+    path, headers, body = requests.api(project, key="viewer")
+    forbidden = client.post(path, headers={**headers, **tokens.bearer(viewer)}, data=body)
+    tokens.set_limits(engine, project["project_id"], max_active_runs=0)
+    path, headers, body = requests.api(project, key="quota")
+    over_quota = client.post(path, headers=headers, data=body)
+    tokens.set_limits(engine, project["project_id"], max_active_runs=None, ingress_per_minute=0)
+    path, headers, body = requests.api(project, key="rate")
+    rate_limited = client.post(path, headers=headers, data=body)
+
+    assert (forbidden.status_code, over_quota.status_code, rate_limited.status_code) == (
+        403,
+        429,
+        429,
+    )
+    after = {r: metrics.local("awooop_admissions_total", channel="api", result=r) for r in results}
+    assert {r: after[r] - before[r] for r in results} == {r: 1 for r in results}
 
 
 def test_metrics_serve_runs_by_status_from_the_database(client, engine, project):
