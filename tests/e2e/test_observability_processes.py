@@ -179,6 +179,15 @@ def test_no_secret_token_or_authorization_header_reaches_a_log_or_a_task_message
     run_url = f"{base}/v1/projects/{pid}/runs/{created[0]}"
     assert http.get(run_url, headers=auth, timeout=10).status_code == 200
     assert http.get(f"{run_url}?api_token={query_secret}", timeout=10).status_code == 401
+    # the runs API and the management endpoints, with the token and with a wrong one
+    assert http.get(f"{base}/v1/projects/{pid}/runs", headers=auth, timeout=10).ok
+    assert http.get(f"{run_url}/events", headers=auth, timeout=10).ok
+    operation = {"operation_id": "canary-op", "reason": "not paused, so refused"}
+    resume = http.post(f"{run_url}/resume", headers=auth, json=operation, timeout=10)
+    assert resume.status_code == 409
+    wrong = {"Authorization": f"Bearer {wrong_token}"}
+    pause = http.post(f"{run_url}/pause", headers=wrong, json=operation, timeout=10)
+    assert pause.status_code == 401
 
     # Then each task message carries one run id and nothing else
     messages = [json.loads(m) for m in redis_client.lrange("runs", 0, -1)]
