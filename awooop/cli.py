@@ -247,6 +247,31 @@ def cmd_project_token(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_project_credentials(args: argparse.Namespace) -> int:
+    from awooop.store import projects
+
+    _check_project_id(args.project_id)
+    with _engine(_settings("database_url")).connect() as conn:
+        if not projects.project_exists(conn, args.project_id):
+            raise UsageError(f"no project {args.project_id!r}")
+        rows = projects.list_credentials(conn, args.project_id)
+    print(json.dumps(rows, indent=2, default=str))
+    return 0
+
+
+def cmd_project_revoke(args: argparse.Namespace) -> int:
+    from awooop.store import projects
+
+    _check_project_id(args.project_id)
+    with _engine(_settings("database_url")).connect() as conn:
+        if not projects.revoke_credential(conn, args.project_id, args.credential_id):
+            raise UsageError(
+                f"project {args.project_id!r} has no active credential {args.credential_id}"
+            )
+    print(json.dumps({"credential_id": str(args.credential_id), "revoked": True}))
+    return 0
+
+
 def cmd_migrate(args: argparse.Namespace) -> int:
     from alembic import command
     from alembic.config import Config
@@ -398,6 +423,22 @@ def build_parser() -> argparse.ArgumentParser:
     outbound.add_argument("project_id")
     outbound.add_argument("channel", choices=sorted(OUTBOUND_CREDENTIALS))
     outbound.set_defaults(func=cmd_project_outbound)
+    credentials = project_sub.add_parser(
+        "credentials",
+        help="list the project's tokens and secrets (ids, kinds, roles; never the secrets)",
+        description="The credential ids name callers in the audit trail (api-token:<id>).",
+    )
+    credentials.add_argument("project_id")
+    credentials.set_defaults(func=cmd_project_credentials)
+    revoke = project_sub.add_parser(
+        "revoke",
+        help="revoke a token or secret by id (rotation: add the new one first)",
+        description="Revokes one credential; web processes stop accepting it within "
+        "AWOOOP_AUTH_CACHE_SECONDS.",
+    )
+    revoke.add_argument("project_id")
+    revoke.add_argument("credential_id", type=uuid.UUID)
+    revoke.set_defaults(func=cmd_project_revoke)
 
     limits = project_sub.add_parser(
         "limits",

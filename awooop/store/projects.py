@@ -213,3 +213,33 @@ def outbound_keys(conn: Connection, project_id: str, channel_type: str) -> list[
     ``line:access``, ``gitea:token``, ``webhook:signing``), newest first."""
     params = {"project_id": project_id, "channel_type": channel_type}
     return [r.secret_encrypted for r in conn.execute(_OUTBOUND_KEYS, params)]
+
+
+_LIST_CREDENTIALS = text(
+    """
+SELECT credential_id, kind, channel_type, role, created_at, revoked_at
+FROM awooop_credential
+WHERE project_id = :project_id
+ORDER BY created_at, credential_id
+"""
+)
+
+
+def list_credentials(conn: Connection, project_id: str) -> list[dict[str, Any]]:
+    """The project's credentials without their secrets (ids name actors in the audit trail)."""
+    return [dict(r._mapping) for r in conn.execute(_LIST_CREDENTIALS, {"project_id": project_id})]
+
+
+_REVOKE = text(
+    """
+UPDATE awooop_credential SET revoked_at = now()
+WHERE project_id = :project_id AND credential_id = :credential_id AND revoked_at IS NULL
+RETURNING credential_id
+"""
+)
+
+
+def revoke_credential(conn: Connection, project_id: str, credential_id: Any) -> bool:
+    """Revoke one active credential; False when the project has no such active one."""
+    params = {"project_id": project_id, "credential_id": credential_id}
+    return conn.execute(_REVOKE, params).first() is not None

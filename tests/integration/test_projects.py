@@ -222,3 +222,32 @@ def test_project_token_creates_a_token_with_the_role_and_stores_only_its_hash(
             text("SELECT role, secret_hash FROM awooop_credential WHERE role = 'viewer'")
         ).all()
     assert [(r.role, r.secret_hash) for r in rows] == [("viewer", secrets.sha256_hex(token))]
+
+
+def test_credentials_are_listed_without_secrets_and_revoked_by_id(
+    capsys, monkeypatch, settings, engine
+):
+    _, created, _ = run(capsys, monkeypatch, settings, "project", "create", "ops")
+    token = json.loads(created)["api_token"]
+
+    code, out, _ = run(capsys, monkeypatch, settings, "project", "credentials", "ops")
+    listed = json.loads(out)
+    assert code == 0 and token not in out
+    (api_token,) = [c for c in listed if c["kind"] == "api_token"]
+    assert (api_token["role"], api_token["revoked_at"]) == ("operator", None)
+
+    revoked = run(
+        capsys, monkeypatch, settings, "project", "revoke", "ops", api_token["credential_id"]
+    )
+    again = run(
+        capsys, monkeypatch, settings, "project", "revoke", "ops", api_token["credential_id"]
+    )
+    assert revoked[0] == 0 and again[0] == 2 and "no active credential" in again[2]
+    with engine.connect() as conn:
+        still_active = conn.execute(
+            text(
+                "SELECT count(*) FROM awooop_credential"
+                " WHERE kind = 'api_token' AND revoked_at IS NULL"
+            )
+        ).scalar_one()
+    assert still_active == 0
