@@ -264,3 +264,21 @@ def expire(conn: Connection, t: FiredTimer) -> bool:
     """The approval's TTL passed: False when it had been decided (or the run moved on)."""
     params = {"run_id": t.run_id, "step": t.step, "attempt": t.attempt, "timer_id": t.timer_id}
     return conn.execute(_EXPIRE, params).scalar_one() == 1
+
+
+# What a person may see of a run's approvals: never the token hash.
+_LIST_FOR_RUN = text(
+    """
+SELECT approval_id, step, attempt, action, kind, prompt, status, expires_at, decided_by,
+       decided_via, decided_at, comment, created_at
+FROM awooop_approval
+WHERE run_id = :run_id AND project_id = :project_id
+ORDER BY created_at, approval_id
+"""
+)
+
+
+def list_for_run(conn: Connection, project_id: str, run_id: uuid.UUID) -> list[dict[str, Any]]:
+    """The run's approvals, oldest first (scoped by project; no token hashes)."""
+    rows = conn.execute(_LIST_FOR_RUN, {"project_id": project_id, "run_id": run_id}).mappings()
+    return [dict(r) for r in rows]

@@ -164,6 +164,7 @@ SELECT message_id, project_id, run_id, channel, purpose, status, attempts, last_
 FROM awooop_outbox
 WHERE (CAST(:status AS text) IS NULL OR status = :status)
   AND (CAST(:run_id AS uuid) IS NULL OR run_id = CAST(:run_id AS uuid))
+  AND (CAST(:project_id AS text) IS NULL OR project_id = :project_id)
 ORDER BY created_at DESC
 LIMIT :limit
 """
@@ -175,8 +176,11 @@ def list_messages(
     status: str | None = None,
     run_id: uuid.UUID | None = None,
     limit: int = 100,
+    project_id: str | None = None,
 ) -> list[dict[str, Any]]:
-    params = {"status": status, "run_id": run_id, "limit": limit}
+    """Messages, newest first, optionally only one status, run or project. No payloads and no
+    sealed secrets: what was sent and how it went."""
+    params = {"status": status, "run_id": run_id, "limit": limit, "project_id": project_id}
     return [dict(r._mapping) for r in conn.execute(_LIST, params)]
 
 

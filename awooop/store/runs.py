@@ -616,7 +616,7 @@ def mark_orphans(conn: Connection, older_than: float, batch_size: int) -> list[u
 _GET_RUN = text(
     """
 SELECT run_id, project_id, channel_type, workflow_name, workflow_version, status, saga_status,
-       current_step, input, output, attempt_count, max_attempts, lease_until, worker_id,
+       direction, current_step, input, output, attempt_count, max_attempts, lease_until, worker_id,
        lease_epoch, failure_code, failure_reason, saga_steps, version, control_state,
        created_at, updated_at, finished_at
 FROM awooop_run_state
