@@ -12,6 +12,7 @@ and ``AWOOOP_MANUAL_CLOSE_ENABLED=1``. A run not in a state for the operation: 4
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
@@ -19,6 +20,7 @@ from flask import Blueprint, Response, jsonify, request
 from awooop import errors
 from awooop.channels.base import json_object
 from awooop.engine import management
+from awooop.store.operations import OperationResult
 from awooop.web import context, roles, throttle
 from awooop.web.runs_api import run_id_or_404
 
@@ -37,7 +39,7 @@ MAX_OPERATION_ID = 128
 MAX_REASON = 1000
 
 
-def _roles_for(operation: str) -> frozenset[str]:
+def roles_for(operation: str) -> frozenset[str]:
     return roles.ADMINISTER if operation == "manual_close" else roles.OPERATE
 
 
@@ -70,25 +72,48 @@ def _expected_version() -> int | None:
     return int(value)
 
 
-def operate(project_id: str, run_id: str, operation: str) -> Response:
-    caller = roles.authenticate(project_id, _roles_for(operation))
+def perform(
+    caller: roles.Caller,
+    operation: str,
+    run_id: uuid.UUID,
+    *,
+    operation_id: str,
+    reason: str,
+    expected_version: int | None,
+) -> OperationResult:
+    """One management operation by ``caller``, whose role was checked: the project's rate
+    limit, the engine operation, and the nudge for a run that became claimable. The JSON
+    endpoints and the console both act through here."""
     throttle.check(caller.project_id, throttle.MANAGEMENT, caller.auth.limits.management_per_minute)
-    operation_id, reason = _body()
-    expected_version = _expected_version()
-    parsed_id = run_id_or_404(run_id)
     result = management.operate(
         context.engine(),
         context.settings(),
         operation,
         caller.project_id,
-        parsed_id,
+        run_id,
         operation_id=operation_id,
         actor=caller.actor,
         reason=reason,
         expected_version=expected_version,
     )
     if result.applied and operation in management.NUDGING:
-        context.enqueue([parsed_id])
+        context.enqueue([run_id])
+    return result
+
+
+def operate(project_id: str, run_id: str, operation: str) -> Response:
+    caller = roles.authenticate(project_id, roles_for(operation))
+    operation_id, reason = _body()
+    expected_version = _expected_version()
+    parsed_id = run_id_or_404(run_id)
+    result = perform(
+        caller,
+        operation,
+        parsed_id,
+        operation_id=operation_id,
+        reason=reason,
+        expected_version=expected_version,
+    )
     body: dict[str, Any] = {
         "run_id": str(parsed_id),
         "operation": operation,
