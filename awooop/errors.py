@@ -131,6 +131,20 @@ class OperationIdReused(AwoooPError):
     http_status = 422
 
 
+class FormRefused(AwoooPError):
+    """This form has expired or did not come from this console; reload the page and try again."""
+
+    code = "E-CONSOLE-001"
+    http_status = 400
+
+
+class RunChanged(AwoooPError):
+    """The run changed since you looked at it, so nothing was done; review it and try again."""
+
+    code = "E-CONSOLE-002"
+    http_status = 409
+
+
 class ApprovalExpired(AwoooPError):
     """This approval has expired; the run has failed with E-APPROVAL-002."""
 

@@ -12,7 +12,16 @@ from awooop import db, logs, tracing
 from awooop.config import Settings, get_settings
 from awooop.ratelimit import RateLimiter
 from awooop.secrets import SecretBox
-from awooop.web import api, approvals, errors, health, ingress, management_api, runs_api
+from awooop.web import (
+    api,
+    approvals,
+    console,
+    errors,
+    health,
+    ingress,
+    management_api,
+    runs_api,
+)
 from awooop.web.auth import ProjectAuthCache
 from awooop.workflows import registry
 
@@ -66,6 +75,7 @@ def create_app(
     app.register_blueprint(runs_api.blueprint)
     app.register_blueprint(management_api.blueprint)
     app.register_blueprint(health.blueprint)
+    console.register(app, settings)
     errors.register(app)
     _bind_log_context(app)
     return app

@@ -1,10 +1,11 @@
-"""JSON error handlers: every error is ``{"error": {"code", "message"}}``, never a traceback."""
+"""Error handlers: every error is ``{"error": {"code", "message"}}``, never a traceback; under
+a prefix registered in ``extensions["awooop"]["error_pages"]`` (the console) it is a page."""
 
 from __future__ import annotations
 
 import logging
 
-from flask import Flask, jsonify
+from flask import Flask, current_app, jsonify, request
 from sqlalchemy.exc import DBAPIError, OperationalError
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound, RequestEntityTooLarge
 
@@ -20,6 +21,10 @@ _HTTP_EXCEPTIONS: dict[type[HTTPException], type[errors.AwoooPError]] = {
 
 
 def error_response(error: errors.AwoooPError):
+    """The error as JSON, or as a page where a blueprint renders its own (the console)."""
+    for prefix, render in current_app.extensions["awooop"].get("error_pages", ()):
+        if request.path == prefix or request.path.startswith(prefix + "/"):
+            return render(error)
     response = jsonify({"error": {"code": error.code, "message": error.message}})
     response.status_code = error.http_status
     for name, value in error.headers.items():

@@ -219,6 +219,28 @@ def _undo_halts_until_file(ctx: StepContext) -> None:
         raise Halt("rollback needs a person")
 
 
+def _halt_first_time(ctx: StepContext) -> dict[str, Any]:
+    """Halts until its marker file exists (and writes it): the first execution stops for a
+    person, a retry after that goes through."""
+    _note(ctx, f"do:{ctx.step}")
+    marker = Path(ctx.input["event"]["marker"])
+    if not marker.exists():
+        marker.write_text(ctx.command_id)
+        raise Halt("disk state unknown: a person must look")
+    return {"checked": True}
+
+
+HALT_ONCE = register(
+    Workflow(
+        "test-halt-once",
+        1,
+        [
+            Step("a", _do, compensate=_undo),
+            Step("check", _halt_first_time),
+            Step("after", _do),
+        ],
+    )
+)
 STEERABLE = register(
     Workflow(
         "test-steerable",
