@@ -368,6 +368,8 @@ A Telegram update:
        -H 'X-Telegram-Bot-Api-Secret-Token: {creds["secrets"]["telegram"]}' \\
        -H 'Content-Type: application/json' \\
        -d '{{"update_id": 1001, "message": {{"text": "/status", "from": {{"username": "ops"}}}}}}'
+
+Browse the runs: http://127.0.0.1:{settings.port}/console/ (project {DEMO_PROJECT}, api_token)
 """)
     return 0
 
