@@ -71,7 +71,7 @@ class Settings:
     # This deployment's public address (e.g. https://awooop.example.com), used in links sent
     # out (the approval URL in a webhook); empty: links are left out.
     public_base_url: str = ""
-    # How long an ops console sign-in lasts. Its cookie is marked Secure when
+    # How long an ops console sign-in lasts without a request. Its cookie is marked Secure when
     # public_base_url is https.
     console_session_seconds: float = 8 * 3600.0
     # How long a web process reuses a project's routes and credential hashes (0: never).
