@@ -103,6 +103,18 @@ def wait_for_approval(
     return list(row.message_ids or [])
 
 
+# The run still waits for this approval (a: the approval row, r: its run): a token is worth
+# nothing once the run has moved on.
+_WAITING_HERE = (
+    "r.run_id = a.run_id AND r.status = 'WAITING_APPROVAL' AND r.saga_status = 'RUNNING'"
+    " AND r.current_step = a.step"
+)
+# A decision (or the expiry) hands the run back to the workers, with a fresh crash budget.
+_RESUME = (
+    "status = 'RESUMED', attempt_count = 0, available_at = now(), enqueued_at = now(),"
+    " version = r.version + 1, updated_at = now()"
+)
+
 _LOOKUP = text(
     """
 SELECT a.approval_id, a.project_id, a.run_id, a.step, a.attempt, a.action, a.approvers,
@@ -157,8 +169,7 @@ WITH decided AS (
     FROM awooop_run_state r
     WHERE a.token_hash = :token_hash AND a.project_id = :project_id
       AND a.status = 'PENDING' AND a.expires_at > now()
-      AND r.run_id = a.run_id AND r.status = 'WAITING_APPROVAL' AND r.saga_status = 'RUNNING'
-      AND r.current_step = a.step
+      AND {_WAITING_HERE}
     RETURNING a.approval_id, a.run_id, a.step, a.attempt
 ), changed AS (
     UPDATE awooop_run_state r
@@ -167,12 +178,7 @@ WITH decided AS (
             'decision', CAST(:decision AS text), 'actor', CAST(:actor AS text),
             'via', CAST(:via AS text), 'comment', CAST(:comment AS text),
             'recorded_at', now())),
-        status = 'RESUMED',
-        attempt_count = 0,
-        available_at = now(),
-        enqueued_at = now(),
-        version = r.version + 1,
-        updated_at = now()
+        {_RESUME}
     FROM decided d
     WHERE r.run_id = d.run_id
     RETURNING r.run_id, r.project_id, d.approval_id
@@ -224,27 +230,21 @@ def decide(
 # The expiry timer fired: a still-pending approval expires and the run resumes to turn back
 # (the worker reads the "expired" decision: compensate, then FAILED E-APPROVAL-002).
 _EXPIRE = text(
-    """
+    f"""
 WITH expired AS (
     UPDATE awooop_approval a
     SET status = 'EXPIRED', decided_at = now(), decided_via = 'timer'
     FROM awooop_run_state r
     WHERE a.run_id = :run_id AND a.step = :step AND a.attempt = :attempt
       AND a.status = 'PENDING'
-      AND r.run_id = a.run_id AND r.status = 'WAITING_APPROVAL' AND r.saga_status = 'RUNNING'
-      AND r.current_step = a.step
+      AND {_WAITING_HERE}
     RETURNING a.approval_id, a.run_id, a.step, a.attempt
 ), changed AS (
     UPDATE awooop_run_state r
     SET saga_steps = r.saga_steps || jsonb_build_array(jsonb_build_object(
             'phase', 'approval', 'step', e.step, 'attempt', e.attempt,
             'decision', 'expired', 'actor', 'timer', 'recorded_at', now())),
-        status = 'RESUMED',
-        attempt_count = 0,
-        available_at = now(),
-        enqueued_at = now(),
-        version = r.version + 1,
-        updated_at = now()
+        {_RESUME}
     FROM expired e
     WHERE r.run_id = e.run_id
     RETURNING r.run_id, r.project_id
