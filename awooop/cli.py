@@ -19,10 +19,10 @@ from sqlalchemy import Engine
 from awooop import db, secrets
 from awooop.config import STATE_DIR, ConfigError, Settings, metrics_dir
 from awooop.domain import limits as project_limits
-from awooop.models.project import API_TOKEN_ROLES, CHANNEL_TYPES
+from awooop.models.project import API_TOKEN_ROLES, CHANNEL_TYPES, PROJECT_ID_PATTERN
 from awooop.workflows import registry
 
-PROJECT_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+PROJECT_ID = re.compile(PROJECT_ID_PATTERN)
 DEMO_PROJECT = "demo"
 PROJECT_CONFIG_KEYS = (
     "actions_url",
@@ -56,7 +56,7 @@ def _engine(settings: Settings) -> Engine:
 
 
 def _check_project_id(project_id: str) -> str:
-    if not PROJECT_ID.match(project_id):
+    if not PROJECT_ID.fullmatch(project_id):
         raise UsageError(
             f"invalid project id {project_id!r}: use 1-64 lowercase letters, digits, '-' or '_',"
             " starting with a letter or digit"

@@ -21,6 +21,8 @@ from awooop.models.base import Base
 
 CHANNEL_TYPES = ("telegram", "alertmanager", "gitea", "line", "api")
 API_TOKEN_ROLES = ("ingest", "operator", "admin", "viewer")
+# 1-64 lowercase letters, digits, '-' or '_', starting with a letter or digit.
+PROJECT_ID_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 
 
 class Project(Base):

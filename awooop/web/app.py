@@ -20,6 +20,7 @@ from awooop.web import (
     health,
     ingress,
     management_api,
+    openapi,
     runs_api,
 )
 from awooop.web.auth import ProjectAuthCache
@@ -75,6 +76,7 @@ def create_app(
     app.register_blueprint(runs_api.blueprint)
     app.register_blueprint(management_api.blueprint)
     app.register_blueprint(health.blueprint)
+    app.register_blueprint(openapi.blueprint)
     console.register(app, settings)
     errors.register(app)
     _bind_log_context(app)

@@ -21,7 +21,7 @@ from awooop.store.queries import RunPosition
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 200
-_MAX_CURSOR_LENGTH = 512
+MAX_CURSOR_LENGTH = 512
 
 
 def bad(message: str) -> errors.MalformedRequest:
@@ -102,7 +102,7 @@ def decode_cursor(args: MultiDict[str, str], kind: str) -> dict[str, Any] | None
     if raw is None:
         return None
     try:
-        if len(raw) > _MAX_CURSOR_LENGTH:
+        if len(raw) > MAX_CURSOR_LENGTH:
             raise ValueError
         data = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
         if not isinstance(data, dict) or data.pop("k", None) != kind:

@@ -1,0 +1,363 @@
+"""Component schemas and security schemes of the OpenAPI document
+(:mod:`awooop.web.openapi_spec`).
+
+What the API's JSON bodies look like, built from the constants the code checks: run and saga
+statuses, channel names, length limits.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from awooop import errors
+from awooop.channels.base import MAX_EVENT_ID_LENGTH
+from awooop.domain import states
+from awooop.models.project import CHANNEL_TYPES
+from awooop.web.management_api import MAX_OPERATION_ID, MAX_REASON, OPERATIONS
+
+Schema = dict[str, Any]
+
+
+def ref(name: str) -> Schema:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _nullable(schema: Schema) -> Schema:
+    return {**schema, "nullable": True}
+
+
+_TIME: Schema = {"type": "string", "format": "date-time"}
+_RUN_STATUS: Schema = {"type": "string", "enum": list(states.RUN_STATUSES)}
+_SAGA_STATUS: Schema = {"type": "string", "enum": list(states.SAGA_STATUSES)}
+
+_RUN_SUMMARY_PROPERTIES: dict[str, Schema] = {
+    "run_id": {"type": "string", "format": "uuid"},
+    "channel_type": {"type": "string", "enum": list(CHANNEL_TYPES)},
+    "workflow_name": {"type": "string"},
+    "workflow_version": {"type": "integer"},
+    "status": _RUN_STATUS,
+    "saga_status": _SAGA_STATUS,
+    "direction": {
+        "type": "string",
+        "enum": list(states.DIRECTIONS),
+        "description": "BACKWARD while compensating.",
+    },
+    "control_state": {"type": "string", "enum": list(states.CONTROL_STATES)},
+    "current_step": _nullable({"type": "string"}),
+    "attempt_count": {"type": "integer", "minimum": 0},
+    "max_attempts": {"type": "integer", "minimum": 1},
+    "failure_code": _nullable({"type": "string"}),
+    "failure_reason": _nullable({"type": "string"}),
+    "version": {"type": "integer", "minimum": 0},
+    "created_at": _TIME,
+    "updated_at": _TIME,
+    "finished_at": _nullable(_TIME),
+}
+# The detail: everything the list shows, and more.
+_RUN_PROPERTIES: dict[str, Schema] = {
+    **_RUN_SUMMARY_PROPERTIES,
+    "project_id": {"type": "string"},
+    "input": {"type": "object", "description": "The event and its channel facts."},
+    "output": {"description": "Step outputs once the run finished (any JSON, or null)."},
+    "lease_until": _nullable(_TIME),
+    "worker_id": _nullable({"type": "string"}),
+    "lease_epoch": {"type": "integer", "minimum": 0},
+    "saga_steps": {
+        "type": "array",
+        "description": "The step journal: one entry per recorded step attempt, in order.",
+        "items": {"type": "object"},
+    },
+}
+
+_ADMITTED: Schema = {
+    "type": "object",
+    "required": ["run_id", "status"],
+    "properties": {
+        "run_id": {"type": "string", "format": "uuid"},
+        "status": _RUN_STATUS,
+        "code": {
+            "type": "string",
+            "enum": [errors.DUPLICATE_EVENT_CODE],
+            "description": "Present on a duplicate: the run the event already made.",
+        },
+    },
+}
+_IGNORED: Schema = {
+    "type": "object",
+    "required": ["status", "reason"],
+    "properties": {"status": {"type": "string", "enum": ["ignored"]}, "reason": {"type": "string"}},
+}
+_DECISION: Schema = {
+    "type": "object",
+    "description": "An approval button pressed in the chat (no run is started).",
+    "required": ["status", "event"],
+    "properties": {
+        "status": {"type": "string", "enum": ["approved", "rejected", "refused", "duplicate"]},
+        "run_id": {"type": "string", "format": "uuid"},
+        "reason": {
+            "type": "string",
+            "enum": ["not_found", "forbidden", "expired", "used", "not_waiting"],
+        },
+        "event": {"type": "string"},
+    },
+}
+
+SCHEMAS: dict[str, Schema] = {
+    "Error": {
+        "type": "object",
+        "required": ["error"],
+        "properties": {
+            "error": {
+                "type": "object",
+                "required": ["code", "message"],
+                "properties": {
+                    "code": {"type": "string", "pattern": "^E-[A-Z]+(-[A-Z]+)*-[0-9]{3}$"},
+                    "message": {"type": "string"},
+                },
+            }
+        },
+    },
+    "Admitted": _ADMITTED,
+    "Ignored": _IGNORED,
+    "Decision": _DECISION,
+    "LineAdmitted": {
+        "type": "object",
+        "required": ["runs"],
+        "properties": {
+            "status": {"type": "string", "enum": ["ok"], "description": "A verification ping."},
+            "runs": {"type": "array", "items": ref("Admitted")},
+            "decisions": {"type": "array", "items": ref("Decision")},
+        },
+    },
+    "RunSummary": {
+        "type": "object",
+        "required": list(_RUN_SUMMARY_PROPERTIES),
+        "properties": _RUN_SUMMARY_PROPERTIES,
+    },
+    "Run": {"type": "object", "required": list(_RUN_PROPERTIES), "properties": _RUN_PROPERTIES},
+    "RunPage": {
+        "type": "object",
+        "required": ["runs", "next_cursor"],
+        "properties": {
+            "runs": {"type": "array", "items": ref("RunSummary")},
+            "next_cursor": _nullable({"type": "string"}),
+        },
+    },
+    "RunEvent": {
+        "type": "object",
+        "required": ["seq", "kind", "trigger", "at"],
+        "properties": {
+            "seq": {"type": "integer", "minimum": 1},
+            "kind": {"type": "string"},
+            "from_status": _nullable({"type": "string"}),
+            "to_status": _nullable({"type": "string"}),
+            "trigger": {"type": "string"},
+            "trigger_id": _nullable({"type": "string"}),
+            "actor": _nullable({"type": "string"}),
+            "detail": _nullable({"type": "object"}),
+            "at": _TIME,
+        },
+    },
+    "RunEventPage": {
+        "type": "object",
+        "required": ["events", "next_cursor"],
+        "properties": {
+            "events": {"type": "array", "items": ref("RunEvent")},
+            "next_cursor": _nullable({"type": "string"}),
+        },
+    },
+    "Operation": {
+        "type": "object",
+        "required": ["operation_id"],
+        "properties": {
+            "operation_id": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": MAX_OPERATION_ID,
+                "description": "Makes the call idempotent: the same id again changes nothing.",
+            },
+            "reason": _nullable(
+                {"type": "string", "maxLength": MAX_REASON, "description": "For the audit row."}
+            ),
+        },
+    },
+    "OperationResult": {
+        "type": "object",
+        "required": [
+            "run_id",
+            "operation",
+            "operation_id",
+            "applied",
+            "replayed",
+            "status",
+            "saga_status",
+            "control_state",
+            "version",
+        ],
+        "properties": {
+            "run_id": {"type": "string", "format": "uuid"},
+            "operation": {"type": "string", "enum": list(OPERATIONS.values())},
+            "operation_id": {"type": "string"},
+            "applied": {"type": "boolean"},
+            "replayed": {"type": "boolean", "description": "This operation_id was seen before."},
+            "status": _RUN_STATUS,
+            "saga_status": _SAGA_STATUS,
+            "control_state": {"type": "string", "enum": list(states.CONTROL_STATES)},
+            "version": {"type": "integer", "minimum": 0},
+        },
+    },
+    "ToolResult": {
+        "type": "object",
+        "required": ["event_id", "step", "status"],
+        "properties": {
+            "event_id": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 256,
+                "description": "Deduplicates the delivery: the same id again is a duplicate.",
+            },
+            "step": {"type": "string", "minLength": 1, "maxLength": 128},
+            "status": {"type": "string", "enum": ["succeeded", "failed", "rejected"]},
+            "output": {"description": "The tool's output when it succeeded (any JSON)."},
+            "error": _nullable({"type": "string", "description": "Why it failed."}),
+        },
+    },
+    "ToolResultAnswer": {
+        "type": "object",
+        "required": ["status"],
+        "properties": {
+            "status": {"type": "string", "enum": ["accepted", "duplicate", "late"]},
+            "code": {"type": "string", "enum": [errors.DUPLICATE_EVENT_CODE]},
+            "run_status": _RUN_STATUS,
+            "compensation_run_id": {"type": "string", "format": "uuid"},
+        },
+    },
+    "ApprovalDecision": {
+        "type": "object",
+        "required": ["decision"],
+        "properties": {
+            "decision": {"type": "string", "enum": ["approve", "reject"]},
+            "actor": {"type": "string", "minLength": 1, "maxLength": 200},
+            "comment": {"type": "string", "minLength": 1, "maxLength": 2000},
+            "run_id": {
+                "type": "string",
+                "format": "uuid",
+                "description": "If given, must be the run the token is bound to.",
+            },
+            "step": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 128,
+                "description": "If given, must be the step the token is bound to.",
+            },
+        },
+    },
+    "ApprovalDecided": {
+        "type": "object",
+        "required": ["status", "run_id"],
+        "properties": {
+            "status": {"type": "string", "enum": ["approved", "rejected"]},
+            "run_id": {"type": "string", "format": "uuid"},
+        },
+    },
+    "TelegramUpdate": {
+        "type": "object",
+        "description": "A Telegram Bot API `Update`; a `callback_query` from one of our "
+        "approval buttons decides that approval instead of starting a run.",
+        "required": ["update_id"],
+        "properties": {"update_id": {"type": "integer"}},
+    },
+    "AlertmanagerNotification": {
+        "type": "object",
+        "description": "Alertmanager's webhook payload (version 4).",
+        "required": ["receiver", "groupKey", "status", "alerts"],
+        "properties": {
+            "receiver": {"type": "string"},
+            "groupKey": {"type": "string"},
+            "status": {"type": "string", "enum": ["firing", "resolved"]},
+            "alerts": {
+                "type": "array",
+                "minItems": 1,
+                "items": {
+                    "type": "object",
+                    "required": ["fingerprint", "status", "startsAt", "endsAt"],
+                    "properties": {
+                        "fingerprint": {"type": "string"},
+                        "status": {"type": "string"},
+                        "startsAt": {"type": "string"},
+                        "endsAt": {"type": "string"},
+                    },
+                },
+            },
+        },
+    },
+    "LineWebhook": {
+        "type": "object",
+        "description": "A LINE Messaging API webhook body: one run per event; no events is "
+        "LINE's verification request. A `postback` from one of our approval buttons decides "
+        "that approval instead.",
+        "required": ["events"],
+        "properties": {
+            "destination": {"type": "string"},
+            "events": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["webhookEventId"],
+                    "properties": {
+                        "webhookEventId": {
+                            "type": "string",
+                            "minLength": 1,
+                            "maxLength": MAX_EVENT_ID_LENGTH,
+                        }
+                    },
+                },
+            },
+        },
+    },
+    "ReadinessChecks": {
+        "type": "object",
+        "required": ["database", "broker"],
+        "properties": {
+            "database": {"type": "string", "enum": ["ok", "unreachable"]},
+            "broker": {"type": "string", "enum": ["ok", "unreachable"]},
+        },
+    },
+}
+
+SECURITY_SCHEMES: dict[str, Schema] = {
+    "apiToken": {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "A project API token. Roles: `viewer` < `operator` < `admin` for the "
+        "runs API; `ingest` only admits events and delivers tool results.",
+    },
+    "telegramSecretToken": {
+        "type": "apiKey",
+        "in": "header",
+        "name": "X-Telegram-Bot-Api-Secret-Token",
+        "description": "The secret token given to Telegram's setWebhook.",
+    },
+    "alertmanagerBearer": {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "The project's Alertmanager secret.",
+    },
+    "alertmanagerBasic": {
+        "type": "http",
+        "scheme": "basic",
+        "description": "Any user name; the password is the project's Alertmanager secret.",
+    },
+    "giteaSignature": {
+        "type": "apiKey",
+        "in": "header",
+        "name": "X-Gitea-Signature",
+        "description": "Hex HMAC-SHA256 of the raw request body with the webhook secret.",
+    },
+    "lineSignature": {
+        "type": "apiKey",
+        "in": "header",
+        "name": "X-Line-Signature",
+        "description": "Base64 HMAC-SHA256 of the raw request body with the channel secret.",
+    },
+}
