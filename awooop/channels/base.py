@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -61,14 +62,65 @@ def digest(value: Any) -> str:
     return hashlib.sha256(canonical_json(value)).hexdigest()
 
 
-def json_object(body: bytes) -> dict[str, Any]:
-    """The body as a JSON object, or a 400 that says what is wrong."""
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number out of range: {text[:32]}")
+    return value
+
+
+def _not_json(text: str) -> Any:
+    raise ValueError(f"{text} is not JSON")
+
+
+def _storable_text(text: str) -> bool:
+    """PostgreSQL text and jsonb cannot hold U+0000, and UTF-8 cannot encode a lone
+    surrogate (``"\\ud800"`` is valid JSON but no character)."""
+    if "\x00" in text:
+        return False
+    if text.isascii():
+        return True
     try:
-        value = json.loads(body)
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _storable(value: Any) -> bool:
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if not _storable_text(item):
+                return False
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if not _storable_text(key):
+                    return False
+                pending.append(child)
+        elif isinstance(item, list):
+            pending.extend(item)
+    return True
+
+
+def json_object(body: bytes) -> dict[str, Any]:
+    """The body as a JSON object, or a 400 that says what is wrong.
+
+    Refused besides malformed JSON: what PostgreSQL could not store — ``NaN`` and
+    ``Infinity`` (not JSON, though Python reads them), numbers beyond a double's range,
+    ``\\u0000`` and unpaired surrogates in strings or keys.
+    """
+    try:
+        value = json.loads(body, parse_float=_finite, parse_constant=_not_json)
     except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: deep nesting
         raise errors.MalformedRequest("request body is not valid JSON") from None
     if not isinstance(value, dict):
         raise errors.MalformedRequest("request body must be a JSON object")
+    if not _storable(value):
+        raise errors.MalformedRequest(
+            "request body strings must not contain \\u0000 or unpaired surrogates"
+        )
     return value
 
 

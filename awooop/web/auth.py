@@ -7,12 +7,16 @@ flood of requests for made-up projects does not reach the database either.
 
 from __future__ import annotations
 
+import re
 import threading
 
 from cachetools import TTLCache
 from sqlalchemy import Engine
 
+from awooop.models.project import PROJECT_ID_PATTERN
 from awooop.store import projects
+
+_PROJECT_ID = re.compile(PROJECT_ID_PATTERN)
 
 
 class ProjectAuthCache:
@@ -24,6 +28,8 @@ class ProjectAuthCache:
         self._lock = threading.Lock()
 
     def load(self, engine: Engine, project_id: str, channel: str) -> projects.ProjectAuth | None:
+        if not _PROJECT_ID.fullmatch(project_id):
+            return None  # no project has this id (and PostgreSQL could not even compare it)
         key = (project_id, channel)
         if self._ttl > 0:
             with self._lock:

@@ -11,7 +11,7 @@ import binascii
 import json
 import uuid
 from collections.abc import Collection, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from werkzeug.datastructures import MultiDict
@@ -81,12 +81,23 @@ def timestamp(args: MultiDict[str, str], name: str) -> datetime | None:
     if raw is None:
         return None
     try:
-        value = datetime.fromisoformat(raw)
+        return instant(raw)
     except ValueError:
-        value = None
-    if value is None or value.tzinfo is None:
-        raise bad(f"{name} must be an ISO 8601 time with a UTC offset, e.g. 2026-11-29T10:00:00Z")
-    return value
+        raise bad(
+            f"{name} must be an ISO 8601 time with a UTC offset, e.g. 2026-11-29T10:00:00Z"
+        ) from None
+
+
+def instant(raw: str) -> datetime:
+    """An ISO 8601 time with an offset, in UTC: PostgreSQL takes offsets up to 15:59 only,
+    Python's up to 23:59. ValueError if it is none, or out of range in UTC."""
+    value = datetime.fromisoformat(raw)
+    if value.tzinfo is None:
+        raise ValueError("no UTC offset")
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:  # e.g. 9999-12-31T23:59-01:00
+        raise ValueError("out of range") from None
 
 
 # Cursors are opaque to clients: base64url JSON naming the list they belong to.
@@ -117,10 +128,8 @@ def run_position(data: dict[str, Any] | None) -> RunPosition | None:
     if data is None:
         return None
     try:
-        created_at = datetime.fromisoformat(data["t"])
+        created_at = instant(data["t"])
         run_id = uuid.UUID(data["r"])
-        if created_at.tzinfo is None:
-            raise ValueError
     except (KeyError, TypeError, ValueError, AttributeError):
         raise bad("cursor is not one this list returned; start again without it") from None
     return RunPosition(created_at, run_id)

@@ -56,3 +56,35 @@ def test_repeated_and_comma_separated_choices_combine():
     args = MultiDict([("status", "PENDING,RUNNING"), ("status", "PENDING")])
 
     assert params.choices(args, "status", ("PENDING", "RUNNING")) == ("PENDING", "RUNNING")
+
+
+@pytest.mark.parametrize(
+    ("raw", "utc"),
+    [
+        ("2026-11-29T10:00:00Z", datetime(2026, 11, 29, 10, 0, tzinfo=UTC)),
+        ("2026-11-29T10:00:00-23:59", datetime(2026, 11, 30, 9, 59, tzinfo=UTC)),
+        ("0001-01-01T00:00:00-22:28", datetime(1, 1, 1, 22, 28, tzinfo=UTC)),
+    ],
+)
+def test_times_are_read_in_utc_whatever_their_offset(raw, utc):
+    # PostgreSQL refuses offsets beyond 15:59 that Python accepts.
+    value = params.timestamp(MultiDict({"created_from": raw}), "created_from")
+
+    assert value == utc and value.utcoffset().total_seconds() == 0
+
+
+@pytest.mark.parametrize(
+    "raw", ["2026-11-29T10:00:00", "9999-12-31T23:59:59-00:01", "0001-01-01T00:00:00+00:01", "x"]
+)
+def test_times_without_an_offset_or_out_of_range_in_utc_are_refused(raw):
+    with pytest.raises(errors.MalformedRequest):
+        params.timestamp(MultiDict({"created_from": raw}), "created_from")
+
+
+def test_a_forged_run_cursor_with_an_offset_postgresql_refuses_is_read_in_utc():
+    run_id = uuid.uuid4()
+    cursor = params.encode_cursor("runs", {"t": "2026-11-29T10:00:00+23:00", "r": str(run_id)})
+
+    position = params.run_position(params.decode_cursor(MultiDict({"cursor": cursor}), "runs"))
+
+    assert position == params.RunPosition(datetime(2026, 11, 28, 11, 0, tzinfo=UTC), run_id)
