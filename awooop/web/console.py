@@ -44,6 +44,7 @@ from flask import (
     session,
     url_for,
 )
+from flask.sessions import SecureCookieSession, SecureCookieSessionInterface
 from werkzeug.datastructures import MultiDict
 from werkzeug.wrappers import Response as HttpResponse
 
@@ -100,8 +101,19 @@ MAX_PROJECT_ID = 64
 MAX_TOKEN = 512
 
 
+class ConsoleSessions(SecureCookieSessionInterface):
+    """Sessions exist under the console's prefix only: the API and webhooks (the hot path)
+    never build a cookie serializer."""
+
+    def open_session(self, app: Flask, request: Any) -> SecureCookieSession | None:
+        if not request.path.startswith(PREFIX):
+            return self.make_null_session(app)
+        return super().open_session(app, request)
+
+
 def register(app: Flask, settings: Settings) -> None:
     """Mount the console on ``app``: its blueprint, session cookie and error pages."""
+    app.session_interface = ConsoleSessions()
     if settings.secret_key:
         app.secret_key = hmac.new(
             settings.secret_key.encode(), _SESSION_KEY_LABEL, hashlib.sha256
