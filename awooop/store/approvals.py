@@ -21,7 +21,14 @@ from sqlalchemy import Connection, text
 from awooop.domain import states
 from awooop.outbound.messages import Message
 from awooop.store.outbox import INSERT_FROM_CHANGED, messages_param
-from awooop.store.runs import _FENCE, _HISTORY, _JOURNAL_APPEND, Claim, _fence_params
+from awooop.store.runs import (
+    _FENCE,
+    _HISTORY,
+    _JOURNAL_APPEND,
+    _RELEASE_TO_WAIT,
+    Claim,
+    _fence_params,
+)
 
 if TYPE_CHECKING:
     from awooop.store.timers import FiredTimer
@@ -36,10 +43,7 @@ WITH changed AS (
     SET {_JOURNAL_APPEND},
         status = 'WAITING_APPROVAL',
         current_step = :step,
-        lease_until = NULL,
-        attempt_count = 0,
-        version = version + 1,
-        updated_at = now()
+        {_RELEASE_TO_WAIT}
     WHERE {_FENCE}
     RETURNING run_id, project_id, status, version
 ), approval AS (

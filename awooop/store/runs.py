@@ -162,6 +162,12 @@ _JOURNAL_APPEND = (
     " ORDER BY n) FROM jsonb_array_elements(CAST(:entries AS jsonb)) WITH ORDINALITY AS x(e, n))"
 )
 
+# Entering a WAITING_* state (DESIGN §4): the lease is released and the crash budget
+# (attempt_count) starts again — the work before the wait succeeded.
+_RELEASE_TO_WAIT = (
+    "lease_until = NULL, attempt_count = 0, version = version + 1, updated_at = now()"
+)
+
 # A step record is not a transition: the journal entry is its history (no run_event row).
 _RECORD_STEP = PreparedStatement(
     "awooop_record_step",
@@ -293,10 +299,7 @@ WITH changed AS (
     SET {_JOURNAL_APPEND},
         status = 'WAITING_TOOL',
         current_step = :step,
-        lease_until = NULL,
-        attempt_count = 0,
-        version = version + 1,
-        updated_at = now()
+        {_RELEASE_TO_WAIT}
     WHERE {_FENCE}
     RETURNING run_id, status, version
 ), timer AS (
@@ -321,12 +324,9 @@ WITH changed AS (
     SET {_JOURNAL_APPEND},
         status = 'WAITING_APPROVAL',
         saga_status = 'MANUAL_INTERVENTION',
-        lease_until = NULL,
-        attempt_count = 0,
         failure_code = :failure_code,
         failure_reason = :failure_reason,
-        version = version + 1,
-        updated_at = now()
+        {_RELEASE_TO_WAIT}
     WHERE {_FENCE}
     RETURNING run_id, status
 ), history AS ({_HISTORY})

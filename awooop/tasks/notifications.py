@@ -37,12 +37,7 @@ def enqueue(message_ids: Iterable[uuid.UUID | str]) -> int:
     if not ids:
         return 0
     try:
-        publisher = publish.for_broker(app.conf.broker_url)
-        if publisher is not None:
-            return publisher.publish(SEND, NOTIFICATIONS_QUEUE, ([m] for m in ids))
-        for m in ids:
-            send.apply_async((m,), queue=NOTIFICATIONS_QUEUE)
-        return len(ids)
+        return publish.send_each(send, NOTIFICATIONS_QUEUE, ids)
     except Exception:
         log.exception(
             "could not send notification tasks; the outbox sweep will",

@@ -92,3 +92,14 @@ def is_redis_url(url: str) -> bool:
 def for_broker(url: str) -> RedisPublisher | None:
     """The process's publisher for ``url``; None when the broker is not Redis."""
     return RedisPublisher(url) if is_redis_url(url) else None
+
+
+def send_each(task: Any, queue: str, ids: list[str]) -> int:
+    """One ``task(id)`` message per id on ``queue``: one pipelined LPUSH on Redis,
+    ``apply_async`` on any other broker. Raises what the broker raises."""
+    publisher = for_broker(task.app.conf.broker_url)
+    if publisher is not None:
+        return publisher.publish(task.name, queue, ([i] for i in ids))
+    for i in ids:
+        task.apply_async((i,), queue=queue)
+    return len(ids)

@@ -39,12 +39,7 @@ def enqueue(run_ids: Iterable[uuid.UUID | str]) -> int:
     if not ids:
         return 0
     try:
-        publisher = publish.for_broker(app.conf.broker_url)
-        if publisher is not None:
-            return publisher.publish(EXECUTE, RUNS_QUEUE, ([run_id] for run_id in ids))
-        for run_id in ids:
-            execute.apply_async((run_id,), queue=RUNS_QUEUE)
-        return len(ids)
+        return publish.send_each(execute, RUNS_QUEUE, ids)
     except Exception:
         log.exception(
             "could not send run messages; the orphan sweep will re-send them",

@@ -3,7 +3,6 @@ single use under concurrency, token binding, expiry, and what the chat is told."
 
 from __future__ import annotations
 
-import json
 import threading
 import uuid
 from collections.abc import Iterator
@@ -113,17 +112,6 @@ def button_token(call_json: dict) -> str:
     assert [b["text"] for b in keyboard] == ["Approve", "Reject"]
     assert keyboard[1]["callback_data"] == "rj:" + keyboard[0]["callback_data"][3:]
     return keyboard[0]["callback_data"][3:]
-
-
-def decide_api(client, project, token, decision="approve", **extra):  # type: ignore[no-untyped-def]
-    return client.post(
-        f"/v1/projects/{project['project_id']}/approvals/{token}",
-        headers={
-            "Authorization": f"Bearer {project['api_token']}",
-            "Content-Type": "application/json",
-        },
-        data=json.dumps({"decision": decision, "actor": "alice", **extra}),
-    )
 
 
 def all_database_text(engine) -> str:  # type: ignore[no-untyped-def]
@@ -320,7 +308,7 @@ def test_api_approval_through_the_signed_webhook_prompt(
     assert hook.json["type"] == "approval.requested"
     assert (hook.json["run_id"], hook.json["action"]) == (str(run_id), "restart-db")
 
-    decided = decide_api(app_client, hook_project, webhook_token(provider), comment="go")
+    decided = setup.decide_by_api(app_client, hook_project, webhook_token(provider), comment="go")
     assert (decided.status_code, decided.json) == (
         200,
         {"status": "approved", "run_id": str(run_id)},
@@ -346,7 +334,8 @@ def test_rejection_compensates_and_fails_with_its_own_code(
     setup.drain(engine, out_settings)
 
     assert (
-        decide_api(app_client, hook_project, webhook_token(provider), "reject").status_code == 200
+        setup.decide_by_api(app_client, hook_project, webhook_token(provider), "reject").status_code
+        == 200
     )
     assert runner.execute(engine, out_settings, run_id) == runner.Outcome.FAILED
 
@@ -371,7 +360,7 @@ def test_rejection_can_let_the_workflow_continue(
     )
     run_id = start_from_api(app_client, project, engine, out_settings)
     setup.drain(engine, out_settings)
-    decide_api(app_client, project, webhook_token(provider), "reject")
+    setup.decide_by_api(app_client, project, webhook_token(provider), "reject")
 
     assert runner.execute(engine, out_settings, run_id) == runner.Outcome.COMPLETED
     outputs = {e["step"]: e.get("output") for e in db.run(engine, run_id)["saga_steps"]}
@@ -392,7 +381,7 @@ def test_twenty_concurrent_redemptions_take_effect_once(
         client = app.test_client()
         barrier.wait()
         decision = "approve" if i % 2 else "reject"
-        statuses.append(decide_api(client, hook_project, token, decision).status_code)
+        statuses.append(setup.decide_by_api(client, hook_project, token, decision).status_code)
 
     threads = [threading.Thread(target=redeem, args=(i,)) for i in range(20)]
     for t in threads:
@@ -422,16 +411,16 @@ def test_a_token_is_bound_to_its_project_run_and_step(
     )
 
     for response in (
-        decide_api(app_client, hook_project, token_a, run_id=str(run_b)),  # another run
-        decide_api(app_client, hook_project, token_a, step="act"),  # another step
-        decide_api(app_client, other, token_a),  # another project
-        decide_api(app_client, hook_project, "x" * 43),  # no such token
-        decide_api(app_client, hook_project, "short"),
+        setup.decide_by_api(app_client, hook_project, token_a, run_id=str(run_b)),  # another run
+        setup.decide_by_api(app_client, hook_project, token_a, step="act"),  # another step
+        setup.decide_by_api(app_client, other, token_a),  # another project
+        setup.decide_by_api(app_client, hook_project, "x" * 43),  # no such token
+        setup.decide_by_api(app_client, hook_project, "short"),
     ):
         assert (response.status_code, response.json["error"]["code"]) == (404, "E-NOT-FOUND-001")
     assert {db.run(engine, r)["status"] for r in (run_a, run_b)} == {"WAITING_APPROVAL"}
     # The right binding works.
-    ok = decide_api(app_client, hook_project, token_a, run_id=str(run_a), step="approve")
+    ok = setup.decide_by_api(app_client, hook_project, token_a, run_id=str(run_a), step="approve")
     assert ok.status_code == 200
 
 
@@ -458,9 +447,9 @@ def test_deciding_twice_after_expiry_or_without_the_role(
     setup.drain(engine, out_settings)
     token = webhook_token(provider)
 
-    forbidden = decide_api(app_client, {**project, "api_token": ingest_token}, token)
+    forbidden = setup.decide_by_api(app_client, {**project, "api_token": ingest_token}, token)
     assert (forbidden.status_code, forbidden.json["error"]["code"]) == (403, "E-APPROVAL-004")
-    anonymous = decide_api(app_client, {**project, "api_token": "nope"}, token)
+    anonymous = setup.decide_by_api(app_client, {**project, "api_token": "nope"}, token)
     assert anonymous.status_code == 401
 
     # The TTL (1 s) passes; the timer sweep expires the approval
@@ -471,14 +460,14 @@ def test_deciding_twice_after_expiry_or_without_the_role(
     time.sleep(1.1)
     fired = sweeps.fire_due_timers_once(engine, out_settings)
     assert [t.kind for t in fired] == ["approval_expiry"]
-    late = decide_api(app_client, project, token)
+    late = setup.decide_by_api(app_client, project, token)
     assert (late.status_code, late.json["error"]["code"]) == (410, "E-APPROVAL-002")
 
     assert runner.execute(engine, out_settings, run_id) == runner.Outcome.FAILED
     row = db.run(engine, run_id)
     assert (row["status"], row["failure_code"]) == ("FAILED", "E-APPROVAL-002")
     assert wf.CALLS[str(run_id)] == ["do:prepare", "ask:approve", "undo:prepare"]
-    still = decide_api(app_client, project, token)
+    still = setup.decide_by_api(app_client, project, token)
     assert still.status_code == 410
     assert db.count(engine, "awooop_approval", "status = 'EXPIRED'") == 1
 
@@ -489,8 +478,8 @@ def test_a_decided_approval_is_refused_with_409(
     start_from_api(app_client, hook_project, engine, out_settings)
     setup.drain(engine, out_settings)
     token = webhook_token(provider)
-    assert decide_api(app_client, hook_project, token).status_code == 200
-    again = decide_api(app_client, hook_project, token, "reject")
+    assert setup.decide_by_api(app_client, hook_project, token).status_code == 200
+    again = setup.decide_by_api(app_client, hook_project, token, "reject")
     assert (again.status_code, again.json["error"]["code"]) == (409, "E-APPROVAL-003")
 
 

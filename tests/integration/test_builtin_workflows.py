@@ -55,7 +55,7 @@ def approve(client, engine, settings, project, provider, run_id) -> None:  # typ
     setup.drain(engine, setup.provider_settings(settings, provider.url))
     (prompt,) = [c.json for c in provider.to("/hook") if c.json["run_id"] == str(run_id)]
     assert prompt["type"] == "approval.requested"
-    response = setup.approve_by_api(client, project, prompt["approval_token"])
+    response = setup.decide_by_api(client, project, prompt["approval_token"])
     assert response.status_code == 200, response.json
 
 

@@ -59,7 +59,10 @@ def configure(
             projects.add_channel_secret(conn, project_id, kind, secret_encrypted=box.encrypt(value))
 
 
-def approve_by_api(client: Any, project: dict, token: str, decision: str = "approve") -> Any:
+def decide_by_api(
+    client: Any, project: dict, token: str, decision: str = "approve", **extra: Any
+) -> Any:
+    """``POST …/approvals/{token}`` as alice, with the project's API token."""
     import json
 
     return client.post(
@@ -68,7 +71,7 @@ def approve_by_api(client: Any, project: dict, token: str, decision: str = "appr
             "Authorization": f"Bearer {project['api_token']}",
             "Content-Type": "application/json",
         },
-        data=json.dumps({"decision": decision, "actor": "alice"}),
+        data=json.dumps({"decision": decision, "actor": "alice", **extra}),
     )
 
 
