@@ -93,3 +93,29 @@ def test_the_bot_token_is_chosen_by_bot_id():
 )
 def test_access_log_paths_lose_approval_tokens(path, logged):
     assert redact_path(path) == logged
+
+
+def test_the_webhook_prompt_carries_the_token_and_its_decide_url_signed():
+    import hashlib
+    import hmac
+    import json
+
+    (prompt,) = messages.approval_prompt(
+        [{"channel": "webhook", "url": "https://hooks.example/x"}],
+        run_id="r",
+        step="approve",
+        action="restart",
+        prompt="Restart?",
+        ttl_seconds=900,
+        sealed_token="sealed",
+        decide_url="https://awooop.example/v1/projects/ops/approvals",
+    )
+    assert prompt.sealed == "sealed" and TOKEN not in json.dumps(prompt.payload)
+
+    call = adapters.build("webhook", "m1", prompt.payload, TOKEN, ["s3cret"], Settings())
+
+    assert call.body["approval_token"] == TOKEN
+    assert call.body["decide_url"] == f"https://awooop.example/v1/projects/ops/approvals/{TOKEN}"
+    expected = hmac.new(b"s3cret", call.encoded(), hashlib.sha256).hexdigest()
+    assert call.headers == {"X-AwoooP-Signature": f"sha256={expected}", "X-AwoooP-Delivery": "m1"}
+    assert call.secrets == ("s3cret", TOKEN)
