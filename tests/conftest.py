@@ -20,6 +20,7 @@ from sqlalchemy.engine import make_url
 
 from awooop import db, secrets
 from awooop.config import Settings
+from tests.support import transitions
 
 ROOT = Path(__file__).resolve().parent.parent
 IN_CI = os.environ.get("CI") == "true"
@@ -83,6 +84,8 @@ def template_database(server_url: str) -> Iterator[str]:
     with engine.begin() as conn:
         config.attributes["connection"] = conn
         command.upgrade(config, "head")
+        # Every statement the suite runs is checked against the state machine's tables.
+        conn.execute(text(transitions.trigger_sql()))
     engine.dispose()
     yield name
     with admin.connect() as conn:

@@ -3,12 +3,13 @@
 The journal (``saga_steps``) is an append-only list of entries:
 
 - ``phase: "forward"`` / ``"compensate"`` — one per recorded attempt of a step, with its
-  ``status`` (SUCCEEDED, FAILED, REJECTED, HALTED), ``attempt`` (1-based within the step and
-  phase), output or error;
+  ``status`` (SUCCEEDED, FAILED, REJECTED, HALTED), ``attempt`` (the attempt's identity:
+  1, 2, 3 … within the step and phase, never repeated in a run — operator resets included),
+  output or error;
 - ``phase: "plan"`` — the frozen compensation plan: the steps to undo, in order, and the
   cause. Written once, when the saga turns backwards; never recomputed.
-- ``phase: "reset"`` — an operator's "retry compensation": attempts before it no longer
-  count against the retry budgets.
+- ``phase: "reset"`` — an operator's "retry compensation" or "retry resolution": attempts
+  before it no longer count against the retry budgets (their identities stay taken).
 - ``phase: "resolve"`` — one per resolver poll of a step whose outcome was UNKNOWN; when
   the resolver settles it, a forward entry with the settled status follows.
 - an approval step's attempt has a ``status: "REQUESTED"`` forward entry when its prompt
@@ -65,10 +66,18 @@ Journal = Sequence[dict[str, Any]]
 
 @dataclass(frozen=True)
 class Next:
+    """The attempt to make now.
+
+    ``attempt`` is its identity — timer ids, effect and command ids, tool-result and
+    approval lookups rest on it, so it never repeats within a run. ``tries`` counts the
+    attempts since the last operator reset, this one included: the retry budgets use it.
+    """
+
     step: Step
     index: int
     phase: str
     attempt: int
+    tries: int
 
 
 def forward_outputs(journal: Journal) -> dict[str, Any]:
@@ -80,24 +89,44 @@ def forward_outputs(journal: Journal) -> dict[str, Any]:
     }
 
 
+def _outcomes(journal: Journal, step: str, phase: str) -> list[dict[str, Any]]:
+    """Recorded outcomes of ``step`` in ``phase`` (not the entries saying one is awaited)."""
+    return [
+        e
+        for e in journal
+        if e.get("phase") == phase and e.get("step") == step and e.get("status") not in _AWAITING
+    ]
+
+
 def recorded_attempts(journal: Journal, step: str, phase: str) -> int:
-    """Attempts of ``step`` in ``phase`` since the last operator reset."""
+    """Attempts of ``step`` in ``phase`` since the last operator reset (the budget's count)."""
     resets = [i for i, e in enumerate(journal) if e.get("phase") == RESET]
     since = resets[-1] + 1 if resets else 0
-    return sum(
-        1
-        for e in journal[since:]
-        if e.get("phase") == phase and e.get("step") == step and e.get("status") not in _AWAITING
+    return len(_outcomes(journal[since:], step, phase))
+
+
+def latest_attempt(journal: Journal, step: str, phase: str) -> int:
+    """The identity of the last recorded attempt of ``step`` in ``phase`` (0: none).
+
+    The highest recorded, not a count: a journal written before identities stopped
+    restarting at resets still gets identities no earlier attempt used.
+    """
+    return max((int(e.get("attempt") or 0) for e in _outcomes(journal, step, phase)), default=0)
+
+
+def _next(workflow: Workflow, journal: Journal, step: Step, phase: str) -> Next:
+    return Next(
+        step=step,
+        index=workflow.step_index(step.name),
+        phase=phase,
+        attempt=latest_attempt(journal, step.name, phase) + 1,
+        tries=recorded_attempts(journal, step.name, phase) + 1,
     )
 
 
 def _unsettled(journal: Journal, step: str) -> bool:
     """Whether the step's latest forward outcome is UNKNOWN (so it must be resolved)."""
-    outcomes = [
-        e
-        for e in journal
-        if e.get("phase") == FORWARD and e.get("step") == step and e.get("status") not in _AWAITING
-    ]
+    outcomes = _outcomes(journal, step, FORWARD)
     return bool(outcomes) and outcomes[-1].get("status") == UNKNOWN
 
 
@@ -147,13 +176,7 @@ def next_step(workflow: Workflow, journal: Journal) -> Next | None:
         done = forward_outputs(journal)
         candidates = [(s, FORWARD) for s in workflow.steps if s.name not in done]
         if candidates and _unsettled(journal, candidates[0][0].name):
-            step = candidates[0][0]
-            return Next(
-                step=step,
-                index=workflow.step_index(step.name),
-                phase=RESOLVE,
-                attempt=recorded_attempts(journal, step.name, RESOLVE) + 1,
-            )
+            return _next(workflow, journal, candidates[0][0], RESOLVE)
     else:
         undone = {
             e["step"]
@@ -165,12 +188,7 @@ def next_step(workflow: Workflow, journal: Journal) -> Next | None:
     if not candidates:
         return None
     step, phase = candidates[0]
-    return Next(
-        step=step,
-        index=workflow.step_index(step.name),
-        phase=phase,
-        attempt=recorded_attempts(journal, step.name, phase) + 1,
-    )
+    return _next(workflow, journal, step, phase)
 
 
 @dataclass(frozen=True)
@@ -249,8 +267,8 @@ def decide(
             failure_code=MANUAL_INTERVENTION,
             failure_reason=f"step {nxt.step.name} halted: {entry.get('error')}",
         )
-    if status == FAILED and _retryable(entry) and nxt.attempt <= nxt.step.retry.max_retries:
-        return Decision("retry", [entry], delay=nxt.step.retry.delay(nxt.attempt, rng))
+    if status == FAILED and _retryable(entry) and nxt.tries <= nxt.step.retry.max_retries:
+        return Decision("retry", [entry], delay=nxt.step.retry.delay(nxt.tries, rng))
     # A rejection, or a transient failure with no retry left: undo what succeeded.
     code = entry.get("failure_code") or (STEP_REJECTED if status == REJECTED else RETRIES_EXHAUSTED)
     reason = f"step {nxt.step.name}: {entry.get('error')}"
@@ -275,10 +293,12 @@ def _decide_resolution(
     status = entry["status"]
     resolver = nxt.step.resolver
     if status in (SUCCEEDED, REJECTED):
-        attempt = recorded_attempts(journal, nxt.step.name, FORWARD)
+        # The settled outcome is the unknown forward attempt's: same identity, same try.
+        attempt = latest_attempt(journal, nxt.step.name, FORWARD)
+        tries = recorded_attempts(journal, nxt.step.name, FORWARD)
         settled = {k: v for k, v in entry.items() if k not in ("phase", "attempt")}
         settled.update(phase=FORWARD, attempt=attempt, resolved=True)
-        forward = Next(nxt.step, nxt.index, FORWARD, attempt)
+        forward = Next(nxt.step, nxt.index, FORWARD, attempt, tries)
         follow = decide(workflow, [*journal, entry], forward, settled, rng)
         return Decision(
             follow.kind,
@@ -288,14 +308,14 @@ def _decide_resolution(
             failure_reason=follow.failure_reason,
             output=follow.output,
         )
-    if resolver is not None and nxt.attempt < resolver.max_polls:
+    if resolver is not None and nxt.tries < resolver.max_polls:
         return Decision("resolve", [entry], delay=resolver.poll_interval)
     return Decision(
         "escalate",
         [entry],
         failure_code=OUTCOME_UNKNOWN,
         failure_reason=f"step {nxt.step.name}: outcome still unknown after "
-        f"{nxt.attempt} resolver polls",
+        f"{nxt.tries} resolver polls",
     )
 
 
@@ -329,9 +349,9 @@ def _decide_compensation(
     if (
         status == FAILED
         and _retryable(entry)
-        and nxt.attempt <= nxt.step.compensation_retry.max_retries
+        and nxt.tries <= nxt.step.compensation_retry.max_retries
     ):
-        return Decision("retry", [entry], delay=nxt.step.compensation_retry.delay(nxt.attempt, rng))
+        return Decision("retry", [entry], delay=nxt.step.compensation_retry.delay(nxt.tries, rng))
     return Decision(
         "escalate",
         [entry],

@@ -1,9 +1,11 @@
-"""The two axes of run state (DESIGN §4) and the one table of allowed transitions.
+"""The two axes of run state (DESIGN §4) and the tables of allowed transitions.
 
 ``status`` is ADR-114 D4's runtime contract — who holds the run. ``saga_status`` is the
-orchestrator's business state — where the process is. Store functions consult
-:func:`check_transition` before building a transition statement, and the statement itself
-repeats the ``from`` status in its WHERE clause, so the database refuses a race too.
+orchestrator's business state — where the process is. Each axis has one table of the moves
+allowed on it; a finished run (a terminal ``status``) moves on neither. Store modules consult
+:func:`check_transition` for the moves their statements make, and each statement repeats the
+``from`` state in its WHERE clause, so the database refuses a race too. The test database
+enforces both tables with a trigger on every statement the suite runs (DESIGN §9.1).
 """
 
 from __future__ import annotations
@@ -43,16 +45,60 @@ SAGA_STATUSES = (
 CONTROL_STATES = ("ACTIVE", "PAUSED")
 DIRECTIONS = ("FORWARD", "BACKWARD")
 
-# from status -> statuses it may move to. Anything else is refused.
+# from status -> statuses it may move to, each with who moves it. Anything else is refused.
 ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
-    PENDING: frozenset({RUNNING, FAILED, CANCELLED}),
-    RESUMED: frozenset({RUNNING, FAILED, CANCELLED}),
+    # claim (worker); reaper's exhausted budget; manual close
+    PENDING: frozenset({RUNNING, FAILED, CANCELLED, WAITING_APPROVAL}),
+    RESUMED: frozenset({RUNNING, FAILED, CANCELLED, WAITING_APPROVAL}),
+    # segment ends (worker); reaper; step timeout (timer)
     RUNNING: frozenset({PENDING, WAITING_TOOL, WAITING_APPROVAL, COMPLETED, FAILED, CANCELLED}),
-    WAITING_TOOL: frozenset({PENDING, RESUMED, FAILED, CANCELLED}),
+    # tool result or its timeout; cancel / deadline (RESUMED)
+    WAITING_TOOL: frozenset({PENDING, RESUMED, FAILED, CANCELLED, WAITING_APPROVAL}),
+    # a decision, the expiry, an operator's retry, cancel or deadline; manual close
     WAITING_APPROVAL: frozenset({RESUMED, FAILED, CANCELLED}),
     COMPLETED: frozenset(),
     FAILED: frozenset(),
     CANCELLED: frozenset(),
+}
+# A conflicting outcome (two results for one attempt) hands an unfinished run to a person
+# from wherever it is: the ``WAITING_APPROVAL`` entries above for PENDING, RESUMED and
+# WAITING_TOOL exist for that statement alone (store/tools.py).
+ESCALATABLE_STATUSES = tuple(
+    s for s in RUN_STATUSES if s == WAITING_APPROVAL or WAITING_APPROVAL in ALLOWED_TRANSITIONS[s]
+)
+
+# from saga_status -> saga statuses it may move to. Anything else is refused.
+ALLOWED_SAGA_TRANSITIONS: dict[str, frozenset[str]] = {
+    # cancel / deadline; unknown outcome; turn back; end; a person must look
+    "RUNNING": frozenset(
+        {
+            "CANCELLING",
+            "WAITING_RESOLUTION",
+            "COMPENSATING",
+            "COMPENSATED",
+            "COMPLETED",
+            "MANUAL_INTERVENTION",
+        }
+    ),
+    # the resolver settled it (and the saga goes on, turns back or ends); cancel / deadline
+    "WAITING_RESOLUTION": frozenset(
+        {
+            "RUNNING",
+            "CANCELLING",
+            "COMPENSATING",
+            "COMPENSATED",
+            "COMPLETED",
+            "MANUAL_INTERVENTION",
+        }
+    ),
+    # the worker turns back at its next step boundary
+    "CANCELLING": frozenset({"COMPENSATING", "COMPENSATED"}),
+    "COMPENSATING": frozenset({"COMPENSATED", "MANUAL_INTERVENTION"}),
+    # an operator's retry compensation / retry resolution / manual close
+    "MANUAL_INTERVENTION": frozenset({"COMPENSATING", "WAITING_RESOLUTION", "MANUALLY_CLOSED"}),
+    "COMPENSATED": frozenset(),
+    "COMPLETED": frozenset(),
+    "MANUALLY_CLOSED": frozenset(),
 }
 
 
@@ -67,6 +113,20 @@ class IllegalTransition(ValueError):
 
 def can_transition(from_status: str, to_status: str) -> bool:
     return to_status in ALLOWED_TRANSITIONS.get(from_status, frozenset())
+
+
+def can_change(from_status: str, from_saga: str, to_status: str, to_saga: str) -> bool:
+    """Whether a run may go from ``(from_status, from_saga)`` to ``(to_status, to_saga)``:
+    each axis stays or makes an allowed move, and a finished run changes neither."""
+    if (from_status, from_saga) == (to_status, to_saga):
+        return True
+    if from_status in TERMINAL_STATUSES:
+        return False
+    status_ok = from_status == to_status or can_transition(from_status, to_status)
+    saga_ok = from_saga == to_saga or to_saga in ALLOWED_SAGA_TRANSITIONS.get(
+        from_saga, frozenset()
+    )
+    return status_ok and saga_ok
 
 
 def check_transition(from_status: str, to_status: str) -> None:

@@ -22,7 +22,7 @@ from awooop.domain import saga
 from awooop.domain.workflow import Step
 from awooop.outbound import messages
 from awooop.store import approvals
-from awooop.store.runs import Claim
+from awooop.store.leases import Claim
 
 log = logging.getLogger("awooop.engine.approvals")
 

@@ -19,13 +19,13 @@ import time
 from sqlalchemy import Engine
 
 from awooop import metrics
-from awooop.store import runs
+from awooop.store import leases
 
 log = logging.getLogger("awooop.engine.lease")
 
 
 class Lease:
-    def __init__(self, engine: Engine, claim: runs.Claim, ttl: float, interval: float) -> None:
+    def __init__(self, engine: Engine, claim: leases.Claim, ttl: float, interval: float) -> None:
         self.claim = claim
         self.ttl = ttl
         self.interval = interval
@@ -44,7 +44,7 @@ class Lease:
                 return False
             try:
                 with self._engine.connect() as conn:
-                    held = runs.renew(conn, self.claim, self.ttl)
+                    held = leases.renew(conn, self.claim, self.ttl)
             except Exception:
                 # A failed renewal is not a lost lease: the lease may still be ours. Retry on
                 # the next beat; if the database stays away the lease expires and is reaped.

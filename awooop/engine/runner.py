@@ -5,6 +5,12 @@ what was decided, each write one statement fenced by the claim's lease. A record
 is never re-executed after a crash: the journal says what is done. A segment ends when the
 run completes, fails after compensation, waits for a retry, needs a person, or the lease is
 lost (then nothing more is written).
+
+Someone else may record an intent while a step runs — an operator's cancel, the run
+deadline. Every write here is a compare-and-set on where this worker last saw the run
+(:data:`awooop.store.leases.FENCE`), so such a write matches no row instead of replacing the
+intent; the runner then reads the run back, keeps the step's outcome in the journal and
+decides again from the intent (DESIGN §9.2).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import Connection, Engine
@@ -26,7 +33,7 @@ from awooop.domain.workflow import Halt, Reject, StepContext, Unknown, Workflow
 from awooop.engine import approvals, identity, lease
 from awooop.engine.lease import Lease
 from awooop.outbound import messages
-from awooop.store import runs
+from awooop.store import leases, segments
 from awooop.workflows import registry
 
 log = logging.getLogger("awooop.engine.runner")
@@ -75,7 +82,7 @@ def execute(
     it misses)."""
     me = identity.worker_id()
     with engine.connect() as conn:
-        claim = runs.claim(conn, me, settings.lease_ttl_seconds, run_id)
+        claim = leases.claim(conn, me, settings.lease_ttl_seconds, run_id)
     if claim is None:
         log.info(
             "run not claimable",
@@ -89,7 +96,9 @@ def execute(
         return _drive(engine, settings, claim, notify)
 
 
-def _drive(engine: Engine, settings: Settings, claim: runs.Claim, notify: Notify | None) -> Outcome:
+def _drive(
+    engine: Engine, settings: Settings, claim: leases.Claim, notify: Notify | None
+) -> Outcome:
     fields = _fields(claim)
     log.info(
         "run claimed",
@@ -115,7 +124,7 @@ def _drive(engine: Engine, settings: Settings, claim: runs.Claim, notify: Notify
             },
         )
         with engine.connect() as conn:
-            runs.release(conn, claim, WORKFLOW_UNAVAILABLE_RETRY_SECONDS, "workflow_unavailable")
+            leases.release(conn, claim, WORKFLOW_UNAVAILABLE_RETRY_SECONDS, "workflow_unavailable")
         return Outcome.RELEASED
 
     lease_ttl = workflow.lease_ttl_seconds or settings.lease_ttl_seconds
@@ -143,12 +152,13 @@ class _Segment:
 
 
 def _run_steps(
-    engine: Engine, claim: runs.Claim, workflow: Workflow, held: Lease, segment: _Segment
+    engine: Engine, claim: leases.Claim, workflow: Workflow, held: Lease, segment: _Segment
 ) -> Outcome:
     fields = _fields(claim)
     journal = list(claim.saga_steps)
-    steering = runs.Steering(cancelling=claim.saga_status == "CANCELLING", cause=claim.failure_code)
+    steering = segments.Steering.of(claim.saga_status, claim.failure_code, claim.paused)
     while True:
+        entry: dict[str, Any] | None = None
         if steering.cancelling and saga.frozen_plan(journal) is None:
             # An operator cancelled, or the deadline passed: turn back over what succeeded
             # (no step runs first).
@@ -160,10 +170,13 @@ def _run_steps(
             nxt = None
         elif steering.paused:
             with engine.connect() as conn:
-                paused = runs.pause_release(conn, claim)
+                paused = segments.pause_release(conn, claim)
             if not paused:
-                _lost_on_write(held)
-                return Outcome.LEASE_LOST
+                moved = _moved_meanwhile(engine, claim, held)
+                if moved is None:
+                    return Outcome.LEASE_LOST
+                claim, steering = moved
+                continue
             log.info("run paused at a step boundary", extra={**fields, "action": "run_paused"})
             return Outcome.PAUSED
         else:
@@ -174,11 +187,15 @@ def _run_steps(
                 raise AssertionError(f"run {claim.run_id} claimed with nothing left to do")
             if nxt.phase == saga.FORWARD and nxt.step.timeout and not nxt.step.is_tool:
                 with engine.connect() as conn:
-                    if not runs.arm_step_timeout(
+                    armed = segments.arm_step_timeout(
                         conn, claim, nxt.step.name, nxt.attempt, nxt.step.timeout
-                    ):
-                        _lost_on_write(held)
+                    )
+                if not armed:
+                    moved = _moved_meanwhile(engine, claim, held)
+                    if moved is None:
                         return Outcome.LEASE_LOST
+                    claim, steering = moved
+                    continue
             entry = _attempt(claim, nxt, journal, held)
             if held.lost.is_set():
                 log.warning(
@@ -190,10 +207,23 @@ def _run_steps(
         with engine.connect() as conn:
             written = _write(conn, claim, workflow, journal, nxt, decision, segment)
         if written is None:
-            _lost_on_write(held)
-            log.warning("lease lost; result discarded", extra={**fields, "action": "lease_lost"})
-            return Outcome.LEASE_LOST
+            moved = _moved_meanwhile(engine, claim, held)
+            if moved is None:
+                return Outcome.LEASE_LOST
+            claim, steering = moved
+            if entry is not None:
+                # The step ran: keep what it did (not the plan it led to), then act on the
+                # new intent.
+                kept = [e for e in decision.entries if e.get("phase") != saga.PLAN]
+                recorded = _keep_outcome(engine, claim, workflow, journal, kept)
+                if recorded is None:
+                    _lost_on_write(held)
+                    return Outcome.LEASE_LOST
+                claim, steering = recorded
+                journal += kept
+            continue
         journal += decision.entries
+        claim = claim.advanced(len(decision.entries), written.saga_status)
         steering = written
         if not decision.continues:
             outcome = _SEGMENT_ENDS[decision.kind]
@@ -210,6 +240,58 @@ def _run_steps(
             return outcome
 
 
+def _moved_meanwhile(
+    engine: Engine, claim: leases.Claim, held: Lease
+) -> tuple[leases.Claim, segments.Steering] | None:
+    """A fenced write matched no row. If the lease is still ours, someone recorded an intent
+    meanwhile (the saga status moved): the claim as it is now and what it asks. None: the
+    lease is gone (or the run changed in a way no intent explains) — stop."""
+    with engine.connect() as conn:
+        now = leases.position(conn, claim)
+    if (
+        now is None
+        or now.journal_length != claim.journal_length
+        or (now.saga_status, now.paused) == (claim.saga_status, claim.paused)
+    ):
+        _lost_on_write(held)
+        log.warning(
+            "lease lost; result discarded", extra={**_fields(claim), "action": "lease_lost"}
+        )
+        return None
+    log.info(
+        "intent recorded while the step ran; deciding again",
+        extra={
+            **_fields(claim),
+            "action": "intent_noticed",
+            "saga_status": now.saga_status,
+            "failure_code": now.failure_code,
+        },
+    )
+    moved = replace(
+        claim, saga_status=now.saga_status, failure_code=now.failure_code, paused=now.paused
+    )
+    return moved, segments.Steering.of(now.saga_status, now.failure_code, now.paused)
+
+
+def _keep_outcome(
+    engine: Engine,
+    claim: leases.Claim,
+    workflow: Workflow,
+    journal: list[dict[str, Any]],
+    entries: list[dict[str, Any]],
+) -> tuple[leases.Claim, segments.Steering] | None:
+    """Record a step's outcome as a plain step record, when the decision it led to can no
+    longer be written because of an intent recorded meanwhile. None: the lease is gone."""
+    upcoming = saga.next_step(workflow, [*journal, *entries])
+    with engine.connect() as conn:
+        steering = segments.record_step(
+            conn, claim, entries, next_step=upcoming.step.name if upcoming else None
+        )
+    if steering is None:
+        return None
+    return claim.advanced(len(entries), steering.saga_status), steering
+
+
 def _lost_on_write(held: Lease) -> None:
     """A fenced write matched no row: the lease is gone (counted once, where noticed first)."""
     if not held.lost.is_set():
@@ -218,7 +300,7 @@ def _lost_on_write(held: Lease) -> None:
 
 
 def _attempt(
-    claim: runs.Claim, nxt: saga.Next, journal: list[dict[str, Any]], held: Lease
+    claim: leases.Claim, nxt: saga.Next, journal: list[dict[str, Any]], held: Lease
 ) -> dict[str, Any]:
     """Run the handler once; the journal entry describing what happened."""
     # A resolver asks about the forward call's effect: it gets that call's effect id.
@@ -304,18 +386,19 @@ def _attempt(
 
 def _write(
     conn: Connection,
-    claim: runs.Claim,
+    claim: leases.Claim,
     workflow: Workflow,
     journal: list[dict[str, Any]],
     nxt: saga.Next | None,
     d: saga.Decision,
     segment: _Segment,
-) -> runs.Steering | None:
-    """Write ``d`` in one fenced statement; None when it matched no row (lease lost)."""
+) -> segments.Steering | None:
+    """Write ``d`` in one fenced statement; None when it matched no row (the lease is gone,
+    or an intent was recorded meanwhile)."""
     after = [*journal, *d.entries]
     upcoming = saga.next_step(workflow, after)
     if d.kind == "record":
-        return runs.record_step(
+        return segments.record_step(
             conn, claim, d.entries, next_step=upcoming.step.name if upcoming else None
         )
     if d.kind == "wait_approval":
@@ -324,12 +407,15 @@ def _write(
         if sent is None:
             return None
         segment.send(sent)
-        return runs.Steering()
+        return segments.Steering()
     report = any(s.is_approval for s in workflow.steps)
-    return runs.Steering() if _write_change(conn, claim, upcoming, nxt, d, report) else None
+    if not _write_change(conn, claim, upcoming, nxt, d, report):
+        return None
+    # Only turning back continues the segment; it leaves the saga compensating.
+    return segments.Steering(saga_status="COMPENSATING" if d.kind == "turn_back" else None)
 
 
-def _outcome_messages(claim: runs.Claim, status: str, code: str | None) -> list[Any]:
+def _outcome_messages(claim: leases.Claim, status: str, code: str | None) -> list[Any]:
     """A run that asked people for approval tells them how it ended."""
     targets = messages.reply_targets(claim.input)
     return messages.outcome_messages(
@@ -339,7 +425,7 @@ def _outcome_messages(claim: runs.Claim, status: str, code: str | None) -> list[
 
 def _write_change(
     conn: Connection,
-    claim: runs.Claim,
+    claim: leases.Claim,
     upcoming: saga.Next | None,
     nxt: saga.Next | None,
     d: saga.Decision,
@@ -347,11 +433,11 @@ def _write_change(
 ) -> bool:
     if d.kind == "turn_back":
         assert upcoming is not None
-        return runs.turn_back(
+        return segments.turn_back(
             conn, claim, d.entries, upcoming.step.name, d.failure_code or "", d.failure_reason or ""
         )
     if d.kind == "complete":
-        return runs.finish(
+        return segments.finish(
             conn,
             claim,
             d.entries,
@@ -363,7 +449,7 @@ def _write_change(
     if d.kind == "compensated":
         cancelled = d.failure_code == saga.CANCELLED
         to_status = states.CANCELLED if cancelled else states.FAILED
-        return runs.finish(
+        return segments.finish(
             conn,
             claim,
             d.entries,
@@ -375,30 +461,34 @@ def _write_change(
         )
     if d.kind == "retry":
         assert nxt is not None
-        return runs.retry_later(
+        return segments.retry_later(
             conn, claim, d.entries, d.delay, nxt.step.name, nxt.phase, nxt.attempt
         )
     if d.kind == "resolve":
         assert nxt is not None
-        return runs.retry_later(
+        # The wake-up for the next resolver poll, named by the attempt that asked for it:
+        # the forward attempt whose outcome was unknown, or the poll that could not tell.
+        return segments.retry_later(
             conn,
             claim,
             d.entries,
             d.delay,
             nxt.step.name,
-            saga.RESOLVE,
+            nxt.phase,
             nxt.attempt,
             saga_status="WAITING_RESOLUTION",
         )
     if d.kind == "wait_tool":
         assert nxt is not None
-        return runs.wait_for_tool(conn, claim, d.entries, nxt.step.name, nxt.attempt, d.delay)
+        return segments.wait_for_tool(conn, claim, d.entries, nxt.step.name, nxt.attempt, d.delay)
     if d.kind == "escalate":
-        return runs.escalate(conn, claim, d.entries, d.failure_code or "", d.failure_reason or "")
+        return segments.escalate(
+            conn, claim, d.entries, d.failure_code or "", d.failure_reason or ""
+        )
     raise AssertionError(f"unknown decision {d.kind}")
 
 
-def _fields(claim: runs.Claim) -> dict[str, Any]:
+def _fields(claim: leases.Claim) -> dict[str, Any]:
     return {
         "run_id": str(claim.run_id),
         "project_id": claim.project_id,

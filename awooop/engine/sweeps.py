@@ -16,15 +16,15 @@ from awooop import db, metrics
 from awooop.config import Settings
 from awooop.domain import states
 from awooop.engine import identity
-from awooop.store import dedupe, runs, timers
+from awooop.store import dedupe, reaper, timers
 
 log = logging.getLogger("awooop.engine.sweeps")
 
 
-def reap_once(engine: Engine) -> list[runs.Reaped]:
+def reap_once(engine: Engine) -> list[reaper.Reaped]:
     """ADR-114 D3: expired leases back to PENDING (or FAILED when attempts are exhausted)."""
     with engine.connect() as conn:
-        reaped = runs.reap(conn, actor=identity.worker_id())
+        reaped = reaper.reap(conn, actor=identity.worker_id())
     for r in reaped:
         outcome = "requeued" if r.to_status == states.PENDING else "failed"
         metrics.REAPER_RECOVERIES.labels(outcome).inc()
@@ -45,7 +45,9 @@ def reap_once(engine: Engine) -> list[runs.Reaped]:
 def orphans_once(engine: Engine, settings: Settings) -> list[uuid.UUID]:
     """Claimable runs nobody claimed within ``orphan_after_seconds``: their message is re-sent."""
     with engine.connect() as conn:
-        orphans = runs.mark_orphans(conn, settings.orphan_after_seconds, settings.orphan_batch_size)
+        orphans = reaper.mark_orphans(
+            conn, settings.orphan_after_seconds, settings.orphan_batch_size
+        )
     if orphans:
         log.warning(
             "unclaimed runs found; re-sending their messages",

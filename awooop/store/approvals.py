@@ -20,15 +20,9 @@ from sqlalchemy import Connection, text
 
 from awooop.domain import states
 from awooop.outbound.messages import Message
+from awooop.store.leases import FENCE, Claim, fence_params
 from awooop.store.outbox import INSERT_FROM_CHANGED, messages_param
-from awooop.store.runs import (
-    _FENCE,
-    _HISTORY,
-    _JOURNAL_APPEND,
-    _RELEASE_TO_WAIT,
-    Claim,
-    _fence_params,
-)
+from awooop.store.segments import HISTORY, JOURNAL_APPEND, RELEASE_TO_WAIT
 
 if TYPE_CHECKING:
     from awooop.store.timers import FiredTimer
@@ -40,11 +34,11 @@ _WAIT = text(
     f"""
 WITH changed AS (
     UPDATE awooop_run_state
-    SET {_JOURNAL_APPEND},
+    SET {JOURNAL_APPEND},
         status = 'WAITING_APPROVAL',
         current_step = :step,
-        {_RELEASE_TO_WAIT}
-    WHERE {_FENCE}
+        {RELEASE_TO_WAIT}
+    WHERE {FENCE}
     RETURNING run_id, project_id, status, version
 ), approval AS (
     INSERT INTO awooop_approval
@@ -62,7 +56,7 @@ WITH changed AS (
     FROM changed
     ON CONFLICT (timer_id) DO NOTHING
 ), outbox AS ({INSERT_FROM_CHANGED}
-), history AS ({_HISTORY})
+), history AS ({HISTORY})
 SELECT (SELECT count(*) FROM changed) AS changed,
        (SELECT array_agg(message_id) FROM outbox) AS message_ids
 """
@@ -86,7 +80,7 @@ def wait_for_approval(
     """Release the run to WAITING_APPROVAL, fenced. The prompt's outbox message ids, or
     None when the lease was lost (nothing written)."""
     params = {
-        **_fence_params(c),
+        **fence_params(c),
         "entries": json.dumps(entries),
         "event_kind": "transition",
         "trigger_id": f"wait_approval:{c.lease_epoch}",
@@ -108,7 +102,9 @@ def wait_for_approval(
 
 
 # The run still waits for this approval (a: the approval row, r: its run): a token is worth
-# nothing once the run has moved on.
+# nothing once the run has moved on. Deciding and expiring test it on the run row they have
+# locked first (FOR UPDATE re-reads a row changed while it waited), so a cancel or a claim
+# committed meanwhile is seen, never overwritten.
 _WAITING_HERE = (
     "r.run_id = a.run_id AND r.status = 'WAITING_APPROVAL' AND r.saga_status = 'RUNNING'"
     " AND r.current_step = a.step"
@@ -166,14 +162,21 @@ def lookup(conn: Connection, project_id: str, token_hash: str) -> PendingApprova
 
 _DECIDE = text(
     f"""
-WITH decided AS (
-    UPDATE awooop_approval a
-    SET status = :status, decided_by = :actor, decided_via = :via, decided_at = now(),
-        comment = :comment
+WITH waiting AS (
+    SELECT r.run_id
     FROM awooop_run_state r
+    JOIN awooop_approval a ON a.run_id = r.run_id
     WHERE a.token_hash = :token_hash AND a.project_id = :project_id
       AND a.status = 'PENDING' AND a.expires_at > now()
       AND {_WAITING_HERE}
+    FOR UPDATE OF r
+), decided AS (
+    UPDATE awooop_approval a
+    SET status = :status, decided_by = :actor, decided_via = :via, decided_at = now(),
+        comment = :comment
+    FROM waiting w
+    WHERE a.token_hash = :token_hash AND a.project_id = :project_id AND a.run_id = w.run_id
+      AND a.status = 'PENDING'
     RETURNING a.approval_id, a.run_id, a.step, a.attempt
 ), changed AS (
     UPDATE awooop_run_state r
@@ -235,13 +238,20 @@ def decide(
 # (the worker reads the "expired" decision: compensate, then FAILED E-APPROVAL-002).
 _EXPIRE = text(
     f"""
-WITH expired AS (
-    UPDATE awooop_approval a
-    SET status = 'EXPIRED', decided_at = now(), decided_via = 'timer'
+WITH waiting AS (
+    SELECT r.run_id
     FROM awooop_run_state r
+    JOIN awooop_approval a ON a.run_id = r.run_id
     WHERE a.run_id = :run_id AND a.step = :step AND a.attempt = :attempt
       AND a.status = 'PENDING'
       AND {_WAITING_HERE}
+    FOR UPDATE OF r
+), expired AS (
+    UPDATE awooop_approval a
+    SET status = 'EXPIRED', decided_at = now(), decided_via = 'timer'
+    FROM waiting w
+    WHERE a.run_id = w.run_id AND a.step = :step AND a.attempt = :attempt
+      AND a.status = 'PENDING'
     RETURNING a.approval_id, a.run_id, a.step, a.attempt
 ), changed AS (
     UPDATE awooop_run_state r

@@ -23,7 +23,9 @@ WITH due AS (
     WHERE t.state = 'PENDING' AND t.due_at <= now() AND r.control_state = 'ACTIVE'
     ORDER BY t.due_at
     LIMIT :batch_size
-    FOR UPDATE OF t SKIP LOCKED
+    -- The run rows too, skipping any held: an operator locks the run, then its timers; a
+    -- sweep that locked timers and then waited for their run would deadlock with it.
+    FOR UPDATE OF t, r SKIP LOCKED
 )
 UPDATE awooop_timer t
 -- expected_version -1 (a run deadline): valid whatever the run's version.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -144,22 +145,40 @@ _RUN_FACTS = text(
     " FROM awooop_run_state WHERE run_id = :run_id"
 )
 
+
+def _sql_list(values: Iterable[str]) -> str:
+    return ", ".join(f"'{v}'" for v in values)
+
+
+# Where a conflict may hand the run to a person from, by the state machine's tables.
+_ESCALATE_FROM_SAGA = [
+    saga
+    for saga, targets in states.ALLOWED_SAGA_TRANSITIONS.items()
+    if "MANUAL_INTERVENTION" in targets or saga == "MANUAL_INTERVENTION"
+]
+
 # Two different outcomes for one attempt: record the conflict and hand the run to a person
-# (compare-and-set on the version read with the journal). A finished run keeps its end.
+# (compare-and-set on the version read with the journal), only from the states the tables
+# allow. A run a worker holds loses its lease (the epoch moves on), so the worker's next
+# write is refused. A finished run keeps its end.
 _CONFLICT = text(
-    """
+    f"""
 WITH changed AS (
     UPDATE awooop_run_state r
     SET status = 'WAITING_APPROVAL',
         saga_status = 'MANUAL_INTERVENTION',
         lease_until = NULL,
+        worker_id = NULL,
+        lease_epoch = CASE WHEN r.status = 'RUNNING' THEN r.lease_epoch + 1
+                           ELSE r.lease_epoch END,
         attempt_count = 0,
         failure_code = 'E-SAGA-004',
         failure_reason = :reason,
         version = r.version + 1,
         updated_at = now()
     WHERE r.run_id = :run_id AND r.version = :version
-      AND r.status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')
+      AND r.status IN ({_sql_list(states.ESCALATABLE_STATUSES)})
+      AND r.saga_status IN ({_sql_list(_ESCALATE_FROM_SAGA)})
     RETURNING r.run_id, r.status
 )
 INSERT INTO awooop_run_event (run_id, kind, to_status, trigger, trigger_id, detail)

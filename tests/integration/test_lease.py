@@ -10,7 +10,7 @@ from collections import Counter
 from sqlalchemy import text
 
 from awooop.engine import runner, sweeps
-from awooop.store import runs
+from awooop.store import leases, reaper, segments
 from tests.support import db
 from tests.support import runs as test_runs
 from tests.support import workflows as test_workflows
@@ -20,19 +20,19 @@ SHORT_TTL = 0.2
 
 def claim(engine, worker: str, run_id=None, ttl: float = 30.0):  # type: ignore[no-untyped-def]
     with engine.begin() as conn:
-        return runs.claim(conn, worker, ttl, run_id)
+        return leases.claim(conn, worker, ttl, run_id)
 
 
 def reap(engine):  # type: ignore[no-untyped-def]
     with engine.begin() as conn:
-        return runs.reap(conn, actor="test-reaper")
+        return reaper.reap(conn, actor="test-reaper")
 
 
 def expire_leases() -> None:
     time.sleep(SHORT_TTL + 0.1)
 
 
-def entry(c: runs.Claim, step: str = "one") -> dict:
+def entry(c: leases.Claim, step: str = "one") -> dict:
     return {
         "step": step,
         "index": 0,
@@ -72,9 +72,9 @@ def test_renew_extends_the_lease_only_for_the_holder(engine, project):
     before = db.run(engine, run_id)["lease_until"]
 
     with engine.begin() as conn:
-        assert runs.renew(conn, c, lease_ttl=60)
-        impostor = runs.Claim(**{**c.__dict__, "worker_id": "w2"})
-        assert not runs.renew(conn, impostor, lease_ttl=600)
+        assert leases.renew(conn, c, lease_ttl=60)
+        impostor = leases.Claim(**{**c.__dict__, "worker_id": "w2"})
+        assert not leases.renew(conn, impostor, lease_ttl=600)
 
     assert db.run(engine, run_id)["lease_until"] > before
 
@@ -96,7 +96,7 @@ def test_ten_concurrent_workers_claim_every_run_exactly_once(engine, project):
                 with lock:
                     executed.append(c.run_id)
                 with engine.begin() as conn:
-                    assert runs.finish(
+                    assert segments.finish(
                         conn, c, [entry(c)], to_status="COMPLETED", saga_status="COMPLETED"
                     )
         except BaseException as exc:  # surfaced below
@@ -192,7 +192,7 @@ def test_two_reapers_at_once_reap_each_run_once(engine, project):
     for run_id in run_ids:
         claim(engine, "w1", run_id, ttl=SHORT_TTL)
     expire_leases()
-    results: list[list[runs.Reaped]] = []
+    results: list[list[reaper.Reaped]] = []
     start = threading.Barrier(2)
 
     def reaper() -> None:
@@ -218,12 +218,12 @@ def test_stale_claim_cannot_record_after_the_run_was_reclaimed(engine, project):
     fresh = claim(engine, "w2", run_id)
 
     with engine.begin() as conn:
-        assert not runs.renew(conn, stale, lease_ttl=30)
-        assert not runs.record_step(conn, stale, [entry(stale)], next_step="two")
-        assert not runs.finish(
+        assert not leases.renew(conn, stale, lease_ttl=30)
+        assert not segments.record_step(conn, stale, [entry(stale)], next_step="two")
+        assert not segments.finish(
             conn, stale, [entry(stale)], to_status="COMPLETED", saga_status="COMPLETED"
         )
-        assert runs.record_step(conn, fresh, [entry(fresh)], next_step="two")
+        assert segments.record_step(conn, fresh, [entry(fresh)], next_step="two")
 
     journal = db.run(engine, run_id)["saga_steps"]
     assert [e["worker_id"] for e in journal] == ["w2"]
@@ -288,7 +288,7 @@ def test_runner_does_not_rerun_steps_recorded_before_a_crash(engine, project, se
     run_id = test_runs.admit(engine, project["project_id"], "noop-3")
     first = claim(engine, "crashed-worker", run_id, ttl=SHORT_TTL)
     with engine.begin() as conn:
-        runs.record_step(conn, first, [entry(first, "one")], next_step="two")
+        segments.record_step(conn, first, [entry(first, "one")], next_step="two")
     expire_leases()
     reap(engine)
 

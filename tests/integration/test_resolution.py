@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 
-from awooop.engine import management, runner, sweeps
-from tests.support import db
+from awooop.engine import management, runner
+from tests.support import db, waiting
 from tests.support import runs as test_runs
 from tests.support import workflows as wf
 
@@ -18,8 +17,7 @@ def drive(engine, settings, run_id, rounds: int = 10) -> runner.Outcome:  # type
         if outcome is not runner.Outcome.RESOLVING:
             return outcome
         assert db.run(engine, run_id)["saga_status"] == "WAITING_RESOLUTION"
-        time.sleep(0.12)
-        sweeps.fire_due_timers_once(engine, settings)
+        waiting.fire_when_due(engine, settings, run_id, "retry")
     raise AssertionError("still resolving")
 
 

@@ -11,7 +11,7 @@ from sqlalchemy import text
 from awooop.domain.workflow import Step, Workflow
 from awooop.engine import runner, sweeps
 from awooop.workflows import registry
-from tests.support import db
+from tests.support import db, waiting
 from tests.support import runs as test_runs
 from tests.support import workflows as wf
 
@@ -103,8 +103,7 @@ def test_exhausted_retries_compensate(engine, project, settings):
     run_id = test_runs.admit(engine, project["project_id"], "test-exhausted", {"fail_times": 9})
 
     assert execute(engine, settings, run_id) == runner.Outcome.RETRY_SCHEDULED
-    time.sleep(0.15)
-    fire_timers(engine, settings)
+    waiting.fire_when_due(engine, settings, run_id, "retry")
     assert execute(engine, settings, run_id) == runner.Outcome.FAILED
 
     row = db.run(engine, run_id)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy import text
 
 from awooop.engine import sweeps
-from awooop.store import runs
+from awooop.store import leases
 from tests.support import db
 from tests.support import runs as test_runs
 
@@ -26,7 +26,7 @@ def test_orphan_sweep_finds_claimable_runs_whose_message_is_old(engine, project,
 def test_orphan_sweep_ignores_held_and_finished_runs(engine, project, settings):
     held = test_runs.admit(engine, project["project_id"])
     with engine.begin() as conn:
-        runs.claim(conn, "w1", 30, held)
+        leases.claim(conn, "w1", 30, held)
         conn.execute(text("UPDATE awooop_run_state SET enqueued_at = now() - interval '1 hour'"))
 
     assert sweeps.orphans_once(engine, settings_with(settings, orphan_after_seconds=0)) == []

@@ -7,7 +7,7 @@ import time
 
 from awooop.engine import runner, sweeps
 from tests.integration.conftest import queued_messages
-from tests.support import db
+from tests.support import db, waiting
 from tests.support import runs as test_runs
 from tests.support import workflows as wf
 
@@ -108,8 +108,7 @@ def test_a_missing_result_times_out_and_the_call_is_dispatched_again(engine, pro
 def time_out_once(engine, settings, run_id) -> None:  # type: ignore[no-untyped-def]
     """Dispatch, let the tool timeout fire, and let a worker decide the missing result."""
     assert runner.execute(engine, settings, run_id) == runner.Outcome.WAITING_TOOL
-    time.sleep(0.15)
-    sweeps.fire_due_timers_once(engine, settings)
+    waiting.fire_when_due(engine, settings, run_id, "tool_timeout")
 
 
 def test_a_result_after_the_run_moved_on_is_late_and_changes_nothing(

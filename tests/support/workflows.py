@@ -440,3 +440,130 @@ def _speak(ctx: StepContext) -> dict[str, Any]:
 
 
 SPEAKING = register(Workflow("test-speaking", 1, [Step("speak", _speak)]))
+
+
+# --- Held outcomes --------------------------------------------------------------------------
+# ``test-held-<outcome>``: step ``hold`` waits on the gate named by the input, then ends the
+# way <outcome> says. A test records an intent (cancel, the deadline) while it waits.
+# ``test-held-<outcome>-deadline``: the same with a run deadline a test can fire mid-step.
+
+
+def _held(ctx: StepContext) -> dict[str, Any]:
+    _note(ctx, f"do:{ctx.step}")
+    GATES[ctx.input["event"]["gate"]].wait(timeout=30)
+    outcome = ctx.input["event"]["outcome"]
+    if outcome == "fail":
+        raise ConnectionError("upstream unavailable")
+    if outcome == "reject":
+        raise Reject("the change window is closed")
+    if outcome in ("unknown", "unknown-no-resolver"):
+        raise Unknown("the restart request timed out")
+    if outcome == "halt":
+        raise Halt("disk state unknown: a person must look")
+    return {"done": ctx.step}
+
+
+def _held_prompt(ctx: StepContext) -> str:
+    _note(ctx, f"ask:{ctx.step}")
+    GATES[ctx.input["event"]["gate"]].wait(timeout=30)
+    return "Go on?"
+
+
+def _still_unknown(ctx: StepContext) -> None:
+    raise Unknown("still checking")
+
+
+HELD_STEPS: dict[str, Step] = {
+    "succeed": Step("hold", _held, compensate=_undo),
+    "complete": Step("hold", _held, compensate=_undo),
+    "fail": Step("hold", _held, compensate=_undo, retry=FAST_RETRY),
+    "reject": Step("hold", _held, compensate=_undo),
+    "unknown": Step(
+        "hold",
+        _held,
+        compensate=_undo,
+        resolver=Resolver(_still_unknown, budget=60.0, poll_interval=30.0),
+    ),
+    "unknown-no-resolver": Step("hold", _held, compensate=_undo),
+    "halt": Step("hold", _held, compensate=_undo),
+    "tool": Step("hold", _held, compensate=_undo, tool_timeout=60.0),
+    "approval": Step("hold", _held_prompt, approval=Approval("go-on", ttl_seconds=900.0)),
+}
+
+
+def _held_workflow(outcome: str, deadline: float | None) -> Workflow:
+    steps = [Step("a", _do, compensate=_undo), HELD_STEPS[outcome]]
+    if outcome != "complete":  # "complete": the held step is the last one
+        steps.append(Step("c", _do, compensate=_undo))
+    suffix = "-deadline" if deadline else ""
+    return register(Workflow(f"test-held-{outcome}{suffix}", 1, steps, deadline_seconds=deadline))
+
+
+HELD = {
+    (outcome, deadline): _held_workflow(outcome, deadline)
+    for outcome in HELD_STEPS
+    for deadline in (None, 0.2)
+}
+
+
+# --- Attempt identity across operator resets ------------------------------------------------
+
+
+def _undo_fails(ctx: StepContext) -> None:
+    _note(ctx, f"undo:{ctx.step}")
+    raise ConnectionError("the rollback endpoint is down")
+
+
+UNDO_FAILS = register(
+    Workflow(
+        "test-undo-fails",
+        1,
+        [
+            Step(
+                "a",
+                _do,
+                compensate=_undo_fails,
+                compensation_retry=RetryPolicy(max_retries=1, base_delay=0.2, jitter=0.0),
+            ),
+            Step("d", _reject),
+        ],
+    )
+)
+
+
+def _halt_first_then_wait(ctx: StepContext) -> dict[str, Any]:
+    """Halts on its first execution; a re-run (after retry-resolution) waits on the gate."""
+    _note(ctx, f"do:{ctx.step}")
+    if sum(1 for c in CALLS[ctx.run_id] if c == f"do:{ctx.step}") == 1:
+        raise Halt("disk state unknown: a person must look")
+    GATES[ctx.input["event"]["gate"]].wait(timeout=30)
+    return {"done": ctx.step}
+
+
+HALT_THEN_SLOW = register(
+    Workflow("test-halt-then-slow", 1, [Step("slow", _halt_first_then_wait, timeout=0.2)])
+)
+
+
+def _dispatch_halting_second(ctx: StepContext) -> dict[str, Any]:
+    """Dispatches the call, except on the step's second execution, which halts."""
+    _note(ctx, f"dispatch:{ctx.step}")
+    if sum(1 for c in CALLS[ctx.run_id] if c == f"dispatch:{ctx.step}") == 2:
+        raise Halt("the tool refused the call: a person must look")
+    return {"correlation_id": ctx.effect_id}
+
+
+TOOL_HALTING = register(
+    Workflow(
+        "test-tool-halting",
+        1,
+        [
+            Step(
+                "diagnose",
+                _dispatch_halting_second,
+                tool_timeout=30.0,
+                retry=RetryPolicy(max_retries=3, base_delay=0.0, jitter=0.0),
+            ),
+        ],
+    )
+)

@@ -1,0 +1,254 @@
+"""The lease (ADR-114 D2, DESIGN §4): claiming a run, renewing and releasing it, and the
+fence every write of a lease holder carries.
+
+A claim bumps ``lease_epoch``, the fencing token. Renewals carry :data:`LEASE_HELD`
+(``worker_id``, ``lease_epoch``, ``status = 'RUNNING'``). A segment write carries
+:data:`FENCE`, which adds where the holder last saw the run — its ``saga_status`` and the
+journal's length — so it is a compare-and-set that:
+
+- never replaces an intent someone else recorded while the worker ran (an operator's cancel,
+  the run deadline: both move ``saga_status`` to CANCELLING). The worker reads the run back
+  with :func:`position` and re-decides (DESIGN §9.2);
+- applied twice is applied once (the journal has grown after the first), so a write whose
+  reply was lost can be retried (DESIGN §9.4).
+
+Zero rows and no lease in :func:`position` means the lease is gone: the caller stops without
+writing. All times are the database's ``now()``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, replace
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from awooop.domain import states
+from awooop.store.prepared import PreparedStatement
+
+states.check_transition(states.PENDING, states.RUNNING)
+states.check_transition(states.RESUMED, states.RUNNING)
+states.check_transition(states.RUNNING, states.PENDING)
+
+_CLAIM_TEMPLATE = """
+WITH candidate AS (
+    SELECT run_id, status
+    FROM awooop_run_state
+    WHERE status IN ('PENDING', 'RESUMED')
+      AND (lease_until IS NULL OR lease_until < now())
+      AND available_at <= now()
+      AND control_state = 'ACTIVE'
+      {filter}
+    ORDER BY available_at, created_at
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE awooop_run_state r
+    SET status = 'RUNNING',
+        lease_until = now() + make_interval(secs => :lease_ttl),
+        heartbeat_at = now(),
+        attempt_count = r.attempt_count + 1,
+        lease_epoch = r.lease_epoch + 1,
+        worker_id = :worker_id,
+        version = r.version + 1,
+        updated_at = now()
+    FROM candidate c
+    WHERE r.run_id = c.run_id
+    RETURNING r.run_id, r.project_id, r.workflow_name, r.workflow_version, r.workflow_digest,
+              r.input, r.saga_steps, r.attempt_count, r.max_attempts, r.lease_epoch,
+              r.lease_until, r.saga_status, r.control_state, r.version, r.failure_code,
+              r.traceparent,
+              c.status AS from_status,
+              -- claim latency: since the run's message was sent (or its retry fell due)
+              GREATEST(0, extract(epoch FROM now() - r.enqueued_at))::float8 AS waited
+), history AS (
+    INSERT INTO awooop_run_event
+        (run_id, kind, from_status, to_status, trigger, trigger_id, actor, detail)
+    SELECT run_id, 'lease', from_status, 'RUNNING', 'worker', 'claim:' || lease_epoch,
+           :worker_id, jsonb_build_object('attempt', attempt_count, 'lease_epoch', lease_epoch)
+    FROM claimed
+)
+SELECT * FROM claimed
+"""
+_CLAIM_BY_ID = PreparedStatement(
+    "awooop_claim_by_id", _CLAIM_TEMPLATE.format(filter="AND run_id = :run_id")
+)
+_CLAIM_OLDEST = PreparedStatement("awooop_claim_oldest", _CLAIM_TEMPLATE.format(filter=""))
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A held lease: who holds it (``worker_id``), the fencing token (``lease_epoch``), and
+    where the holder last saw the run (``saga_status``, ``journal_length``): every segment
+    write is a compare-and-set on all four (:data:`FENCE`). After each write the holder
+    moves on with :meth:`advanced`."""
+
+    run_id: uuid.UUID
+    project_id: str
+    workflow_name: str
+    workflow_version: int
+    workflow_digest: str
+    input: dict[str, Any]
+    saga_steps: list[dict[str, Any]]
+    attempt_count: int
+    max_attempts: int
+    lease_epoch: int
+    worker_id: str
+    saga_status: str = "RUNNING"
+    version: int = 0
+    failure_code: str | None = None
+    # The W3C trace context the run was admitted with (for log lines), if any.
+    traceparent: str | None = None
+    # Seconds between the run's message being sent (or its retry falling due) and this claim.
+    waited_seconds: float = 0.0
+    # Entries in the journal as the holder last wrote or read it.
+    journal_length: int = 0
+    paused: bool = False
+
+    def advanced(self, appended: int, saga_status: str | None = None) -> Claim:
+        """The claim after this holder's own write appended ``appended`` entries (and, when
+        given, set ``saga_status``)."""
+        return replace(
+            self,
+            journal_length=self.journal_length + appended,
+            saga_status=saga_status or self.saga_status,
+        )
+
+
+def claim(
+    conn: Connection, worker_id: str, lease_ttl: float, run_id: uuid.UUID | str | None = None
+) -> Claim | None:
+    """Take the lease on ``run_id`` (or the oldest claimable run); None if nothing is claimable."""
+    params = {"worker_id": worker_id, "lease_ttl": lease_ttl}
+    if run_id is None:
+        row = _CLAIM_OLDEST.execute(conn, params).first()
+    else:
+        row = _CLAIM_BY_ID.execute(conn, {**params, "run_id": run_id}).first()
+    if row is None:
+        return None
+    return Claim(
+        run_id=row.run_id,
+        project_id=row.project_id,
+        workflow_name=row.workflow_name,
+        workflow_version=row.workflow_version,
+        workflow_digest=row.workflow_digest,
+        input=row.input,
+        saga_steps=row.saga_steps,
+        attempt_count=row.attempt_count,
+        max_attempts=row.max_attempts,
+        lease_epoch=row.lease_epoch,
+        worker_id=worker_id,
+        saga_status=row.saga_status,
+        version=row.version,
+        failure_code=row.failure_code,
+        traceparent=row.traceparent,
+        waited_seconds=row.waited,
+        journal_length=len(row.saga_steps),
+        paused=row.control_state == "PAUSED",
+    )
+
+
+# The lease is still this holder's.
+LEASE_HELD = (
+    "run_id = :run_id AND worker_id = :worker_id AND lease_epoch = :lease_epoch"
+    " AND status = 'RUNNING'"
+)
+# ... and the run is where the holder last saw it: no intent recorded by someone else since,
+# and this write not applied already.
+FENCE = (
+    f"{LEASE_HELD} AND saga_status = :seen_saga_status"
+    " AND jsonb_array_length(saga_steps) = :journal_length"
+)
+
+
+def lease_params(c: Claim) -> dict[str, Any]:
+    return {"run_id": c.run_id, "worker_id": c.worker_id, "lease_epoch": c.lease_epoch}
+
+
+def fence_params(c: Claim) -> dict[str, Any]:
+    return {
+        **lease_params(c),
+        "seen_saga_status": c.saga_status,
+        "journal_length": c.journal_length,
+    }
+
+
+_RENEW = PreparedStatement(
+    "awooop_renew",
+    f"""
+UPDATE awooop_run_state
+SET lease_until = now() + make_interval(secs => :lease_ttl),
+    heartbeat_at = now()
+WHERE {LEASE_HELD}
+""",
+)
+
+
+def renew(conn: Connection, c: Claim, lease_ttl: float) -> bool:
+    """Heartbeat (ADR-114 D2). False: the lease was reaped or re-claimed — stop."""
+    return _RENEW.execute(conn, {**lease_params(c), "lease_ttl": lease_ttl}).rowcount == 1
+
+
+_POSITION = text(
+    f"""
+SELECT saga_status, failure_code, control_state,
+       jsonb_array_length(saga_steps) AS journal_length
+FROM awooop_run_state
+WHERE {LEASE_HELD}
+"""
+)
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a held run is now, read back when a fenced write matched no row."""
+
+    saga_status: str
+    failure_code: str | None
+    paused: bool
+    journal_length: int
+
+
+def position(conn: Connection, c: Claim) -> Position | None:
+    """The run as it is now if ``c`` still holds its lease; None: the lease is gone."""
+    row = conn.execute(_POSITION, lease_params(c)).first()
+    if row is None:
+        return None
+    return Position(
+        row.saga_status, row.failure_code, row.control_state == "PAUSED", row.journal_length
+    )
+
+
+_RELEASE = text(
+    f"""
+WITH released AS (
+    UPDATE awooop_run_state
+    SET status = 'PENDING',
+        lease_until = NULL,
+        worker_id = NULL,
+        attempt_count = attempt_count - 1,
+        available_at = now() + make_interval(secs => :delay),
+        enqueued_at = now() + make_interval(secs => :delay),
+        version = version + 1,
+        updated_at = now()
+    WHERE {LEASE_HELD}
+    RETURNING run_id
+)
+INSERT INTO awooop_run_event
+    (run_id, kind, from_status, to_status, trigger, trigger_id, actor, detail)
+SELECT run_id, 'lease', 'RUNNING', 'PENDING', 'worker', 'release:' || CAST(:lease_epoch AS text),
+       :worker_id, jsonb_build_object('reason', CAST(:reason AS text))
+FROM released
+"""
+)
+
+
+def release(conn: Connection, c: Claim, delay_seconds: float, reason: str) -> bool:
+    """Hand the run back untouched (nothing was attempted), claimable after ``delay_seconds``."""
+    return (
+        conn.execute(
+            _RELEASE, {**lease_params(c), "delay": delay_seconds, "reason": reason}
+        ).rowcount
+        == 1
+    )

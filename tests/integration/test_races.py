@@ -1,0 +1,221 @@
+"""Two actors writing one run at once (DESIGN §9): a worker mid-step against an operator's
+cancel or the run deadline, an approval decision or expiry against a cancel, the timer sweep
+against pause / resume. Each interleaving is forced: one side is held on a gate or a row
+lock while the other commits."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
+
+from awooop import db as awooop_db
+from awooop.engine import management, runner, sweeps
+from awooop.store import approvals, operations, timers
+from tests.support import db, waiting
+from tests.support import runs as test_runs
+from tests.support import workflows as wf
+
+OUTCOMES = list(wf.HELD_STEPS)
+
+
+def _cancel(engine, settings, project, run_id) -> None:  # type: ignore[no-untyped-def]
+    result = management.operate(
+        engine,
+        settings,
+        "cancel",
+        project["project_id"],
+        run_id,
+        operation_id=uuid.uuid4().hex,
+        actor="alice",
+        reason="test",
+    )
+    assert result.applied
+
+
+def _fire_deadline(engine, settings, run_id) -> None:  # type: ignore[no-untyped-def]
+    waiting.fire_when_due(engine, settings, run_id, "deadline")
+    assert db.run(engine, run_id)["saga_status"] == "CANCELLING"
+
+
+@pytest.mark.parametrize("intent", ["cancel", "deadline"])
+@pytest.mark.parametrize("outcome", OUTCOMES)
+def test_an_intent_recorded_while_a_step_runs_survives_however_the_step_ends(
+    engine, project, settings, outcome, intent
+):
+    # Given a worker inside step "hold", held on a gate
+    gate = uuid.uuid4().hex
+    wf.GATES[gate] = threading.Event()
+    name = f"test-held-{outcome}" + ("-deadline" if intent == "deadline" else "")
+    run_id = test_runs.admit(
+        engine, project["project_id"], name, {"gate": gate, "outcome": outcome}
+    )
+    result: list[runner.Outcome] = []
+    worker = threading.Thread(
+        target=lambda: result.append(runner.execute(engine, settings, run_id))
+    )
+    worker.start()
+    waiting.until(lambda: db.run(engine, run_id)["current_step"] == "hold", what="step hold")
+
+    # When the operator cancels (or the deadline passes) and then the step ends
+    if intent == "cancel":
+        _cancel(engine, settings, project, run_id)
+    else:
+        _fire_deadline(engine, settings, run_id)
+    wf.GATES[gate].set()
+    worker.join(timeout=20)
+
+    # Then the worker turned back in the same segment: compensated, ended by the intent
+    row = db.run(engine, run_id)
+    expected = ("CANCELLED", "E-SAGA-002") if intent == "cancel" else ("FAILED", "E-SAGA-003")
+    assert (row["status"], row["saga_status"], row["failure_code"]) == (
+        expected[0],
+        "COMPENSATED",
+        expected[1],
+    )
+    assert result == [runner.Outcome.CANCELLED if intent == "cancel" else runner.Outcome.FAILED]
+    calls = wf.CALLS[str(run_id)]
+    assert "undo:a" in calls and "do:c" not in calls
+    assert ("undo:hold" in calls) == (outcome in ("succeed", "complete"))
+    # and the step's own outcome is in the journal, before the plan the intent froze
+    hold = [e for e in row["saga_steps"] if e.get("step") == "hold" and e["phase"] == "forward"]
+    assert len(hold) == 1
+    assert db.count(engine, "awooop_approval", "run_id = :r", r=run_id) == 0
+
+
+def test_the_test_database_refuses_a_transition_the_state_machine_does_not_list(
+    engine, project, settings
+):
+    run_id = test_runs.admit(engine, project["project_id"], "noop-3")
+    assert runner.execute(engine, settings, run_id) == runner.Outcome.COMPLETED
+    with pytest.raises(DBAPIError, match="illegal run transition"), engine.connect() as conn:
+        conn.execute(
+            text("UPDATE awooop_run_state SET status = 'RUNNING' WHERE run_id = :r"),
+            {"r": run_id},
+        )
+    with pytest.raises(DBAPIError, match="illegal run transition"), engine.connect() as conn:
+        conn.execute(
+            text("UPDATE awooop_run_state SET saga_status = 'RUNNING' WHERE run_id = :r"),
+            {"r": run_id},
+        )
+    assert db.run(engine, run_id)["status"] == "COMPLETED"
+
+
+def _waiting_for_approval(engine, settings, project) -> tuple[uuid.UUID, str]:  # type: ignore[no-untyped-def]
+    run_id = test_runs.admit(engine, project["project_id"], "test-approval")
+    assert runner.execute(engine, settings, run_id) == runner.Outcome.WAITING_APPROVAL
+    (approval,) = db.rows(engine, "SELECT * FROM awooop_approval WHERE run_id = :r", r=run_id)
+    return run_id, approval["token_hash"]
+
+
+def _decide(engine, project, token_hash) -> Any:  # type: ignore[no-untyped-def]
+    with engine.connect() as conn:
+        return approvals.decide(
+            conn,
+            project["project_id"],
+            token_hash,
+            "approve",
+            actor="bob",
+            via="api",
+            comment=None,
+            messages=[],
+        )
+
+
+def _expire(engine, run_id) -> Any:  # type: ignore[no-untyped-def]
+    (timer,) = db.rows(
+        engine,
+        "SELECT * FROM awooop_timer WHERE run_id = :r AND kind = 'approval_expiry'",
+        r=run_id,
+    )
+    fired = timers.FiredTimer(
+        timer["timer_id"], run_id, "approval_expiry", True, 1, 0.0, timer["step"], timer["attempt"]
+    )
+    with engine.connect() as conn:
+        return approvals.expire(conn, fired)
+
+
+@pytest.mark.parametrize("decision", ["decide", "expire"])
+def test_a_cancel_committed_while_an_approval_is_decided_wins(engine, project, settings, decision):
+    run_id, token_hash = _waiting_for_approval(engine, settings, project)
+    result: list[Any] = []
+
+    # Given an operator's cancel holding the run row, not yet committed
+    with awooop_db.transaction(engine) as tx:
+        applied = operations.apply(
+            tx, "cancel", project["project_id"], run_id, uuid.uuid4().hex, "alice", "test"
+        )
+        assert applied.applied
+        # When the decision (or the expiry) arrives and waits for the row
+        act = (
+            (lambda: _decide(engine, project, token_hash))
+            if decision == "decide"
+            else (lambda: _expire(engine, run_id))
+        )
+        other = threading.Thread(target=lambda: result.append(act()))
+        other.start()
+        waiting.until(
+            lambda: waiting.blocked_on_lock(engine, "awooop_approval"), what="the decision waits"
+        )
+    other.join(timeout=10)
+
+    # Then the decision found the run no longer waiting: nothing decided, nothing journaled
+    assert result == [None] if decision == "decide" else result == [False]
+    row = db.run(engine, run_id)
+    assert (row["status"], row["saga_status"]) == ("RESUMED", "CANCELLING")
+    assert not [e for e in row["saga_steps"] if e["phase"] == "approval"]
+    assert runner.execute(engine, settings, run_id) == runner.Outcome.CANCELLED
+
+
+def test_the_timer_sweep_and_an_operator_never_deadlock(engine, project, settings):
+    # Given 500 due deadline timers, one of them on a run an operator is pausing
+    run_ids = [
+        test_runs.admit(engine, project["project_id"], "test-held-succeed-deadline", {})
+        for _ in range(5)
+    ]
+    with engine.connect() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO awooop_timer (timer_id, run_id, kind, due_at, expected_version)"
+                " SELECT r || ':extra:' || n, r, 'deadline', now() - interval '1 s', -1"
+                " FROM unnest(CAST(:runs AS uuid[])) r, generate_series(1, 99) n"
+            ),
+            {"runs": [str(r) for r in run_ids]},
+        )
+    fired: list[Any] = []
+    errors: list[BaseException] = []
+
+    def sweep() -> None:
+        try:
+            fired.extend(sweeps.fire_due_timers_once(engine, settings))
+        except BaseException as exc:  # noqa: BLE001 - the test reports it
+            errors.append(exc)
+
+    with awooop_db.transaction(engine) as tx:
+        # The operator holds the run row (as pause does, before it re-arms the run's timers)
+        tx.execute(
+            text("SELECT 1 FROM awooop_run_state WHERE run_id = :r FOR UPDATE"), {"r": run_ids[0]}
+        )
+        sweeper = threading.Thread(target=sweep)
+        sweeper.start()
+        # When the sweep runs meanwhile, and then the operator touches the run's timers
+        sweeper.join(timeout=5)
+        tx.execute(
+            text(
+                "UPDATE awooop_timer SET expected_version = -1 WHERE run_id = :r"
+                " AND state = 'PENDING'"
+            ),
+            {"r": run_ids[0]},
+        )
+    sweeper.join(timeout=10)
+
+    # Then neither waited for the other: the sweep skipped the held run's timers this pass
+    assert not errors
+    assert not sweeper.is_alive()
+    assert {t.run_id for t in fired} == set(run_ids[1:])
+    later = sweeps.fire_due_timers_once(engine, settings)
+    assert {t.run_id for t in later} == {run_ids[0]}
