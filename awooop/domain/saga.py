@@ -54,6 +54,7 @@ _AWAITING = (DISPATCHED, REQUESTED)
 STEP_REJECTED = "E-STEP-001"
 RETRIES_EXHAUSTED = "E-STEP-002"
 OUTCOME_UNKNOWN = "E-STEP-003"  # unresolved: a person must decide
+OUTPUT_NOT_JSON = "E-STEP-004"  # the handler returned something the journal cannot hold
 MANUAL_INTERVENTION = "E-SAGA-001"
 CANCELLED = "E-SAGA-002"  # an operator cancelled the run
 DEADLINE = "E-SAGA-003"  # the workflow's run deadline passed

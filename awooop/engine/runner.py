@@ -81,8 +81,23 @@ def execute(
     ``notify`` is given the ids of outbox messages to send now (the outbox sweep sends any
     it misses)."""
     me = identity.worker_id()
-    with engine.connect() as conn:
-        claim = leases.claim(conn, me, settings.lease_ttl_seconds, run_id)
+    try:
+        with engine.connect() as conn:
+            claim = leases.claim(conn, me, settings.lease_ttl_seconds, run_id)
+    except leases.UnloadableRun as unloadable:
+        with engine.connect() as conn:
+            leases.fail_unloadable(conn, unloadable)
+        log.error(
+            "run cannot be loaded; failed",
+            extra={
+                "action": "run_unloadable",
+                "run_id": str(unloadable.run_id),
+                "worker_id": me,
+                "failure_code": "E-RUN-001",
+                "reason": unloadable.reason,
+            },
+        )
+        return Outcome.FAILED
     if claim is None:
         log.info(
             "run not claimable",
@@ -352,7 +367,6 @@ def _attempt(
     started = time.monotonic()
     try:
         output = handler(ctx)
-        json.dumps(output)  # the journal must be able to hold it
     except Reject as exc:
         entry.update(status=saga.REJECTED, error=str(exc) or "rejected")
     except Halt as exc:
@@ -365,6 +379,17 @@ def _attempt(
         if not policy.retries(exc):
             entry["retryable"] = False
     else:
+        unstorable = _not_json(output)
+        if unstorable is not None:
+            # The handler returned, so its effect happened: running it again would repeat
+            # the effect, so this is not a transient failure. Stop the step with its own code.
+            entry.update(
+                status=saga.FAILED,
+                retryable=False,
+                failure_code=saga.OUTPUT_NOT_JSON,
+                error=f"the step's return value cannot be stored as JSON: {unstorable}"[:1000],
+            )
+            return entry
         dispatched = nxt.step.is_tool and nxt.phase == saga.FORWARD
         if nxt.step.is_approval and nxt.phase == saga.FORWARD and output is None:
             entry.update(status=saga.SUCCEEDED, output={"needed": False})
@@ -382,6 +407,15 @@ def _attempt(
         claim.workflow_name, nxt.step.name, nxt.phase, entry["status"]
     ).observe(elapsed)
     return entry
+
+
+def _not_json(output: Any) -> str | None:
+    """Why ``output`` cannot go into the journal (JSON), or None when it can."""
+    try:
+        json.dumps(output, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 def _write(

@@ -25,11 +25,13 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from awooop.domain import states
+from awooop.store import jsonb
 from awooop.store.prepared import PreparedStatement
 
 states.check_transition(states.PENDING, states.RUNNING)
 states.check_transition(states.RESUMED, states.RUNNING)
 states.check_transition(states.RUNNING, states.PENDING)
+states.check_transition(states.RUNNING, states.FAILED)
 
 _CLAIM_TEMPLATE = """
 WITH candidate AS (
@@ -56,7 +58,9 @@ WITH candidate AS (
     FROM candidate c
     WHERE r.run_id = c.run_id
     RETURNING r.run_id, r.project_id, r.workflow_name, r.workflow_version, r.workflow_digest,
-              r.input, r.saga_steps, r.attempt_count, r.max_attempts, r.lease_epoch,
+              -- decoded here, so a value too deep to decode fails the run, not the worker
+              CAST(r.input AS text) AS input_text, CAST(r.saga_steps AS text) AS journal_text,
+              r.attempt_count, r.max_attempts, r.lease_epoch,
               r.lease_until, r.saga_status, r.control_state, r.version, r.failure_code,
               r.traceparent,
               c.status AS from_status,
@@ -116,10 +120,23 @@ class Claim:
         )
 
 
+class UnloadableRun(Exception):
+    """The claimed run's stored input or journal cannot be decoded by this process."""
+
+    def __init__(self, run_id: uuid.UUID, worker_id: str, lease_epoch: int, reason: str) -> None:
+        super().__init__(f"run {run_id}: {reason}")
+        self.run_id = run_id
+        self.worker_id = worker_id
+        self.lease_epoch = lease_epoch
+        self.reason = reason
+
+
 def claim(
     conn: Connection, worker_id: str, lease_ttl: float, run_id: uuid.UUID | str | None = None
 ) -> Claim | None:
-    """Take the lease on ``run_id`` (or the oldest claimable run); None if nothing is claimable."""
+    """Take the lease on ``run_id`` (or the oldest claimable run); None if nothing is claimable.
+    :class:`UnloadableRun` when the run was claimed but cannot be loaded (the lease is held:
+    give it to :func:`fail_unloadable`)."""
     params = {"worker_id": worker_id, "lease_ttl": lease_ttl}
     if run_id is None:
         row = _CLAIM_OLDEST.execute(conn, params).first()
@@ -127,14 +144,18 @@ def claim(
         row = _CLAIM_BY_ID.execute(conn, {**params, "run_id": run_id}).first()
     if row is None:
         return None
+    try:
+        run_input, journal = jsonb.loads(row.input_text), jsonb.loads(row.journal_text)
+    except jsonb.Undecodable as exc:
+        raise UnloadableRun(row.run_id, worker_id, row.lease_epoch, str(exc)) from exc
     return Claim(
         run_id=row.run_id,
         project_id=row.project_id,
         workflow_name=row.workflow_name,
         workflow_version=row.workflow_version,
         workflow_digest=row.workflow_digest,
-        input=row.input,
-        saga_steps=row.saga_steps,
+        input=run_input,
+        saga_steps=journal,
         attempt_count=row.attempt_count,
         max_attempts=row.max_attempts,
         lease_epoch=row.lease_epoch,
@@ -144,7 +165,7 @@ def claim(
         failure_code=row.failure_code,
         traceparent=row.traceparent,
         waited_seconds=row.waited,
-        journal_length=len(row.saga_steps),
+        journal_length=len(journal),
         paused=row.control_state == "PAUSED",
     )
 
@@ -252,3 +273,40 @@ def release(conn: Connection, c: Claim, delay_seconds: float, reason: str) -> bo
         ).rowcount
         == 1
     )
+
+
+# The run cannot be loaded by any worker: it fails at once, with its own code, instead of
+# being retried by the reaper until its crash budget runs out.
+_FAIL_UNLOADABLE = text(
+    f"""
+WITH failed AS (
+    UPDATE awooop_run_state
+    SET status = 'FAILED',
+        failure_code = 'E-RUN-001',
+        failure_reason = :reason,
+        lease_until = NULL,
+        finished_at = now(),
+        version = version + 1,
+        updated_at = now()
+    WHERE {LEASE_HELD}
+    RETURNING run_id
+)
+INSERT INTO awooop_run_event
+    (run_id, kind, from_status, to_status, trigger, trigger_id, actor, detail)
+SELECT run_id, 'transition', 'RUNNING', 'FAILED', 'worker',
+       'unloadable:' || CAST(:lease_epoch AS text), :worker_id,
+       jsonb_build_object('failure_code', 'E-RUN-001', 'reason', CAST(:reason AS text))
+FROM failed
+"""
+)
+
+
+def fail_unloadable(conn: Connection, unloadable: UnloadableRun) -> bool:
+    """End a claimed run that cannot be loaded: FAILED ``E-RUN-001``, fenced by its lease."""
+    params = {
+        "run_id": unloadable.run_id,
+        "worker_id": unloadable.worker_id,
+        "lease_epoch": unloadable.lease_epoch,
+        "reason": unloadable.reason,
+    }
+    return conn.execute(_FAIL_UNLOADABLE, params).rowcount == 1

@@ -13,11 +13,14 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from awooop.store import jsonb
+
 _GET_RUN = text(
     """
 SELECT run_id, project_id, channel_type, workflow_name, workflow_version, status, saga_status,
-       direction, current_step, input, output, attempt_count, max_attempts, lease_until, worker_id,
-       lease_epoch, failure_code, failure_reason, saga_steps, version, control_state,
+       direction, current_step, CAST(input AS text) AS input, CAST(output AS text) AS output,
+       attempt_count, max_attempts, lease_until, worker_id, lease_epoch, failure_code,
+       failure_reason, CAST(saga_steps AS text) AS saga_steps, version, control_state,
        created_at, updated_at, finished_at
 FROM awooop_run_state
 WHERE run_id = :run_id AND project_id = :project_id
@@ -28,7 +31,12 @@ WHERE run_id = :run_id AND project_id = :project_id
 def get_run(conn: Connection, project_id: str, run_id: uuid.UUID | str) -> dict[str, Any] | None:
     """One run as a plain dict, scoped by project (another project's run is not found)."""
     row = conn.execute(_GET_RUN, {"run_id": run_id, "project_id": project_id}).mappings().first()
-    return dict(row) if row is not None else None
+    if row is None:
+        return None
+    run = dict(row)
+    for column in ("input", "output", "saga_steps"):  # JSONB, decoded whatever its depth
+        run[column] = jsonb.loads_for_display(run[column])
+    return run
 
 
 _ACTIVE_DEFINITIONS = text(

@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 
+import pytest
 from sqlalchemy import text
 
 from awooop.domain.workflow import Step, Workflow
@@ -244,3 +245,24 @@ def test_runs_on_a_definition_this_worker_lacks_are_reported_at_start_up(
     ]
     assert db.run(engine, known)["status"] == "PENDING"  # nothing is failed
     assert "workflow_definition_missing" in [getattr(r, "action", "") for r in caplog.records]
+
+
+@pytest.mark.parametrize("returns", ["object", "nan"])
+def test_a_step_whose_return_value_is_not_json_stops_without_a_retry(
+    engine, project, settings, returns
+):
+    run_id = test_runs.admit(engine, project["project_id"], "test-not-json", {"returns": returns})
+
+    # The handler ran (its effect happened): it is not retried, the saga turns back
+    assert execute(engine, settings, run_id) == runner.Outcome.FAILED
+
+    row = db.run(engine, run_id)
+    assert (row["status"], row["saga_status"], row["failure_code"]) == (
+        "FAILED",
+        "COMPENSATED",
+        "E-STEP-004",
+    )
+    assert wf.CALLS[str(run_id)] == ["do:a", "do:odd", "undo:a"]
+    odd = [e for e in row["saga_steps"] if e.get("step") == "odd"]
+    assert odd[0]["retryable"] is False
+    assert "cannot be stored as JSON" in odd[0]["error"]

@@ -567,3 +567,22 @@ TOOL_HALTING = register(
         ],
     )
 )
+
+
+def _returns_unstorable(ctx: StepContext) -> Any:
+    """Does its (pretend) effect, then returns what the input names: no JSON can hold it."""
+    _note(ctx, f"do:{ctx.step}")
+    kind = ctx.input["event"]["returns"]
+    return {"at": object()} if kind == "object" else {"ratio": float("nan")}
+
+
+NOT_JSON = register(
+    Workflow(
+        "test-not-json",
+        1,
+        [
+            Step("a", _do, compensate=_undo),
+            Step("odd", _returns_unstorable, retry=FAST_RETRY),
+        ],
+    )
+)
