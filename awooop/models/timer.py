@@ -49,8 +49,6 @@ class Timer(Base):
     expected_version: Mapped[int] = mapped_column(BigInteger, nullable=False)
     state: Mapped[str] = mapped_column(String(16), nullable=False, server_default=text("'PENDING'"))
     claimed_by: Mapped[str | None] = mapped_column(String(128))
-    # Incremented by every claim of the timer (the sweep's fencing token).
-    fencing_token: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default=text("0"))
     created_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), nullable=False, server_default=func.now()
     )

@@ -86,6 +86,17 @@ WITH prior AS (
     FROM changed c
     WHERE tm.run_id = c.run_id AND tm.state = 'PENDING'
       AND CAST(:operation AS text) IN ('pause', 'resume')
+), settled AS (
+    -- The run stops waiting: its pending intervention is this operator's decision (retry:
+    -- approved, manual close: rejected); a pending approval is superseded.
+    UPDATE awooop_approval a
+    SET status = CASE WHEN a.kind = 'approval' THEN 'SUPERSEDED'
+                      WHEN CAST(:operation AS text) = 'manual_close' THEN 'REJECTED'
+                      ELSE 'APPROVED' END,
+        decided_by = :actor, decided_via = 'operator', decided_at = now(), comment = :reason
+    FROM changed c
+    WHERE a.run_id = c.run_id AND a.status = 'PENDING'
+      AND c.from_status = 'WAITING_APPROVAL' AND c.to_status <> 'WAITING_APPROVAL'
 ), history AS (
     INSERT INTO awooop_run_event
         (run_id, kind, from_status, to_status, trigger, trigger_id, actor, detail)

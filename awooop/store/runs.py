@@ -19,7 +19,8 @@ _GET_RUN = text(
     """
 SELECT run_id, project_id, channel_type, workflow_name, workflow_version, status, saga_status,
        direction, current_step, CAST(input AS text) AS input, CAST(output AS text) AS output,
-       attempt_count, max_attempts, lease_until, worker_id, lease_epoch, failure_code,
+       attempt_count, max_attempts, lease_until, heartbeat_at, worker_id, lease_epoch,
+       failure_code,
        failure_reason, CAST(saga_steps AS text) AS saga_steps, version, control_state,
        created_at, updated_at, finished_at
 FROM awooop_run_state

@@ -18,6 +18,7 @@ from sqlalchemy import Connection, text
 
 from awooop.domain import states
 from awooop.outbound.messages import Message
+from awooop.store import interventions
 from awooop.store.leases import FENCE, Claim, fence_params
 from awooop.store.outbox import INSERT_FROM_CHANGED, messages_param
 from awooop.store.prepared import PreparedStatement
@@ -209,7 +210,8 @@ WITH changed AS (
         failure_reason = :failure_reason,
         {RELEASE_TO_WAIT}
     WHERE {FENCE}
-    RETURNING run_id, status
+    RETURNING run_id, project_id, status, current_step, failure_reason
+), intervention AS ({interventions.OPEN_FROM_CHANGED}
 ), history AS ({HISTORY})
 SELECT count(*) FROM changed
 """

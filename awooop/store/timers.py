@@ -10,6 +10,8 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from awooop.store import interventions
+
 # Claim due timers (SKIP LOCKED: two sweeps take disjoint timers), and in the same statement
 # mark each FIRED — or SKIPPED when its run moved on since it was set. A fired retry timer's
 # effect is a nudge sent after commit; losing that nudge is covered by the orphan sweep.
@@ -32,12 +34,11 @@ UPDATE awooop_timer t
 SET state = CASE WHEN t.expected_version < 0 OR r.version = t.expected_version
                  THEN 'FIRED' ELSE 'SKIPPED' END,
     claimed_by = :sweeper,
-    fencing_token = t.fencing_token + 1,
     fired_at = now()
 FROM due, awooop_run_state r
 WHERE t.timer_id = due.timer_id AND r.run_id = t.run_id
 RETURNING t.timer_id, t.run_id, t.kind, t.step, t.attempt, t.expected_version, t.state,
-          t.fencing_token, extract(epoch FROM now() - t.due_at) AS late_by
+          extract(epoch FROM now() - t.due_at) AS late_by
 """
 )
 
@@ -48,7 +49,6 @@ class FiredTimer:
     run_id: uuid.UUID
     kind: str
     fired: bool  # False: skipped as stale
-    fencing_token: int
     late_by: float
     step: str | None = None
     attempt: int | None = None
@@ -63,7 +63,6 @@ def fire_due(conn: Connection, sweeper: str, batch_size: int) -> list[FiredTimer
             r.run_id,
             r.kind,
             r.state == "FIRED",
-            r.fencing_token,
             float(r.late_by),
             r.step,
             r.attempt,
@@ -138,7 +137,7 @@ FROM changed
 # and ends FAILED (E-SAGA-003) after compensating. A run already compensating, waiting for a
 # person, or finished is left alone.
 _DEADLINE_PASSED = text(
-    """
+    f"""
 WITH changed AS (
     UPDATE awooop_run_state r
     SET saga_status = 'CANCELLING',
@@ -155,6 +154,7 @@ WITH changed AS (
       AND r.status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')
       AND r.saga_status IN ('RUNNING', 'WAITING_RESOLUTION')
     RETURNING r.run_id, r.status
+), superseded AS ({interventions.SUPERSEDE_PENDING}
 )
 INSERT INTO awooop_run_event (run_id, kind, to_status, trigger, trigger_id, detail)
 SELECT run_id, 'saga', status, 'timer', :timer_id,
@@ -171,6 +171,7 @@ def _apply(conn: Connection, statement: Any, t: FiredTimer) -> bool:
         "attempt": t.attempt,
         "expected_version": t.expected_version,
         "timer_id": t.timer_id,
+        "via": "timer",
     }
     return conn.execute(statement, params).rowcount == 1
 

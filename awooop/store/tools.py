@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from awooop.domain import states
+from awooop.store import interventions
 
 INBOX_CONSUMER = "tool-results"
 
@@ -179,7 +180,9 @@ WITH changed AS (
     WHERE r.run_id = :run_id AND r.version = :version
       AND r.status IN ({_sql_list(states.ESCALATABLE_STATUSES)})
       AND r.saga_status IN ({_sql_list(_ESCALATE_FROM_SAGA)})
-    RETURNING r.run_id, r.status
+    RETURNING r.run_id, r.project_id, r.status, r.current_step, r.failure_reason
+), superseded AS ({interventions.SUPERSEDE_PENDING}
+), intervention AS ({interventions.OPEN_FROM_CHANGED}
 )
 INSERT INTO awooop_run_event (run_id, kind, to_status, trigger, trigger_id, detail)
 SELECT :run_id, 'conflict', (SELECT status FROM changed), 'tool', :event_id || '-conflict',
@@ -220,6 +223,7 @@ def record_conflict(
             "event_id": event_id,
             "reason": reason,
             "detail": json.dumps(detail),
+            "via": "tool",
         },
     ).one()
     return bool(row.to_status == "WAITING_APPROVAL")

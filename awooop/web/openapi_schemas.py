@@ -60,6 +60,11 @@ _RUN_PROPERTIES: dict[str, Schema] = {
     "input": {"type": "object", "description": "The event and its channel facts."},
     "output": {"description": "Step outputs once the run finished (any JSON, or null)."},
     "lease_until": _nullable(_TIME),
+    "heartbeat_at": {
+        **_nullable(_TIME),
+        "description": "When the lease holder last renewed it (or its claim): a worker that "
+        "is alive renews every AWOOOP_HEARTBEAT_INTERVAL_SECONDS.",
+    },
     "worker_id": _nullable({"type": "string"}),
     "lease_epoch": {"type": "integer", "minimum": 0},
     "saga_steps": {

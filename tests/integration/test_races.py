@@ -133,7 +133,7 @@ def _expire(engine, run_id) -> Any:  # type: ignore[no-untyped-def]
         r=run_id,
     )
     fired = timers.FiredTimer(
-        timer["timer_id"], run_id, "approval_expiry", True, 1, 0.0, timer["step"], timer["attempt"]
+        timer["timer_id"], run_id, "approval_expiry", True, 0.0, timer["step"], timer["attempt"]
     )
     with engine.connect() as conn:
         return approvals.expire(conn, fired)
