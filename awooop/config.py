@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from awooop.domain import workflow
+
 # Where the embedded development services keep their data and the state file
 # (`.awooop/env`) that every process started by `make run` reads.
 STATE_DIR = Path(os.environ.get("AWOOOP_STATE_DIR", Path.cwd() / ".awooop"))
@@ -78,6 +80,27 @@ class Settings:
     # Revoked credentials and changed routes take effect within this many seconds.
     auth_cache_seconds: float = 5.0
     db_pool_size: int = 5
+    # Database sessions per process role (web, worker, keeper, sweeps): the server cancels a
+    # statement running longer than statement_timeout, or waiting for a lock longer than
+    # lock_timeout. The keeper renews leases on its own small pool, and gives up on a renewal
+    # after min(its statement timeout, AWOOOP_HEARTBEAT_INTERVAL_SECONDS / 2) even when the
+    # server cannot answer (a half-open connection), then retries on a fresh connection.
+    db_statement_timeout_web_seconds: float = 15.0
+    db_statement_timeout_worker_seconds: float = 30.0
+    db_statement_timeout_keeper_seconds: float = 5.0
+    db_statement_timeout_sweeps_seconds: float = 60.0
+    db_lock_timeout_web_seconds: float = 5.0
+    db_lock_timeout_worker_seconds: float = 10.0
+    db_lock_timeout_keeper_seconds: float = 2.0
+    db_lock_timeout_sweeps_seconds: float = 10.0
+    db_keeper_pool_size: int = 2
+    # TCP keepalives on every database connection (libpq keepalives_*), and how long data may
+    # stay unacknowledged before the connection is dropped (libpq tcp_user_timeout): a dead
+    # peer is noticed in about idle + interval * count seconds.
+    db_keepalives_idle_seconds: int = 15
+    db_keepalives_interval_seconds: int = 5
+    db_keepalives_count: int = 3
+    db_tcp_user_timeout_seconds: float = 30.0
     log_level: str = "INFO"
     # /readyz: how long each dependency check (database, broker) may take before it fails.
     readiness_timeout_seconds: float = 2.0
@@ -125,7 +148,31 @@ class Settings:
                     f"(it starts embedded services and writes {STATE_DIR / 'env'}), "
                     "or export the variable."
                 )
-        return cls(**values)  # type: ignore[arg-type]
+        settings = cls(**values)  # type: ignore[arg-type]
+        check_lease_timing(settings)
+        return settings
+
+    def statement_timeout(self, role: str) -> float:
+        """``AWOOOP_DB_STATEMENT_TIMEOUT_<ROLE>_SECONDS``."""
+        return float(getattr(self, f"db_statement_timeout_{role}_seconds"))
+
+    def lock_timeout(self, role: str) -> float:
+        """``AWOOOP_DB_LOCK_TIMEOUT_<ROLE>_SECONDS``."""
+        return float(getattr(self, f"db_lock_timeout_{role}_seconds"))
+
+
+def check_lease_timing(settings: Settings) -> None:
+    """Refuse a renewal interval longer than a third of the lease TTL: a lease is renewed at
+    least ``RENEWALS_PER_TTL`` times per TTL, so one or two failed renewals (a database
+    hiccup, a dropped connection) do not lose it (DESIGN §9.5)."""
+    interval, ttl = settings.heartbeat_interval_seconds, settings.lease_ttl_seconds
+    most = ttl / workflow.RENEWALS_PER_TTL
+    if not workflow.renewals_fit(ttl, interval):
+        raise ConfigError(
+            f"AWOOOP_HEARTBEAT_INTERVAL_SECONDS={interval:g} must be positive and at most a "
+            f"third of AWOOOP_LEASE_TTL_SECONDS={ttl:g} (at most {most:g}): "
+            "a lease must survive two failed renewals"
+        )
 
 
 @functools.cache

@@ -1,4 +1,4 @@
-"""The process's SQLAlchemy engine.
+"""The process's SQLAlchemy engines, one per process role.
 
 **Every statement commits by itself.** The engine runs in autocommit mode: the hot paths
 (admission, claim, step records, sweeps) are single statements — data-modifying CTEs — so
@@ -6,34 +6,94 @@ each is atomic on its own, and psycopg2 no longer spends a round trip on ``BEGIN
 another on ``COMMIT``. Work that needs several statements in one transaction must use
 :func:`transaction`; ``engine.begin()`` on this engine does *not* group statements.
 
-There is no ``pool_pre_ping``: a ping is a round trip per checkout. A connection the server
-dropped fails its statement instead, the pool discards it (``is_disconnect``), and the
-caller's retry or the client's retry (503) recovers.
+**Every connection is bounded** (DESIGN §9.5): the session has ``statement_timeout`` and
+``lock_timeout`` for its role (web, worker, keeper, sweeps), and TCP keepalives plus
+``tcp_user_timeout``, so neither a lock queue nor a dead peer stalls a process. The lease
+keeper renews on its own small pool (:func:`keeper_engine`) so that renewals never queue
+behind step work, and bounds each renewal on the client side too (:func:`bounded`): a
+half-open connection answers nothing, and only the client can give up on it.
+
+**A connection the server closed is not used.** There is no ``pool_pre_ping`` (a round trip
+per checkout). Instead, a checkout looks at the pooled connection's socket without a round
+trip: an idle PostgreSQL connection has nothing to read, so a readable socket means the
+server ended the session (a restart, ``pg_terminate_backend``, an idle timeout) and the pool
+opens a fresh connection before the statement is sent. A connection that dies later fails
+its statement; :func:`retry_on_disconnect` runs a single idempotent statement once more on a
+fresh connection.
 """
 
 from __future__ import annotations
 
-import functools
+import contextlib
+import logging
 import math
-from contextlib import AbstractContextManager
+import os
+import select
+import socket
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, create_engine
+from sqlalchemy import Connection, Engine, create_engine, event, exc
+from sqlalchemy.engine import URL
 from sqlalchemy.pool import NullPool
 
-from awooop.config import get_settings
+from awooop.config import Settings, get_settings
+
+log = logging.getLogger("awooop.db")
+
+WEB = "web"
+WORKER = "worker"
+KEEPER = "keeper"
+SWEEPS = "sweeps"
+ROLES = (WEB, WORKER, KEEPER, SWEEPS)
+
+T = TypeVar("T")
 
 
-def make_engine(database_url: str, pool_size: int = 5) -> Engine:
-    return create_engine(
+def connect_args(settings: Settings, role: str) -> dict[str, Any]:
+    """libpq parameters of a ``role`` connection: timeouts, keepalives, a telling name."""
+    if role not in ROLES:
+        raise ValueError(f"unknown database role {role!r}; one of {ROLES}")
+    statement_ms = _ms(settings.statement_timeout(role))
+    lock_ms = _ms(settings.lock_timeout(role))
+    return {
+        # Answer quickly with 503 instead of hanging when the database is down.
+        "connect_timeout": 2 if role == KEEPER else 5,
+        "application_name": f"awooop-{role}",
+        "options": f"-c statement_timeout={statement_ms} -c lock_timeout={lock_ms}",
+        "keepalives": 1,
+        "keepalives_idle": settings.db_keepalives_idle_seconds,
+        "keepalives_interval": settings.db_keepalives_interval_seconds,
+        "keepalives_count": settings.db_keepalives_count,
+        "tcp_user_timeout": _ms(settings.db_tcp_user_timeout_seconds),
+    }
+
+
+def make_engine(
+    database_url: str | URL,
+    pool_size: int = 5,
+    *,
+    role: str = WEB,
+    settings: Settings | None = None,
+) -> Engine:
+    """An autocommit engine whose sessions carry ``role``'s limits (``settings``, or the
+    defaults of :class:`~awooop.config.Settings`)."""
+    settings = settings or Settings()
+    engine = create_engine(
         database_url,
         isolation_level="AUTOCOMMIT",
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_pre_ping=False,
         pool_recycle=1800,
-        # Answer quickly with 503 instead of hanging when the database is down.
-        connect_args={"connect_timeout": 5, "application_name": "awooop"},
+        connect_args=connect_args(settings, role),
     )
+    event.listen(engine, "checkout", _refuse_closed_by_server)
+    _SETTINGS[engine] = settings
+    return engine
 
 
 def make_probe_engine(database_url: str, timeout_seconds: float) -> Engine:
@@ -56,13 +116,149 @@ def transaction(engine: Engine) -> AbstractContextManager[Connection]:
     return engine.execution_options(isolation_level="READ COMMITTED").begin()
 
 
-@functools.cache
-def get_engine() -> Engine:
-    settings = get_settings()
-    return make_engine(settings.database_url, settings.db_pool_size)
+_ENGINES: dict[str, Engine] = {}
+_ENGINES_LOCK = threading.Lock()
+
+
+def get_engine(role: str = WEB) -> Engine:
+    """The process's engine for ``role`` (the web app asks without one)."""
+    with _ENGINES_LOCK:
+        engine = _ENGINES.get(role)
+        if engine is None:
+            settings = get_settings()
+            engine = make_engine(
+                settings.database_url, settings.db_pool_size, role=role, settings=settings
+            )
+            _ENGINES[role] = engine
+        return engine
+
+
+# The settings each engine was made with, and the keeper's companion engine of each.
+_SETTINGS: weakref.WeakKeyDictionary[Engine, Settings] = weakref.WeakKeyDictionary()
+_KEEPER_ENGINES: weakref.WeakKeyDictionary[Engine, Engine] = weakref.WeakKeyDictionary()
+_KEEPER_LOCK = threading.Lock()
+
+
+def keeper_engine(engine: Engine) -> Engine:
+    """A small pool to ``engine``'s database with the keeper's limits, made on first use and
+    disposed with ``engine``: lease renewals never wait for a connection doing step work."""
+    with _KEEPER_LOCK:
+        companion = _KEEPER_ENGINES.get(engine)
+        if companion is None:
+            settings = _SETTINGS.get(engine) or Settings()
+            companion = make_engine(
+                engine.url, settings.db_keeper_pool_size, role=KEEPER, settings=settings
+            )
+            _KEEPER_ENGINES[engine] = companion
+            event.listen(engine, "engine_disposed", _dispose_keeper_engine)
+        return companion
+
+
+def keeper_deadline(engine: Engine, interval: float) -> float:
+    """How long one renewal through ``keeper_engine(engine)`` may take: the keeper's statement
+    timeout, at most half the renewal ``interval`` — so that after one renewal hung until its
+    deadline, a retry still lands before ``ttl - interval`` (two intervals when the TTL is
+    three)."""
+    settings = _SETTINGS.get(engine) or Settings()
+    return min(settings.statement_timeout(KEEPER), interval / 2)
+
+
+def _dispose_keeper_engine(engine: Engine) -> None:
+    with _KEEPER_LOCK:
+        companion = _KEEPER_ENGINES.pop(engine, None)
+    if companion is not None:
+        companion.dispose()
 
 
 def dispose_after_fork() -> None:
     """Drop pooled connections inherited from a parent process without closing them."""
-    if get_engine.cache_info().currsize:
-        get_engine().dispose(close=False)
+    with _KEEPER_LOCK:
+        companions = list(_KEEPER_ENGINES.values())
+        _KEEPER_ENGINES.clear()
+    with _ENGINES_LOCK:
+        engines = list(_ENGINES.values())
+    for engine in [*companions, *engines]:
+        engine.dispose(close=False)
+
+
+def _ms(seconds: float) -> int:
+    return max(1, int(seconds * 1000))
+
+
+def _refuse_closed_by_server(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+    """Checkout: an idle connection with something to read was ended by the server (its
+    last words, or end of file). Raising DisconnectionError makes the pool connect anew."""
+    if _readable(dbapi_connection):
+        log.info(
+            "pooled connection closed by the server; reconnecting", extra={"action": "db_reconnect"}
+        )
+        raise exc.DisconnectionError("the server closed this pooled connection")
+
+
+def _readable(dbapi_connection: Any) -> bool:
+    try:
+        fd = dbapi_connection.fileno()
+    except Exception:  # already closed on our side
+        return True
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLERR | select.POLLHUP)
+    return bool(poller.poll(0))
+
+
+@contextmanager
+def bounded(conn: Connection, seconds: float) -> Iterator[Connection]:
+    """Give up on ``conn`` after ``seconds``: a statement still waiting then fails with a
+    disconnect error (its socket is shut down) and the pool discards the connection.
+
+    The server's ``statement_timeout`` cannot help when the server never sees the statement
+    or its answer never arrives (a half-open connection); only the client can stop waiting.
+    A failure here is not retried on another connection (the caller decides).
+    """
+    dbapi_connection = conn.connection.dbapi_connection
+    assert dbapi_connection is not None
+    sock = socket.socket(fileno=os.dup(dbapi_connection.fileno()))
+    lock = threading.Lock()
+    finished = False
+
+    def expire() -> None:
+        with lock:
+            if not finished:
+                log.warning(
+                    "database connection did not answer in time; abandoning it",
+                    extra={"action": "db_connection_abandoned", "timeout_s": seconds},
+                )
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield conn
+    finally:
+        with lock:
+            finished = True
+        timer.cancel()
+        sock.close()
+
+
+def retry_on_disconnect(engine: Engine, statement: Callable[[Connection], T]) -> T:
+    """Run ``statement(conn)`` on a connection of ``engine``; when it fails because the
+    server closed the connection, run it once more on a fresh one.
+
+    Only for a single autocommit statement that is safe to apply twice — a read, or a
+    compare-and-set such as a claim, a fenced write or admission's dedupe insert: the first
+    try may have committed before its reply was lost.
+    """
+    try:
+        with engine.connect() as conn:
+            return statement(conn)
+    except exc.DBAPIError as error:
+        if not error.connection_invalidated:
+            raise
+        log.warning(
+            "statement failed on a connection the server closed; retrying once",
+            extra={"action": "db_retry_on_disconnect"},
+        )
+    with engine.connect() as conn:
+        return statement(conn)

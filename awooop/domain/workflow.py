@@ -31,11 +31,25 @@ import functools
 import hashlib
 import json
 import random
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 DEFAULT_MAX_ATTEMPTS = 3
+# A lease is renewed at least this many times per TTL (DESIGN §9.5).
+RENEWALS_PER_TTL = 3
+
+
+def renewals_fit(ttl: float, interval: float) -> bool:
+    """Whether renewing every ``interval`` seconds renews a ``ttl`` lease at least
+    ``RENEWALS_PER_TTL`` times (with room for float rounding: 0.2 * 3 fits 0.6)."""
+    return interval > 0 and interval * RENEWALS_PER_TTL <= ttl * (1 + 1e-9)
+
+
+class LeaseTooShort(ValueError):
+    """A workflow's lease TTL is shorter than three renewal intervals: one slow renewal
+    would lose it."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +70,10 @@ class StepContext:
     phase: str = "forward"
     _heartbeat: Callable[[], bool] = field(repr=False, default=lambda: True)
     _lease_held: Callable[[], bool] = field(repr=False, default=lambda: True)
+    # Set when the lease is lost (reaped, re-claimed, or not renewed for ttl - interval):
+    # a long handler can wait on it (``ctx.lease_lost.wait(timeout)``) instead of polling,
+    # and should stop — nothing it returns afterwards is recorded.
+    lease_lost: threading.Event = field(repr=False, default_factory=threading.Event)
 
     def heartbeat(self) -> bool:
         """Renew the lease now (long steps); False when the lease is lost — stop then."""
@@ -63,7 +81,7 @@ class StepContext:
 
     @property
     def lease_held(self) -> bool:
-        return self._lease_held()
+        return not self.lease_lost.is_set() and self._lease_held()
 
 
 Handler = Callable[[StepContext], Any]
@@ -280,6 +298,8 @@ class Workflow:
             raise ValueError(f"workflow {name!r} has duplicate step names: {names}")
         if max_attempts < 1:
             raise ValueError(f"workflow {name!r}: max_attempts must be >= 1")
+        if lease_ttl_seconds is not None and lease_ttl_seconds <= 0:
+            raise ValueError(f"workflow {name!r}: lease_ttl_seconds must be positive")
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "version", version)
         object.__setattr__(self, "steps", tuple(steps))
@@ -301,8 +321,25 @@ class Workflow:
         }
         return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()
 
+    def check_lease(self, renewal_interval: float) -> None:
+        """Refuse a lease TTL shorter than three renewal intervals (``LeaseTooShort``)."""
+        ttl = self.lease_ttl_seconds
+        if ttl is not None and not renewals_fit(ttl, renewal_interval):
+            raise LeaseTooShort(
+                f"workflow {self.name} v{self.version}: lease_ttl_seconds={ttl:g} is shorter "
+                f"than {RENEWALS_PER_TTL} renewal intervals of "
+                f"AWOOOP_HEARTBEAT_INTERVAL_SECONDS={renewal_interval:g}; use at least "
+                f"{renewal_interval * RENEWALS_PER_TTL:g} or renew more often"
+            )
+
     def step_index(self, name: str) -> int:
         for i, step in enumerate(self.steps):
             if step.name == name:
                 return i
         raise KeyError(name)
+
+
+def check_leases(workflows: Iterable[Workflow], renewal_interval: float) -> None:
+    """:meth:`Workflow.check_lease` for each (a worker's start-up check)."""
+    for workflow in workflows:
+        workflow.check_lease(renewal_interval)

@@ -1,12 +1,25 @@
-"""Keeping leases alive (ADR-114 D2: renew every 30 s), one thread per process.
+"""Keeping leases alive (ADR-114 D2, DESIGN §9.5): one supervised keeper per process.
 
 A worker process holds one lease per run it executes. Each :class:`Lease` is registered with
-the process's :class:`LeaseKeeper`, whose single daemon thread renews every lease that is due;
-starting a thread per run would cost more than a short run's whole execution.
+the process's :class:`LeaseKeeper`, whose thread renews every lease that is due; starting a
+thread per run would cost more than a short run's whole execution. Renewals go through the
+keeper's own small pool (:func:`awooop.db.keeper_engine`) and each gives up after a deadline
+(:func:`awooop.db.bounded`), so a hung connection costs one attempt, not the lease: the next
+tick retries on a fresh connection.
 
-When a renewal matches no row (the reaper took the run, another worker re-claimed it) the
-lease's ``lost`` event is set and it is dropped; the runner checks ``lost`` and stops
-without writing.
+The lease's ``lost`` event is set, and the handler sees it (``StepContext.lease_lost``), when
+
+- a renewal matches no row (the reaper took the run, another worker re-claimed it), or
+- no renewal succeeded for ``ttl - interval`` seconds (the database stayed away, or the
+  keeper stalled): the lease may be about to expire, so the handler should stop.
+
+The runner checks ``lost`` and stops without writing. Before a segment's final write it calls
+:meth:`LeaseKeeper.drop`, after which no renewal of the lease is in flight, so the renewal
+cannot race the completion into a false "lease lost".
+
+The keeper is supervised: an exception in its loop is logged (``action=lease_keeper_error``)
+and the loop goes on; a supervisor thread replaces a keeper thread that died and marks leases
+lost that a stalled keeper failed to renew.
 """
 
 from __future__ import annotations
@@ -15,53 +28,106 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 
 from sqlalchemy import Engine
 
-from awooop import metrics
+from awooop import db, metrics
+from awooop.domain import workflow
 from awooop.store import leases
 
 log = logging.getLogger("awooop.engine.lease")
 
+Clock = Callable[[], float]
+
 
 class Lease:
-    def __init__(self, engine: Engine, claim: leases.Claim, ttl: float, interval: float) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        claim: leases.Claim,
+        ttl: float,
+        interval: float,
+        clock: Clock = time.monotonic,
+    ) -> None:
         self.claim = claim
         self.ttl = ttl
         self.interval = interval
         self.lost = threading.Event()
         self._engine = engine
+        self._clock = clock
+        # Held for the whole of a renewal: drop() takes it to wait out one in flight.
         self._lock = threading.Lock()
-        self._renewed_at = time.monotonic()
+        self._dropped = False
+        self._renewed_at = clock()
 
     def due(self, now: float) -> bool:
         return now - self._renewed_at >= self.interval
 
+    def overdue(self, now: float) -> bool:
+        """No renewal for ``ttl - interval``: the lease may expire before the next one.
+
+        A lease renewed less than three times per TTL (refused at start by
+        :func:`awooop.config.check_lease_timing`; tests use it to mean "never renewed") has
+        no such budget and is never overdue.
+        """
+        if not workflow.renewals_fit(self.ttl, self.interval):
+            return False
+        return now - self._renewed_at >= self.ttl - self.interval
+
     def renew_now(self) -> bool:
-        """Renew immediately (a long step's ``ctx.heartbeat()``); False once the lease is lost."""
+        """Renew immediately (a long step's ``ctx.heartbeat()``); False once the lease is lost.
+
+        A renewal that fails (an error, no answer within the deadline) is not a lost lease:
+        the lease may still be ours. It is retried at the keeper's next tick.
+        """
         with self._lock:
             if self.lost.is_set():
                 return False
+            if self._dropped:
+                return True
             try:
-                with self._engine.connect() as conn:
-                    held = leases.renew(conn, self.claim, self.ttl)
+                held = self._renew()
             except Exception:
-                # A failed renewal is not a lost lease: the lease may still be ours. Retry on
-                # the next beat; if the database stays away the lease expires and is reaped.
                 metrics.LEASE_RENEWALS.labels("error").inc()
                 log.warning(
                     "lease renewal failed", exc_info=True, extra=self._fields("lease_renew_failed")
                 )
                 return True
-            self._renewed_at = time.monotonic()
             if not held:
-                self.lost.set()
+                self.mark_lost("renewal", "lease lost")
                 metrics.LEASE_RENEWALS.labels("lost").inc()
-                metrics.LEASE_LOSSES.labels("renewal").inc()
-                log.warning("lease lost", extra=self._fields("lease_lost"))
             else:
+                self._renewed_at = self._clock()
                 metrics.LEASE_RENEWALS.labels("renewed").inc()
             return held
+
+    def _renew(self) -> bool:
+        """One renewal statement on the keeper's pool, abandoned after its deadline."""
+        deadline = db.keeper_deadline(self._engine, self.interval)
+        with (
+            db.keeper_engine(self._engine).connect() as conn,
+            db.bounded(conn, deadline),
+        ):
+            return leases.renew(conn, self.claim, self.ttl)
+
+    def mark_lost(self, cause: str, message: str) -> None:
+        """Set ``lost`` (once) and say why: ``renewal`` (no row matched) or ``keeper``."""
+        if self.lost.is_set():
+            return
+        self.lost.set()
+        metrics.LEASE_LOSSES.labels(cause).inc()
+        log.warning(message, extra=self._fields("lease_lost"))
+
+    def retire(self) -> None:
+        """No renewal after this returns, and none in flight (waits for one to finish)."""
+        with self._lock:
+            self._dropped = True
+
+    def reinstate(self) -> None:
+        """Renewals allowed again: the segment went on after a final write was refused."""
+        with self._lock:
+            self._dropped = False
 
     def _fields(self, action: str) -> dict[str, object]:
         return {
@@ -74,38 +140,104 @@ class Lease:
 
 
 class LeaseKeeper:
-    """The process's renewal thread, started on first use."""
+    """The process's renewal thread and its supervisor, started on first use."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock = time.monotonic) -> None:
+        self._clock = clock
         self._leases: dict[int, Lease] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
+        self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._supervisor: threading.Thread | None = None
 
     def hold(self, lease: Lease) -> None:
+        """Renew ``lease`` from now on (again, after a :meth:`drop`)."""
+        lease.reinstate()
         with self._lock:
             self._leases[id(lease)] = lease
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
-                self._thread.start()
+            self._start()
         self._wake.set()  # re-plan the sleep for the new lease's interval
 
     def drop(self, lease: Lease) -> None:
+        """Stop renewing ``lease``. When this returns no renewal of it is in flight, so the
+        caller's next write (a segment's last) cannot race one. Idempotent."""
         with self._lock:
             self._leases.pop(id(lease), None)
+        lease.retire()
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        """The current keeper thread (tests: to see it replaced)."""
+        return self._thread
+
+    def close(self) -> None:
+        """Stop both threads (tests; a worker's keeper lives as long as the process)."""
+        self._stopping.set()
+        self._wake.set()
+        for thread in (self._thread, self._supervisor):
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(timeout=10)
+
+    def _start(self) -> None:
+        # Called under self._lock.
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
+            self._thread.start()
+        if self._supervisor is None or not self._supervisor.is_alive():
+            self._supervisor = threading.Thread(
+                target=self._supervise, name="lease-keeper-supervisor", daemon=True
+            )
+            self._supervisor.start()
+
+    def _held(self) -> list[Lease]:
+        with self._lock:
+            return list(self._leases.values())
+
+    def _tick(self, leases: list[Lease]) -> float:
+        # Wake often enough for the shortest interval held (tests use ~1 s).
+        return max(0.05, min((lease.interval for lease in leases), default=30.0) / 4)
 
     def _loop(self) -> None:
-        while True:
-            with self._lock:
-                leases = list(self._leases.values())
-            now = time.monotonic()
-            for lease in leases:
-                if lease.due(now) and not lease.renew_now():
-                    self.drop(lease)
-            # Wake often enough for the shortest interval held (tests use ~1 s).
-            tick = min((lease.interval for lease in leases), default=30.0) / 4
-            self._wake.wait(timeout=max(0.05, tick))
+        while not self._stopping.is_set():
+            leases = self._held()
+            try:
+                self._renew_due(leases)
+            except Exception:
+                log.exception("lease keeper error", extra={"action": "lease_keeper_error"})
+            self._wake.wait(timeout=self._tick(leases))
             self._wake.clear()
+
+    def _renew_due(self, leases: list[Lease]) -> None:
+        for lease in leases:
+            if lease.due(self._clock()) and not lease.renew_now():
+                self.drop(lease)
+        self._mark_overdue(leases)
+
+    def _mark_overdue(self, leases: list[Lease]) -> None:
+        now = self._clock()
+        for lease in leases:
+            if not lease.lost.is_set() and lease.overdue(now):
+                lease.mark_lost("keeper", "lease not renewed for ttl - interval; treated as lost")
+
+    def _supervise(self) -> None:
+        """Replace a keeper thread that died; mark overdue leases lost if it stalls."""
+        while not self._stopping.is_set():
+            leases = self._held()
+            thread = self._thread
+            if thread is not None:
+                thread.join(timeout=self._tick(leases))
+            if self._stopping.is_set():
+                return
+            with self._lock:
+                if self._thread is not None and not self._thread.is_alive():
+                    log.error(
+                        "lease keeper thread died; starting another",
+                        extra={"action": "lease_keeper_restarted"},
+                    )
+                    self._thread = None
+                    self._start()
+            self._mark_overdue(self._held())
 
 
 _keeper: tuple[int, LeaseKeeper] | None = None

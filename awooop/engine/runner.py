@@ -26,7 +26,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
-from awooop import logs, metrics
+from awooop import db, logs, metrics
 from awooop.config import Settings
 from awooop.domain import saga, states
 from awooop.domain.workflow import Halt, Reject, StepContext, Unknown, Workflow
@@ -82,8 +82,12 @@ def execute(
     it misses)."""
     me = identity.worker_id()
     try:
-        with engine.connect() as conn:
-            claim = leases.claim(conn, me, settings.lease_ttl_seconds, run_id)
+        # After a database restart the first statement may meet a connection the server
+        # closed: retry the claim once on a fresh one (a claim is a compare-and-set; if the
+        # first one committed, the retry finds nothing to claim and the lease expires).
+        claim = db.retry_on_disconnect(
+            engine, lambda conn: leases.claim(conn, me, settings.lease_ttl_seconds, run_id)
+        )
     except leases.UnloadableRun as unloadable:
         with engine.connect() as conn:
             leases.fail_unloadable(conn, unloadable)
@@ -184,9 +188,11 @@ def _run_steps(
             decision = saga.cancel(workflow, journal, code, reason)
             nxt = None
         elif steering.paused:
+            lease.keeper().drop(held)  # no renewal in flight races the segment's last write
             with engine.connect() as conn:
                 paused = segments.pause_release(conn, claim)
             if not paused:
+                lease.keeper().hold(held)
                 moved = _moved_meanwhile(engine, claim, held)
                 if moved is None:
                     return Outcome.LEASE_LOST
@@ -219,9 +225,13 @@ def _run_steps(
                 )
                 return Outcome.LEASE_LOST
             decision = saga.decide(workflow, journal, nxt, entry)
+        if not decision.continues:
+            lease.keeper().drop(held)  # no renewal in flight races the segment's last write
         with engine.connect() as conn:
             written = _write(conn, claim, workflow, journal, nxt, decision, segment)
         if written is None:
+            if not decision.continues:
+                lease.keeper().hold(held)  # the segment may go on: keep renewing
             moved = _moved_meanwhile(engine, claim, held)
             if moved is None:
                 return Outcome.LEASE_LOST
@@ -333,6 +343,7 @@ def _attempt(
         phase=nxt.phase,
         _heartbeat=held.renew_now,
         _lease_held=lambda: not held.lost.is_set(),
+        lease_lost=held.lost,
     )
     entry: dict[str, Any] = {
         "step": nxt.step.name,

@@ -10,6 +10,7 @@ from celery.signals import worker_process_init, worker_ready
 
 from awooop import db, logs
 from awooop.config import get_settings
+from awooop.domain import workflow
 from awooop.workflows import registry
 
 app = Celery(
@@ -20,6 +21,8 @@ app.config_from_object("celeryconfig")
 _settings = get_settings()
 logs.configure(_settings.log_level)
 registry.import_modules(_settings.workflow_module_list)
+# A worker whose workflows' leases are shorter than three renewals refuses to start.
+workflow.check_leases(registry.all_workflows(), _settings.heartbeat_interval_seconds)
 
 
 @worker_process_init.connect
@@ -36,7 +39,7 @@ def _check_definitions(**_: object) -> None:
     from awooop.engine import startup
 
     try:
-        startup.missing_definitions(db.get_engine())
+        startup.missing_definitions(db.get_engine(db.WORKER))
     except Exception:  # a start-up check must not keep the worker from starting
         logging.getLogger("awooop.tasks").exception(
             "could not check workflow definitions", extra={"action": "startup_check_failed"}

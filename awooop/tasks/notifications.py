@@ -22,12 +22,12 @@ NOTIFICATIONS_QUEUE = "notifications"
 
 @app.task(name=SEND)
 def send(message_id: str) -> str:
-    return notify.send(db.get_engine(), get_settings(), uuid.UUID(message_id)).value
+    return notify.send(db.get_engine(db.WORKER), get_settings(), uuid.UUID(message_id)).value
 
 
 @app.task(name="awooop.sweeps.send_due_notifications")
 def send_due_notifications() -> int:
-    return enqueue(notify.due(db.get_engine(), get_settings()))
+    return enqueue(notify.due(db.get_engine(db.WORKER), get_settings()))
 
 
 def enqueue(message_ids: Iterable[uuid.UUID | str]) -> int:

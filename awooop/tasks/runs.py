@@ -23,7 +23,10 @@ def execute(run_id: str) -> str:
     """Claim the run and drive it; a message for a run someone else holds is a no-op."""
     with logs.bound(run_id=run_id):
         outcome = runner.execute(
-            db.get_engine(), get_settings(), uuid.UUID(run_id), notify=notifications.enqueue
+            db.get_engine(db.WORKER),
+            get_settings(),
+            uuid.UUID(run_id),
+            notify=notifications.enqueue,
         )
     metrics.RUN_SEGMENTS.labels(outcome.value).inc()
     return outcome.value

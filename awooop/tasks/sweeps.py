@@ -12,7 +12,7 @@ from awooop.tasks.app import app
 
 @app.task(name="awooop.sweeps.reap")
 def reap() -> dict[str, int]:
-    reaped = sweeps.reap_once(db.get_engine())
+    reaped = sweeps.reap_once(db.get_engine(db.SWEEPS))
     requeued = [r.run_id for r in reaped if r.to_status == states.PENDING]
     runs.enqueue(requeued)
     return {"requeued": len(requeued), "failed": len(reaped) - len(requeued)}
@@ -20,15 +20,15 @@ def reap() -> dict[str, int]:
 
 @app.task(name="awooop.sweeps.resend_orphans")
 def resend_orphans() -> int:
-    return runs.enqueue(sweeps.orphans_once(db.get_engine(), get_settings()))
+    return runs.enqueue(sweeps.orphans_once(db.get_engine(db.SWEEPS), get_settings()))
 
 
 @app.task(name="awooop.sweeps.prune_dedupe")
 def prune_dedupe() -> int:
-    return sweeps.prune_dedupe_once(db.get_engine(), get_settings())
+    return sweeps.prune_dedupe_once(db.get_engine(db.SWEEPS), get_settings())
 
 
 @app.task(name="awooop.sweeps.fire_due_timers")
 def fire_due_timers() -> int:
-    fired = sweeps.fire_due_timers_once(db.get_engine(), get_settings())
+    fired = sweeps.fire_due_timers_once(db.get_engine(db.SWEEPS), get_settings())
     return runs.enqueue([t.run_id for t in fired])

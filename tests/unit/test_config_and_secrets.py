@@ -29,7 +29,8 @@ def test_defaults_are_the_adr_values():
 
 
 def test_numbers_are_parsed_and_bad_numbers_named():
-    assert Settings.from_env({**BASE, "AWOOOP_LEASE_TTL_SECONDS": "2.5"}).lease_ttl_seconds == 2.5
+    short = {"AWOOOP_LEASE_TTL_SECONDS": "2.5", "AWOOOP_HEARTBEAT_INTERVAL_SECONDS": "0.5"}
+    assert Settings.from_env({**BASE, **short}).lease_ttl_seconds == 2.5
     with pytest.raises(ConfigError, match="AWOOOP_PORT"):
         Settings.from_env({**BASE, "AWOOOP_PORT": "eighty"})
 

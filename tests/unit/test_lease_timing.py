@@ -1,0 +1,53 @@
+"""A lease is renewed at least three times per TTL (DESIGN §9.5): settings and workflows that
+break this are refused at start with a message naming what to change."""
+
+from __future__ import annotations
+
+import pytest
+
+from awooop.config import ConfigError, Settings
+from awooop.domain import workflow
+from awooop.domain.workflow import Step, Workflow
+
+BASE = {
+    "AWOOOP_DATABASE_URL": "postgresql://x/y",
+    "AWOOOP_BROKER_URL": "redis://x",
+    "AWOOOP_SECRET_KEY": "k",
+}
+
+
+def _noop(ctx):  # type: ignore[no-untyped-def]
+    return None
+
+
+def test_settings_renewing_less_than_three_times_per_ttl_are_refused_naming_both_variables():
+    with pytest.raises(
+        ConfigError, match="AWOOOP_HEARTBEAT_INTERVAL_SECONDS=40 .*AWOOOP_LEASE_TTL_SECONDS=100"
+    ):
+        Settings.from_env(
+            {**BASE, "AWOOOP_LEASE_TTL_SECONDS": "100", "AWOOOP_HEARTBEAT_INTERVAL_SECONDS": "40"}
+        )
+
+
+def test_settings_renewing_exactly_three_times_per_ttl_are_accepted():
+    s = Settings.from_env(
+        {**BASE, "AWOOOP_LEASE_TTL_SECONDS": "3", "AWOOOP_HEARTBEAT_INTERVAL_SECONDS": "1"}
+    )
+    assert (s.lease_ttl_seconds, s.heartbeat_interval_seconds) == (3, 1)
+
+
+def test_a_workflow_lease_shorter_than_three_renewal_intervals_is_refused_at_worker_start():
+    short = Workflow("short-lease", 1, [Step("one", _noop)], lease_ttl_seconds=60)
+    fine = Workflow("long-lease", 1, [Step("one", _noop)], lease_ttl_seconds=90)
+
+    workflow.check_leases([fine], renewal_interval=30)
+    with pytest.raises(
+        workflow.LeaseTooShort,
+        match="short-lease v1: lease_ttl_seconds=60 .*AWOOOP_HEARTBEAT_INTERVAL_SECONDS=30",
+    ):
+        workflow.check_leases([fine, short], renewal_interval=30)
+
+
+def test_a_workflow_lease_ttl_must_be_positive():
+    with pytest.raises(ValueError, match="lease_ttl_seconds must be positive"):
+        Workflow("zero-lease", 1, [Step("one", _noop)], lease_ttl_seconds=0)
