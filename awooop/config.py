@@ -101,6 +101,12 @@ class Settings:
     db_keepalives_interval_seconds: int = 5
     db_keepalives_count: int = 3
     db_tcp_user_timeout_seconds: float = 30.0
+    # A worker's fenced write that fails on a transient database error (connection reset,
+    # serialization failure, statement or lock timeout) is tried again this many times, after
+    # a jittered exponential back-off from base up to max; then the run is handed back.
+    write_retries: int = 4
+    write_retry_base_seconds: float = 0.1
+    write_retry_max_seconds: float = 2.0
     log_level: str = "INFO"
     # /readyz: how long each dependency check (database, broker) may take before it fails.
     readiness_timeout_seconds: float = 2.0

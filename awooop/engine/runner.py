@@ -16,13 +16,14 @@ decides again from the intent (DESIGN §9.2).
 from __future__ import annotations
 
 import enum
+import functools
 import json
 import logging
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine
 
@@ -30,7 +31,7 @@ from awooop import db, logs, metrics
 from awooop.config import Settings
 from awooop.domain import saga, states
 from awooop.domain.workflow import Halt, Reject, StepContext, Unknown, Workflow
-from awooop.engine import approvals, identity, lease
+from awooop.engine import approvals, fenced, identity, lease
 from awooop.engine.lease import Lease
 from awooop.outbound import messages
 from awooop.store import leases, segments
@@ -69,6 +70,7 @@ _SEGMENT_ENDS = {
 
 # Sends the outbox messages a segment queued (after their statement committed).
 Notify = Callable[[list[uuid.UUID]], object]
+_T = TypeVar("_T")
 
 
 def execute(
@@ -153,17 +155,42 @@ def _drive(
     keeper = lease.keeper()
     keeper.hold(held)
     try:
-        return _run_steps(engine, claim, workflow, held, _Segment(settings, notify))
+        return _run_steps(engine, claim, workflow, held, _Segment(engine, settings, notify))
+    except fenced.GaveUp as gave_up:
+        return _give_back(engine, claim, gave_up)
     finally:
         keeper.drop(held)
+
+
+def _give_back(engine: Engine, claim: leases.Claim, gave_up: fenced.GaveUp) -> Outcome:
+    """The database kept failing a fenced write: hand the run back (fenced) so another worker
+    can claim it at once rather than after the lease expires and the reaper passes. If even
+    that fails, the lease and the reaper recover it."""
+    fields = _fields(claim)
+    try:
+        with engine.connect() as conn:
+            released = leases.release(conn, claim, 0.0, "database_unavailable", refund=False)
+    except Exception:
+        released = False
+        log.exception("could not hand the run back", extra={**fields, "action": "release_failed"})
+    log.error(
+        "database unavailable; run handed back",
+        extra={**fields, "action": "run_released", "reason": str(gave_up), "released": released},
+    )
+    return Outcome.RELEASED
 
 
 class _Segment:
     """What writing a segment's decisions needs beyond the claim."""
 
-    def __init__(self, settings: Settings, notify: Notify | None) -> None:
+    def __init__(self, engine: Engine, settings: Settings, notify: Notify | None) -> None:
+        self.engine = engine
         self.settings = settings
         self.notify = notify
+
+    def write(self, statement: Callable[[Connection], _T], what: str) -> tuple[_T, bool]:
+        """One fenced statement, retried on transient errors: (its result, retried)."""
+        return fenced.write(self.engine, self.settings, statement, what)
 
     def send(self, message_ids: list[uuid.UUID]) -> None:
         if message_ids and self.notify is not None:
@@ -189,11 +216,14 @@ def _run_steps(
             nxt = None
         elif steering.paused:
             lease.keeper().drop(held)  # no renewal in flight races the segment's last write
-            with engine.connect() as conn:
-                paused = segments.pause_release(conn, claim)
+            paused, retried = segment.write(
+                functools.partial(segments.pause_release, c=claim), "pause_release"
+            )
+            if not paused and retried:
+                paused = _landed(segment, claim, 0, ends_segment=True) is not None
             if not paused:
                 lease.keeper().hold(held)
-                moved = _moved_meanwhile(engine, claim, held)
+                moved = _moved_meanwhile(segment, claim, held)
                 if moved is None:
                     return Outcome.LEASE_LOST
                 claim, steering = moved
@@ -207,12 +237,16 @@ def _run_steps(
                 # always has something left to do.
                 raise AssertionError(f"run {claim.run_id} claimed with nothing left to do")
             if nxt.phase == saga.FORWARD and nxt.step.timeout and not nxt.step.is_tool:
-                with engine.connect() as conn:
-                    armed = segments.arm_step_timeout(
-                        conn, claim, nxt.step.name, nxt.attempt, nxt.step.timeout
-                    )
+                arm = functools.partial(
+                    segments.arm_step_timeout,
+                    c=claim,
+                    step=nxt.step.name,
+                    attempt=nxt.attempt,
+                    timeout=nxt.step.timeout,
+                )
+                armed, _ = segment.write(arm, "arm_step_timeout")
                 if not armed:
-                    moved = _moved_meanwhile(engine, claim, held)
+                    moved = _moved_meanwhile(segment, claim, held)
                     if moved is None:
                         return Outcome.LEASE_LOST
                     claim, steering = moved
@@ -227,12 +261,25 @@ def _run_steps(
             decision = saga.decide(workflow, journal, nxt, entry)
         if not decision.continues:
             lease.keeper().drop(held)  # no renewal in flight races the segment's last write
-        with engine.connect() as conn:
-            written = _write(conn, claim, workflow, journal, nxt, decision, segment)
+        write = functools.partial(
+            _write,
+            claim=claim,
+            workflow=workflow,
+            journal=journal,
+            nxt=nxt,
+            d=decision,
+            segment=segment,
+        )
+        written, retried = segment.write(write, decision.kind)
+        if written is None and retried:
+            # An earlier try may have committed before its reply was lost.
+            done = _landed(segment, claim, len(decision.entries), not decision.continues)
+            if done is not None:
+                written = segments.Steering.of(done.saga_status, done.failure_code, done.paused)
         if written is None:
             if not decision.continues:
                 lease.keeper().hold(held)  # the segment may go on: keep renewing
-            moved = _moved_meanwhile(engine, claim, held)
+            moved = _moved_meanwhile(segment, claim, held)
             if moved is None:
                 return Outcome.LEASE_LOST
             claim, steering = moved
@@ -240,7 +287,7 @@ def _run_steps(
                 # The step ran: keep what it did (not the plan it led to), then act on the
                 # new intent.
                 kept = [e for e in decision.entries if e.get("phase") != saga.PLAN]
-                recorded = _keep_outcome(engine, claim, workflow, journal, kept)
+                recorded = _keep_outcome(segment, claim, workflow, journal, kept)
                 if recorded is None:
                     _lost_on_write(held)
                     return Outcome.LEASE_LOST
@@ -265,14 +312,22 @@ def _run_steps(
             return outcome
 
 
+def _landed(
+    segment: _Segment, claim: leases.Claim, appended: int, ends_segment: bool
+) -> leases.Position | None:
+    done, _ = segment.write(
+        lambda conn: leases.landed(conn, claim, appended, ends_segment), "landed"
+    )
+    return done
+
+
 def _moved_meanwhile(
-    engine: Engine, claim: leases.Claim, held: Lease
+    segment: _Segment, claim: leases.Claim, held: Lease
 ) -> tuple[leases.Claim, segments.Steering] | None:
     """A fenced write matched no row. If the lease is still ours, someone recorded an intent
     meanwhile (the saga status moved): the claim as it is now and what it asks. None: the
     lease is gone (or the run changed in a way no intent explains) — stop."""
-    with engine.connect() as conn:
-        now = leases.position(conn, claim)
+    now, _ = segment.write(lambda conn: leases.position(conn, claim), "position")
     if (
         now is None
         or now.journal_length != claim.journal_length
@@ -299,7 +354,7 @@ def _moved_meanwhile(
 
 
 def _keep_outcome(
-    engine: Engine,
+    segment: _Segment,
     claim: leases.Claim,
     workflow: Workflow,
     journal: list[dict[str, Any]],
@@ -308,10 +363,16 @@ def _keep_outcome(
     """Record a step's outcome as a plain step record, when the decision it led to can no
     longer be written because of an intent recorded meanwhile. None: the lease is gone."""
     upcoming = saga.next_step(workflow, [*journal, *entries])
-    with engine.connect() as conn:
-        steering = segments.record_step(
+    steering, retried = segment.write(
+        lambda conn: segments.record_step(
             conn, claim, entries, next_step=upcoming.step.name if upcoming else None
-        )
+        ),
+        "record",
+    )
+    if steering is None and retried:
+        done = _landed(segment, claim, len(entries), ends_segment=False)
+        if done is not None:
+            steering = segments.Steering.of(done.saga_status, done.failure_code, done.paused)
     if steering is None:
         return None
     return claim.advanced(len(entries), steering.saga_status), steering

@@ -231,6 +231,33 @@ class Position:
     journal_length: int
 
 
+_LANDED = text(
+    """
+SELECT status, saga_status, failure_code, control_state, lease_epoch,
+       jsonb_array_length(saga_steps) AS journal_length
+FROM awooop_run_state
+WHERE run_id = :run_id
+"""
+)
+
+
+def landed(conn: Connection, c: Claim, appended: int, ends_segment: bool) -> Position | None:
+    """A write retried after a transient error matched no row: did an earlier try of it
+    commit? Its trace: the same lease epoch, the journal grown by exactly ``appended``
+    entries, and the run still RUNNING unless the write ended the segment. The run as it is
+    then; None: it did not (the lease is gone, or someone else moved the run)."""
+    row = conn.execute(_LANDED, {"run_id": c.run_id}).first()
+    if row is None or row.lease_epoch != c.lease_epoch:
+        return None
+    if row.journal_length != c.journal_length + appended:
+        return None
+    if (row.status == "RUNNING") == ends_segment:
+        return None
+    return Position(
+        row.saga_status, row.failure_code, row.control_state == "PAUSED", row.journal_length
+    )
+
+
 def position(conn: Connection, c: Claim) -> Position | None:
     """The run as it is now if ``c`` still holds its lease; None: the lease is gone."""
     row = conn.execute(_POSITION, lease_params(c)).first()
@@ -248,7 +275,7 @@ WITH released AS (
     SET status = 'PENDING',
         lease_until = NULL,
         worker_id = NULL,
-        attempt_count = attempt_count - 1,
+        attempt_count = attempt_count - CAST(:refund AS int),
         available_at = now() + make_interval(secs => :delay),
         enqueued_at = now() + make_interval(secs => :delay),
         version = version + 1,
@@ -265,14 +292,13 @@ FROM released
 )
 
 
-def release(conn: Connection, c: Claim, delay_seconds: float, reason: str) -> bool:
-    """Hand the run back untouched (nothing was attempted), claimable after ``delay_seconds``."""
-    return (
-        conn.execute(
-            _RELEASE, {**lease_params(c), "delay": delay_seconds, "reason": reason}
-        ).rowcount
-        == 1
-    )
+def release(
+    conn: Connection, c: Claim, delay_seconds: float, reason: str, refund: bool = True
+) -> bool:
+    """Hand the run back, claimable after ``delay_seconds``. ``refund``: nothing was attempted,
+    so the claim does not count against the crash budget."""
+    params = {**lease_params(c), "delay": delay_seconds, "reason": reason, "refund": int(refund)}
+    return conn.execute(_RELEASE, params).rowcount == 1
 
 
 # The run cannot be loaded by any worker: it fails at once, with its own code, instead of

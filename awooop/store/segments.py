@@ -405,13 +405,15 @@ WITH armed AS (
     SET current_step = :step, heartbeat_at = now()
     WHERE {FENCE}
     RETURNING run_id, version
+), timer AS (
+    -- the same timer again when this statement is retried after its reply was lost
+    INSERT INTO awooop_timer (timer_id, run_id, kind, step, attempt, due_at, expected_version)
+    SELECT :timer_id, run_id, 'step_timeout', :step, :attempt,
+           now() + make_interval(secs => :timeout), version
+    FROM armed
+    ON CONFLICT (timer_id) DO NOTHING
 )
-INSERT INTO awooop_timer (timer_id, run_id, kind, step, attempt, due_at, expected_version)
-SELECT :timer_id, run_id, 'step_timeout', :step, :attempt,
-       now() + make_interval(secs => :timeout), version
-FROM armed
-ON CONFLICT (timer_id) DO NOTHING
-RETURNING timer_id
+SELECT count(*) FROM armed
 """
 )
 
@@ -427,5 +429,5 @@ def arm_step_timeout(conn: Connection, c: Claim, step: str, attempt: int, timeou
             "timeout": timeout,
             "timer_id": timer_id,
         },
-    ).first()
-    return row is not None
+    ).scalar_one()
+    return bool(row == 1)

@@ -215,8 +215,12 @@ def test_run_detail_shows_the_journal_approvals_outbox_and_audit_trail(
     assert "prepare" in page and "SUCCEEDED" in page and "REQUESTED" in page
     # the approval row, without its token hash
     assert "restart-db" in page and "PENDING" in page
+    # (the escalated run of the fixture has an intervention row of its own)
     (token_hash,) = [
-        r["token_hash"] for r in db.rows(engine, "SELECT token_hash FROM awooop_approval")
+        r["token_hash"]
+        for r in db.rows(
+            engine, "SELECT token_hash FROM awooop_approval WHERE run_id = :r", r=run_id
+        )
     ]
     assert token_hash not in page
     # the prompt in the outbox

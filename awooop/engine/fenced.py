@@ -1,0 +1,90 @@
+"""A lease holder's writes that survive a database hiccup (DESIGN §9.4).
+
+Every fenced write is a compare-and-set on the lease, the saga status the holder saw and the
+journal's length, so applying it twice is applying it once. That makes it safe to try again
+after a transient error — even one whose statement committed before its reply was lost: the
+second try matches no row, and :func:`landed` tells the caller its first one did. A write
+that still fails after ``AWOOOP_WRITE_RETRIES`` tries raises :class:`GaveUp`; the runner then
+hands the run back so another worker can claim it at once.
+
+Retrying a statement on a transient error is what DBOS's ``@db_retry`` does for its system
+database; written here rather than taken from a retry library because the classification
+(SQLSTATEs, a connection the pool invalidated) is the whole of the logic.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from sqlalchemy import Connection, Engine, exc
+
+from awooop.config import Settings
+
+log = logging.getLogger("awooop.engine.fenced")
+
+T = TypeVar("T")
+
+# serialization failure, deadlock, statement timeout (query canceled), lock timeout,
+# the server shutting down or restarting, connection failures.
+TRANSIENT_SQLSTATES = frozenset(
+    {"40001", "40P01", "57014", "55P03", "57P01", "57P02", "57P03", "08000", "08003", "08006"}
+)
+
+
+class GaveUp(Exception):
+    """A fenced write kept failing on transient database errors."""
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether ``error`` says the database could not answer now, not that the write is wrong."""
+    if not isinstance(error, exc.DBAPIError):
+        return False
+    if error.connection_invalidated:
+        return True
+    code = getattr(error.orig, "pgcode", None)
+    if code is not None:
+        return code in TRANSIENT_SQLSTATES
+    # No SQLSTATE: the driver lost the connection (reset, closed, timed out).
+    return isinstance(error, exc.OperationalError)
+
+
+def backoff(settings: Settings, retry: int, rng: random.Random | None = None) -> float:
+    """Seconds before try ``retry + 1``: exponential from the base, capped, jittered ±50 %."""
+    ceiling = min(settings.write_retry_max_seconds, settings.write_retry_base_seconds * 2**retry)
+    return ceiling * (rng or random).uniform(0.5, 1.0)
+
+
+def write(
+    engine: Engine, settings: Settings, statement: Callable[[Connection], T], what: str
+) -> tuple[T, bool]:
+    """Run ``statement`` (one fenced compare-and-set) on a fresh connection, again after a
+    transient error. Returns its result and whether it was retried (then a "no row matched"
+    may mean an earlier try committed: ask :func:`awooop.store.leases.landed`)."""
+    retried = False
+    for retry in range(settings.write_retries + 1):
+        try:
+            with engine.connect() as conn:
+                return statement(conn), retried
+        except exc.DBAPIError as error:
+            if not is_transient(error):
+                raise
+            if retry == settings.write_retries:
+                raise GaveUp(f"{what}: {type(error.orig).__name__}") from error
+            delay = backoff(settings, retry)
+            log.warning(
+                "fenced write failed on a transient database error; retrying",
+                extra={
+                    "action": "fenced_write_retry",
+                    "write": what,
+                    "retry": retry + 1,
+                    "delay_s": round(delay, 3),
+                    "error": type(error.orig).__name__,
+                },
+            )
+            retried = True
+            time.sleep(delay)  # back-off between tries, not a synchronisation
+    raise AssertionError("unreachable")
