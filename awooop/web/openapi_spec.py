@@ -182,7 +182,8 @@ _READ_ERRORS = (errors.Unauthenticated, errors.Forbidden, errors.ServiceUnavaila
 _ADMISSION_DESCRIPTION = (
     "Admits the event: a new run (202), the run an earlier delivery made (200, "
     f"`{errors.DUPLICATE_EVENT_CODE}`), or 200 `ignored` when no workflow is routed for the "
-    "channel. The body is limited to `AWOOOP_MAX_BODY_BYTES` (1 MiB), checked before parsing; "
+    "channel. The body is limited to `AWOOOP_MAX_BODY_BYTES` (1 MiB), checked before parsing "
+    "and whatever the framing (a chunked body over it is a 413, never cut); "
     "bad credentials and an unknown project answer the same 401."
 )
 
