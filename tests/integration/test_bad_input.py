@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
 
+from awooop.channels import base as channel_base
 from tests.integration.conftest import queued_messages
 from tests.support import db, requests, tokens
 from tests.support import runs as test_runs
@@ -293,3 +295,41 @@ def test_a_chunked_management_operation_over_the_limit_is_413_and_changes_nothin
 
     expect_error(response, 413, "E-REQUEST-002")
     assert db.run(engine, run_id)["control_state"] == "ACTIVE"
+
+
+def nested_to(raw: bytes, depth: int) -> bytes:
+    """The request's JSON object with a ``note`` of lists making the whole ``depth`` deep
+    (the object itself is one level)."""
+    payload = json.loads(raw)
+    note: list = []
+    for _ in range(depth - 2):
+        note = [note]
+    payload["note"] = note
+    return json.dumps(payload).encode()
+
+
+@pytest.mark.parametrize("depth", [channel_base.MAX_JSON_DEPTH + 1, 950])
+@pytest.mark.parametrize("channel", CHANNELS)
+def test_json_nested_deeper_than_the_limit_is_400(
+    client, project, channel, depth, assert_nothing_written
+):
+    # ~950 levels is valid JSON Python reads, but the worker's driver could not decode it.
+    path, headers, raw = requests.valid(channel, project)
+    raw = nested_to(raw, depth)
+
+    response = client.post(path, headers=requests.resign(project, path, headers, raw), data=raw)
+
+    expect_error(response, 400, "E-REQUEST-001")
+    assert f"{channel_base.MAX_JSON_DEPTH} levels" in response.json["error"]["message"]
+    assert_nothing_written()
+
+
+@pytest.mark.parametrize("channel", CHANNELS)
+def test_json_nested_exactly_to_the_limit_is_admitted(client, engine, project, channel):
+    path, headers, raw = requests.valid(channel, project)
+    raw = nested_to(raw, channel_base.MAX_JSON_DEPTH)
+
+    response = client.post(path, headers=requests.resign(project, path, headers, raw), data=raw)
+
+    assert response.status_code == 202, response.get_data(as_text=True)
+    assert db.count(engine, "awooop_run_state") == 1
