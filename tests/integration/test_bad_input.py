@@ -333,3 +333,12 @@ def test_json_nested_exactly_to_the_limit_is_admitted(client, engine, project, c
 
     assert response.status_code == 202, response.get_data(as_text=True)
     assert db.count(engine, "awooop_run_state") == 1
+
+
+def test_a_telegram_bot_id_in_non_ascii_digits_is_400(client, project, assert_nothing_written):
+    path, headers, raw = requests.telegram(project)
+
+    response = client.post(path, query_string={"bot_id": "\u0661"}, headers=headers, data=raw)
+
+    expect_error(response, 400, "E-REQUEST-001")
+    assert_nothing_written()
