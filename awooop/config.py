@@ -67,6 +67,7 @@ class Settings:
     outbox_max_attempts: int = 8
     outbox_base_delay_seconds: float = 2.0
     outbox_max_delay_seconds: float = 300.0
+    # Each socket read of a provider call, and a deadline on the whole send (outbound.transport).
     outbox_send_timeout_seconds: float = 10.0
     outbox_interval_seconds: float = 2.0
     outbox_batch_size: int = 200

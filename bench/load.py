@@ -137,6 +137,19 @@ class LoadResult:
     def p99(self) -> float:
         return self.percentile(0.99)
 
+    def failures(self) -> list[str]:
+        """One line per kind of failed answer: each non-2xx status with its count, and
+        connections dropped with a request in flight. A webhook provider that gets a 500
+        retries or gives up, so every one of these is a failure, however rare."""
+        lines = [
+            f"HTTP {status}: {count} answer{'s' if count != 1 else ''}"
+            for status, count in sorted(self.statuses.items())
+            if not 200 <= status < 300
+        ]
+        if self.errors:
+            lines.append(f"{self.errors} connection(s) dropped with a request in flight")
+        return lines
+
     def summary(self) -> str:
         codes = ", ".join(f"{k}: {v}" for k, v in sorted(self.statuses.items()))
         return (

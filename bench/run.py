@@ -571,9 +571,37 @@ def _phase(
         web_cpu_ms=(cpu1 - cpu0) * 1000 / max(result.issued, 1),
     )
     log(f"{label:<28} {result.summary()}  other CPU {info['other_cpu_pct']:.0f}%")
+    info["failures"] = report_failures(label, result)
     if result.completed == 0:
         raise BenchError(f"{label}: no response completed; log {web.log_path}:\n{web.log_tail()}")
     return info
+
+
+def report_failures(label: str, result: load.LoadResult) -> list[str]:
+    """Log a FAIL line for every non-2xx status (and dropped connection) of a phase; the
+    lines, prefixed with the phase, for the summary at the end."""
+    lines = [f"{label}: {line}" for line in result.failures()]
+    for line in lines:
+        log(f"FAIL {line}")
+    return lines
+
+
+def all_failures(results: list[dict[str, Any]], e2e: dict[str, Any]) -> list[str]:
+    return [line for res in results for line in res.get("failures", [])] + e2e.get("failures", [])
+
+
+def failed_answers(results: list[dict[str, Any]], e2e: dict[str, Any]) -> int:
+    """Non-2xx answers and dropped connections, all phases together."""
+    return sum(r["non_2xx"] + r["errors"] for r in results + [e2e] if "non_2xx" in r)
+
+
+def failure_summary(failures: list[str]) -> list[str]:
+    """The summary's verdict on the answers: DESIGN §8 wants zero non-2xx."""
+    if not failures:
+        return ["Answers: every request of every phase was answered 2xx"]
+    return ["FAIL: not every request was answered 2xx (DESIGN §8 wants none):"] + [
+        f"FAIL {line}" for line in failures
+    ]
 
 
 def purge_queue(r: redis.Redis, queue: str) -> int:
@@ -806,6 +834,7 @@ def _admit(
     n: int,
     conns: int,
     timeout: float,
+    info: dict[str, Any],
 ) -> load.LoadResult:
     source = _requests(project_id, token, load.unique_keys(secrets.token_hex(6)), limit=n)
     result = load.run(
@@ -815,6 +844,9 @@ def _admit(
         f"{label}: admitted {result.statuses.get(202, 0)}/{n} in {result.seconds:.1f} s "
         f"({result.rps:.0f} req/s, non-2xx {result.non_2xx}, errors {result.errors})"
     )
+    info.setdefault("failures", []).extend(report_failures(label, result))
+    info["non_2xx"] = info.get("non_2xx", 0) + result.non_2xx
+    info["errors"] = info.get("errors", 0) + result.errors
     return result
 
 
@@ -886,7 +918,7 @@ def bench_awooop_e2e(
         watch = SessionWatch(url, lambda: [p for proc in procs for p in proc.pids()])
         watch.start()
 
-        result = _admit("e2e batch", web, port, e2e_id, token, n, 16, timeout=max(60.0, n / 50))
+        result = _admit("e2e batch", web, port, e2e_id, token, n, 16, max(60.0, n / 50), info)
         info["admit_per_s"] = result.rps
         progress = Progress(url, e2e_id)
         _, _, total = progress.counts()
@@ -937,7 +969,7 @@ def bench_awooop_e2e(
         if soak > 0:
             t0 = time.perf_counter()
             soak_result = _admit(
-                "soak", web, port, e2e_id, token, soak, 8, timeout=max(120.0, soak / 50)
+                "soak", web, port, e2e_id, token, soak, 8, max(120.0, soak / 50), info
             )
             if soak_result.statuses.get(202, 0) != soak:
                 raise BenchError(
@@ -1069,6 +1101,10 @@ def ratios(
             _verdict(value, t, False),
         )
     )
+    value = float(failed_answers(results, e2e))
+    rows.append(
+        ("non-2xx answers and dropped connections", value, "= 0", _verdict(value, 0, False))
+    )
     for side in ("web", "worker"):
         m = e2e.get("memory", {}).get(side, {})
         value = (_ratio(m.get("after_soak"), m.get("after_e2e")) - 1) * 100
@@ -1086,7 +1122,7 @@ def _fmt(value: Any, digits: int = 0) -> str:
 
 
 def _digits(what: str) -> int:
-    return 3 if "commits" in what else 1 if "%" in what else 2
+    return 3 if "commits" in what else 1 if "%" in what else 0 if "non-2xx" in what else 2
 
 
 def render_table(
@@ -1133,6 +1169,7 @@ def render_table(
     out += ["", f"  {'ratio':<52}{'measured':>10}  {'target':<9}verdict"]
     for what, value, target, verdict in rows:
         out.append(f"  {what:<52}{_fmt(value, _digits(what)):>10}  {target:<9}{verdict}")
+    out += [""] + [f"  {line}" for line in failure_summary(all_failures(results, e2e))]
     return "\n".join(out)
 
 
@@ -1180,6 +1217,9 @@ def render_markdown(
     for what, value, target, verdict in rows:
         shown = target.replace(">=", "≥").replace("<=", "≤")
         lines.append(f"| {what} | {_fmt(value, _digits(what))} | {shown} | {verdict} |")
+    failures = all_failures(results, e2e)
+    if failures:
+        lines += [""] + [f"- **FAIL** {line}" for line in failures]
     lines += [
         "",
         "## (a) Admission over HTTP",

@@ -52,6 +52,11 @@ class ChannelModule(Protocol):
 
 
 MAX_EVENT_ID_LENGTH = 256
+# How deep a request body's JSON may nest (the body's own object is one level). Python's
+# parser reads about 1,000 levels, and a run whose input is that deep cannot be decoded by
+# the worker (psycopg2 parses JSONB with the same recursive parser, deeper in a stack):
+# refused at the door with a 400 instead. Real webhook payloads nest fewer than 10 levels.
+MAX_JSON_DEPTH = 64
 
 
 def canonical_json(value: Any) -> bytes:
@@ -87,21 +92,27 @@ def _storable_text(text: str) -> bool:
     return True
 
 
-def _storable(value: Any) -> bool:
-    pending = [value]
+_UNSTORABLE = "request body strings must not contain \\u0000 or unpaired surrogates"
+_TOO_DEEP = f"request body must not nest deeper than {MAX_JSON_DEPTH} levels of objects and arrays"
+
+
+def _check_value(value: Any) -> None:
+    """Refuse what PostgreSQL cannot store or the worker cannot decode: unstorable strings
+    and keys, nesting deeper than :data:`MAX_JSON_DEPTH`. One walk, no recursion."""
+    pending: list[tuple[Any, int]] = [(value, 1)]
     while pending:
-        item = pending.pop()
-        if isinstance(item, str):
-            if not _storable_text(item):
-                return False
-        elif isinstance(item, dict):
-            for key, child in item.items():
-                if not _storable_text(key):
-                    return False
-                pending.append(child)
-        elif isinstance(item, list):
-            pending.extend(item)
-    return True
+        item, depth = pending.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise errors.MalformedRequest(_TOO_DEEP)
+        children = item.items() if isinstance(item, dict) else enumerate(item)
+        for key, child in children:
+            if isinstance(key, str) and not _storable_text(key):
+                raise errors.MalformedRequest(_UNSTORABLE)
+            if isinstance(child, str):
+                if not _storable_text(child):
+                    raise errors.MalformedRequest(_UNSTORABLE)
+            elif isinstance(child, dict | list):
+                pending.append((child, depth + 1))
 
 
 def json_object(body: bytes) -> dict[str, Any]:
@@ -109,18 +120,18 @@ def json_object(body: bytes) -> dict[str, Any]:
 
     Refused besides malformed JSON: what PostgreSQL could not store — ``NaN`` and
     ``Infinity`` (not JSON, though Python reads them), numbers beyond a double's range,
-    ``\\u0000`` and unpaired surrogates in strings or keys.
+    ``\\u0000`` and unpaired surrogates in strings or keys — and nesting deeper than
+    :data:`MAX_JSON_DEPTH`, which the worker could not decode.
     """
     try:
         value = json.loads(body, parse_float=_finite, parse_constant=_not_json)
-    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: deep nesting
+    except RecursionError:  # far deeper than MAX_JSON_DEPTH
+        raise errors.MalformedRequest(_TOO_DEEP) from None
+    except (ValueError, UnicodeDecodeError):
         raise errors.MalformedRequest("request body is not valid JSON") from None
     if not isinstance(value, dict):
         raise errors.MalformedRequest("request body must be a JSON object")
-    if not _storable(value):
-        raise errors.MalformedRequest(
-            "request body strings must not contain \\u0000 or unpaired surrogates"
-        )
+    _check_value(value)
     return value
 
 

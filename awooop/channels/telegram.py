@@ -9,6 +9,8 @@ project has a single bot and leaves it out).
 
 from __future__ import annotations
 
+import re
+
 from awooop import secrets as crypto
 from awooop.channels.base import (
     ChannelSecrets,
@@ -22,6 +24,9 @@ from awooop.channels.base import (
 
 CHANNEL = "telegram"
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"  # noqa: S105 - a header name
+# ASCII digits only: str.isdigit() also takes other scripts' digits ("\u0661" is read as 1 by
+# int()), which would give one bot a second dedupe key for the same update.
+BOT_ID = re.compile(r"[0-9]{1,20}")
 
 
 def authenticate(request: RawRequest, secrets: ChannelSecrets) -> bool:
@@ -37,5 +42,8 @@ def parse(request: RawRequest) -> list[InboundEvent]:
         "update_id must be an integer",
     )
     bot_id = request.query.get("bot_id", "0")
-    require(bot_id.isdigit() and len(bot_id) <= 20, "bot_id must be the bot's numeric id")
+    require(
+        BOT_ID.fullmatch(bot_id) is not None,
+        "bot_id must be the bot's numeric id (1 to 20 ASCII digits)",
+    )
     return [InboundEvent(event_id(f"{bot_id}:{update_id}"), update, digest(update))]

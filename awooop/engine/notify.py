@@ -19,7 +19,7 @@ from sqlalchemy import Engine
 
 from awooop import secrets as crypto
 from awooop.config import Settings
-from awooop.outbound import adapters
+from awooop.outbound import adapters, transport
 from awooop.store import outbox, projects
 
 log = logging.getLogger("awooop.engine.notify")
@@ -47,6 +47,8 @@ def _redact(text: str, secrets: tuple[str, ...]) -> str:
 
 
 def send(engine: Engine, settings: Settings, message_id: uuid.UUID) -> Sent:
+    # Longer than transport.post's deadline (timeout) plus its last read (timeout) and the
+    # recording of the outcome: no other sender claims a message still being sent.
     hold = settings.outbox_send_timeout_seconds * 2 + 5
     with engine.connect() as conn:
         message = outbox.claim(conn, message_id, hold)
@@ -71,25 +73,21 @@ def send(engine: Engine, settings: Settings, message_id: uuid.UUID) -> Sent:
         call = adapters.build(
             message.channel, str(message.message_id), message.payload, token, keys, settings
         )
-        response = requests.post(
-            call.url,
-            data=call.encoded(),
-            headers={"Content-Type": "application/json", **call.headers},
-            timeout=settings.outbox_send_timeout_seconds,
-        )
+        # A deadline on the whole send, shorter than the hold (see outbound.transport).
+        answer = transport.post(call, settings.outbox_send_timeout_seconds)
     except adapters.CannotSend as exc:
         return _failed(engine, settings, message, str(exc), permanent=True, fields=fields)
     except requests.RequestException as exc:
         # The exception text may carry the URL, which for Telegram holds the bot token.
         error = _redact(f"{type(exc).__name__}: {exc}", secrets)
         return _failed(engine, settings, message, error, permanent=False, fields=fields)
-    if 200 <= response.status_code < 300:
+    if 200 <= answer.status < 300:
         with engine.connect() as conn:
             outbox.mark_sent(conn, message)
         log.info("message sent", extra={**fields, "action": "message_sent"})
         return Sent.SENT
-    error = _redact(f"HTTP {response.status_code}: {response.text[:300]}", secrets)
-    permanent = response.status_code < 500 and response.status_code not in _TRANSIENT_STATUSES
+    error = _redact(f"HTTP {answer.status}: {answer.text[:300]}", secrets)
+    permanent = answer.status < 500 and answer.status not in _TRANSIENT_STATUSES
     return _failed(engine, settings, message, error, permanent=permanent, fields=fields)
 
 

@@ -15,7 +15,7 @@ from awooop import errors
 from awooop.channels.base import json_object
 from awooop.engine import tools
 from awooop.store import runs
-from awooop.web import context, roles
+from awooop.web import context, request_body, roles
 from awooop.web.runs_api import jsonable, run_id_or_404
 
 blueprint = Blueprint("api", __name__)
@@ -42,7 +42,7 @@ def tool_result(project_id: str, run_id: str) -> tuple[Response, int]:
     roles.authenticate(project_id, roles.ADMIT)
     if request.mimetype != "application/json":
         raise errors.UnsupportedMediaType()
-    body = json_object(request.get_data(cache=True))
+    body = json_object(request_body.read())
     parsed_id = run_id_or_404(run_id)
     outcome = tools.deliver_result(
         context.engine(),

@@ -23,7 +23,7 @@ from awooop import errors
 from awooop.channels import api as api_channel
 from awooop.channels.base import json_object
 from awooop.engine import approvals
-from awooop.web import context, roles
+from awooop.web import context, request_body, roles
 
 blueprint = Blueprint("approvals", __name__)
 
@@ -62,7 +62,7 @@ def decide(project_id: str, token: str) -> tuple[Response, int]:
     role = _caller_role(project_id)
     if request.mimetype != "application/json":
         raise errors.UnsupportedMediaType()
-    body = json_object(request.get_data(cache=True))
+    body = json_object(request_body.read())
     decision = body.get("decision")
     if decision not in ("approve", "reject"):
         raise errors.MalformedRequest('decision must be "approve" or "reject"')

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 import threading
+import time
+from collections.abc import Callable
 
 from cachetools import TTLCache
 from sqlalchemy import Engine
@@ -17,13 +19,19 @@ from awooop.models.project import PROJECT_ID_PATTERN
 from awooop.store import projects
 
 _PROJECT_ID = re.compile(PROJECT_ID_PATTERN)
+_MISSING = object()  # None is a cached answer: an unknown project
 
 
 class ProjectAuthCache:
-    def __init__(self, ttl_seconds: float, maxsize: int = 4096) -> None:
+    def __init__(
+        self,
+        ttl_seconds: float,
+        maxsize: int = 4096,
+        timer: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._ttl = ttl_seconds
         self._cache: TTLCache[tuple[str, str], projects.ProjectAuth | None] = TTLCache(
-            maxsize=maxsize, ttl=max(ttl_seconds, 0.001)
+            maxsize=maxsize, ttl=max(ttl_seconds, 0.001), timer=timer
         )
         self._lock = threading.Lock()
 
@@ -33,8 +41,11 @@ class ProjectAuthCache:
         key = (project_id, channel)
         if self._ttl > 0:
             with self._lock:
-                if key in self._cache:
-                    return self._cache[key]
+                # One get: TTLCache reads its clock once for it. `key in cache` then
+                # `cache[key]` reads it twice, and an entry expiring in between was a KeyError.
+                cached = self._cache.get(key, _MISSING)
+                if cached is not _MISSING:
+                    return cached  # type: ignore[return-value]
         with engine.connect() as conn:
             auth = projects.load_auth(conn, project_id, channel)
         if self._ttl > 0:

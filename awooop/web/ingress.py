@@ -18,7 +18,7 @@ from awooop.channels import CHANNELS
 from awooop.channels import api as api_channel
 from awooop.channels.base import ChannelSecrets, InboundEvent
 from awooop.store import admission, projects
-from awooop.web import context, decisions, roles, throttle
+from awooop.web import context, decisions, request_body, roles, throttle
 from awooop.workflows import registry
 
 blueprint = Blueprint("ingress", __name__)
@@ -37,12 +37,10 @@ def create_run(project_id: str) -> tuple[Response, int]:
 
 
 def _read_json_body() -> bytes:
-    limit = context.settings().max_body_bytes
-    if request.content_length is not None and request.content_length > limit:
-        raise errors.PayloadTooLarge()
+    body = request_body.read()  # 413 first, for any content type
     if request.mimetype != "application/json":
         raise errors.UnsupportedMediaType()
-    return request.get_data(cache=True)  # werkzeug enforces MAX_CONTENT_LENGTH -> 413
+    return body
 
 
 def _secrets_for(auth: projects.ProjectAuth, channel: str) -> ChannelSecrets:

@@ -21,7 +21,7 @@ from awooop import errors
 from awooop.channels.base import json_object
 from awooop.engine import management
 from awooop.store.operations import OperationResult
-from awooop.web import context, roles, throttle
+from awooop.web import context, request_body, roles, throttle
 from awooop.web.runs_api import run_id_or_404
 
 blueprint = Blueprint("management_api", __name__)
@@ -46,7 +46,7 @@ def roles_for(operation: str) -> frozenset[str]:
 def _body() -> tuple[str, str]:
     if request.mimetype != "application/json":
         raise errors.UnsupportedMediaType()
-    body = json_object(request.get_data(cache=True))
+    body = json_object(request_body.read())
     operation_id = body.get("operation_id")
     if not isinstance(operation_id, str) or not 0 < len(operation_id) <= MAX_OPERATION_ID:
         raise errors.InvalidOperation(

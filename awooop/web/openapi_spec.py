@@ -16,7 +16,7 @@ from typing import Any
 
 from awooop import errors
 from awooop.channels import api as api_channel
-from awooop.channels.base import MAX_EVENT_ID_LENGTH
+from awooop.channels.base import MAX_EVENT_ID_LENGTH, MAX_JSON_DEPTH
 from awooop.domain import states
 from awooop.models.project import CHANNEL_TYPES, PROJECT_ID_PATTERN
 from awooop.web import openapi_schemas, params
@@ -182,15 +182,20 @@ _READ_ERRORS = (errors.Unauthenticated, errors.Forbidden, errors.ServiceUnavaila
 _ADMISSION_DESCRIPTION = (
     "Admits the event: a new run (202), the run an earlier delivery made (200, "
     f"`{errors.DUPLICATE_EVENT_CODE}`), or 200 `ignored` when no workflow is routed for the "
-    "channel. The body is limited to `AWOOOP_MAX_BODY_BYTES` (1 MiB), checked before parsing; "
+    "channel. The body is limited to `AWOOOP_MAX_BODY_BYTES` (1 MiB), checked before parsing "
+    "and whatever the framing (a chunked body over it is a 413, never cut); JSON nested "
+    f"deeper than {MAX_JSON_DEPTH} levels is a 400 `{errors.MalformedRequest.code}`; "
     "bad credentials and an unknown project answer the same 401."
+)
+_DEPTH_NOTE = (
+    f"A JSON object nested at most {MAX_JSON_DEPTH} levels deep (objects and arrays, the body "
+    f"itself included); deeper is a 400 `{errors.MalformedRequest.code}`."
 )
 
 
 def _body(schema: Schema, description: str | None = None) -> dict[str, Any]:
     body: dict[str, Any] = {"required": True, "content": _json(schema)}
-    if description:
-        body["description"] = description
+    body["description"] = f"{description} {_DEPTH_NOTE}" if description else _DEPTH_NOTE
     return body
 
 

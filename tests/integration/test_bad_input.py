@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import io
+import json
+
 import pytest
 
+from awooop.channels import base as channel_base
 from tests.integration.conftest import queued_messages
-from tests.support import db, requests
+from tests.support import db, requests, tokens
+from tests.support import runs as test_runs
 
 CHANNELS = ["telegram", "alertmanager", "gitea", "line", "api"]
 
@@ -240,3 +245,100 @@ def test_database_down_is_503_so_the_provider_retries(settings, project, redis_c
     expect_error(response, 503, "E-UNAVAILABLE-001")
     assert response.headers["Retry-After"] == "5"
     assert queued_messages(redis_client) == 0
+
+
+def post_chunked(client, path: str, headers: dict, raw: bytes):  # type: ignore[no-untyped-def]
+    """A body without Content-Length, framed ``Transfer-Encoding: chunked``, as a server that
+    decodes the chunks (gunicorn) hands it to the app: a terminated input stream."""
+    return client.post(
+        path,
+        headers={**headers, "Transfer-Encoding": "chunked"},
+        input_stream=io.BytesIO(raw),
+        environ_overrides={"wsgi.input_terminated": True},
+    )
+
+
+@pytest.mark.parametrize("channel", CHANNELS)
+def test_a_chunked_body_over_the_limit_is_413_even_if_its_start_is_a_complete_event(
+    client, project, settings, channel, assert_nothing_written
+):
+    # Given a valid event padded past the limit with whitespace (still valid JSON), signed
+    # over the whole body, sent without a Content-Length
+    path, headers, raw = requests.valid(channel, project)
+    raw += b" " * settings.max_body_bytes
+
+    response = post_chunked(client, path, requests.resign(project, path, headers, raw), raw)
+
+    expect_error(response, 413, "E-REQUEST-002")
+    assert_nothing_written()
+
+
+def test_a_chunked_body_of_exactly_the_limit_is_admitted(client, engine, project, settings):
+    path, headers, raw = requests.api(project)
+    raw += b" " * (settings.max_body_bytes - len(raw))
+
+    response = post_chunked(client, path, headers, raw)
+
+    assert response.status_code == 202, response.get_data(as_text=True)
+    assert db.count(engine, "awooop_run_state") == 1
+
+
+def test_a_chunked_management_operation_over_the_limit_is_413_and_changes_nothing(
+    client, engine, project, settings
+):
+    admin = tokens.add(engine, project["project_id"], "admin")
+    run_id = test_runs.admit(engine, project["project_id"])
+    raw = requests.body({"operation_id": "op-1", "reason": "why"}) + b" " * settings.max_body_bytes
+    path = f"/v1/projects/{project['project_id']}/runs/{run_id}/pause"
+
+    response = post_chunked(client, path, tokens.operation(admin), raw)
+
+    expect_error(response, 413, "E-REQUEST-002")
+    assert db.run(engine, run_id)["control_state"] == "ACTIVE"
+
+
+def nested_to(raw: bytes, depth: int) -> bytes:
+    """The request's JSON object with a ``note`` of lists making the whole ``depth`` deep
+    (the object itself is one level)."""
+    payload = json.loads(raw)
+    note: list = []
+    for _ in range(depth - 2):
+        note = [note]
+    payload["note"] = note
+    return json.dumps(payload).encode()
+
+
+@pytest.mark.parametrize("depth", [channel_base.MAX_JSON_DEPTH + 1, 950])
+@pytest.mark.parametrize("channel", CHANNELS)
+def test_json_nested_deeper_than_the_limit_is_400(
+    client, project, channel, depth, assert_nothing_written
+):
+    # ~950 levels is valid JSON Python reads, but the worker's driver could not decode it.
+    path, headers, raw = requests.valid(channel, project)
+    raw = nested_to(raw, depth)
+
+    response = client.post(path, headers=requests.resign(project, path, headers, raw), data=raw)
+
+    expect_error(response, 400, "E-REQUEST-001")
+    assert f"{channel_base.MAX_JSON_DEPTH} levels" in response.json["error"]["message"]
+    assert_nothing_written()
+
+
+@pytest.mark.parametrize("channel", CHANNELS)
+def test_json_nested_exactly_to_the_limit_is_admitted(client, engine, project, channel):
+    path, headers, raw = requests.valid(channel, project)
+    raw = nested_to(raw, channel_base.MAX_JSON_DEPTH)
+
+    response = client.post(path, headers=requests.resign(project, path, headers, raw), data=raw)
+
+    assert response.status_code == 202, response.get_data(as_text=True)
+    assert db.count(engine, "awooop_run_state") == 1
+
+
+def test_a_telegram_bot_id_in_non_ascii_digits_is_400(client, project, assert_nothing_written):
+    path, headers, raw = requests.telegram(project)
+
+    response = client.post(path, query_string={"bot_id": "\u0661"}, headers=headers, data=raw)
+
+    expect_error(response, 400, "E-REQUEST-001")
+    assert_nothing_written()

@@ -31,6 +31,14 @@ def test_telegram_without_bot_id_uses_zero():
     assert event.provider_event_id == "0:99"
 
 
+@pytest.mark.parametrize("bot_id", ["\u0661", "1\u0662", "\uff11", "\u00b9", "", "-1", "1" * 21])
+def test_telegram_bot_id_must_be_ascii_digits(bot_id):
+    # "\u0661" (ARABIC-INDIC DIGIT ONE) passes str.isdigit() and int() reads it as 1, but the
+    # event key would keep it as itself: one bot, two dedupe keys for the same update.
+    with pytest.raises(errors.MalformedRequest):
+        telegram.parse(raw({"update_id": 99}, query={"bot_id": bot_id}))
+
+
 @pytest.mark.parametrize("update_id", [None, "1", 1.5, True])
 def test_telegram_update_id_must_be_an_integer(update_id):
     with pytest.raises(errors.MalformedRequest):

@@ -1,0 +1,61 @@
+"""The per-process cache of project routes and credential hashes, with an injected clock."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import pytest
+
+from awooop.store import projects
+from awooop.web import auth
+
+
+class TickingClock:
+    """A clock that moves one second forward every time it is read, so an entry that is alive
+    at one reading can be expired at the next — whatever happens in between."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        value = self.now
+        self.now += 1.0
+        return value
+
+
+class FakeEngine:
+    """Only ``connect()``: the cache hands the connection to ``projects.load_auth``."""
+
+    @contextlib.contextmanager
+    def connect(self) -> Iterator[object]:
+        yield object()
+
+
+@pytest.fixture
+def loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    calls: list[str] = []
+
+    def load_auth(conn: object, project_id: str, channel: str) -> None:
+        calls.append(project_id)
+        return None  # an unknown project is cached too
+
+    monkeypatch.setattr(projects, "load_auth", load_auth)
+    return calls
+
+
+def test_an_entry_expiring_between_two_clock_readings_is_a_miss_not_a_key_error(loads):
+    # Given an entry stored at t=0 with a 1.5 s lifetime, on a clock that ticks on every read:
+    # alive at the next reading (t=1), expired at the one after (t=2).
+    cache = auth.ProjectAuthCache(1.5, timer=TickingClock())
+    engine = FakeEngine()
+    assert cache.load(engine, "p1", "telegram") is None  # type: ignore[arg-type]
+
+    # When it is looked up again (a membership test then a lookup would straddle the expiry)
+    cached = cache.load(engine, "p1", "telegram")  # type: ignore[arg-type]
+
+    # Then it is read once, from the cache, without a KeyError; and once expired it is reloaded.
+    assert cached is None
+    assert loads == ["p1"]
+    cache.load(engine, "p1", "telegram")  # type: ignore[arg-type]
+    assert loads == ["p1", "p1"]
