@@ -38,6 +38,14 @@ class Settings:
     lease_ttl_seconds: float = 300.0
     heartbeat_interval_seconds: float = 30.0
     reaper_interval_seconds: float = 60.0
+    # Worker liveness (DESIGN §9.5): each worker process's lease keeper renews its row in
+    # awooop_worker every liveness interval; the reaper takes the RUNNING runs of a worker not
+    # seen for dead_after seconds without waiting for their leases. A dead worker's runs are
+    # claimable again within dead_after + reaper_interval (80 s by default). Rows of workers
+    # not seen for worker_prune_after_seconds are deleted by the reaper's pass.
+    worker_liveness_interval_seconds: float = 5.0
+    worker_dead_after_seconds: float = 20.0
+    worker_prune_after_seconds: float = 3600.0
     # Orphan sweep: claimable runs whose message was sent longer ago than this get it again.
     orphan_after_seconds: float = 120.0
     orphan_interval_seconds: float = 30.0
@@ -171,7 +179,8 @@ class Settings:
 def check_lease_timing(settings: Settings) -> None:
     """Refuse a renewal interval longer than a third of the lease TTL: a lease is renewed at
     least ``RENEWALS_PER_TTL`` times per TTL, so one or two failed renewals (a database
-    hiccup, a dropped connection) do not lose it (DESIGN §9.5)."""
+    hiccup, a dropped connection) do not lose it (DESIGN §9.5). The same holds for a worker's
+    liveness row and the age at which the reaper judges its worker dead."""
     interval, ttl = settings.heartbeat_interval_seconds, settings.lease_ttl_seconds
     most = ttl / workflow.RENEWALS_PER_TTL
     if not workflow.renewals_fit(ttl, interval):
@@ -179,6 +188,17 @@ def check_lease_timing(settings: Settings) -> None:
             f"AWOOOP_HEARTBEAT_INTERVAL_SECONDS={interval:g} must be positive and at most a "
             f"third of AWOOOP_LEASE_TTL_SECONDS={ttl:g} (at most {most:g}): "
             "a lease must survive two failed renewals"
+        )
+    every, dead_after = (
+        settings.worker_liveness_interval_seconds,
+        settings.worker_dead_after_seconds,
+    )
+    if every <= 0 or dead_after < workflow.RENEWALS_PER_TTL * every:
+        raise ConfigError(
+            f"AWOOOP_WORKER_DEAD_AFTER_SECONDS={dead_after:g} must be at least "
+            f"{workflow.RENEWALS_PER_TTL} times AWOOOP_WORKER_LIVENESS_INTERVAL_SECONDS={every:g} "
+            f"(at least {workflow.RENEWALS_PER_TTL * every:g}, the interval positive): "
+            "a live worker must survive two failed liveness renewals"
         )
 
 

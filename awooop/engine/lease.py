@@ -20,6 +20,15 @@ cannot race the completion into a false "lease lost".
 The keeper is supervised: an exception in its loop is logged (``action=lease_keeper_error``)
 and the loop goes on; a supervisor thread replaces a keeper thread that died and marks leases
 lost that a stalled keeper failed to renew.
+
+The keeper also says that its process is alive: from the first lease it holds, a third
+thread renews the process's liveness row (``awooop_worker``, :mod:`awooop.store.workers`)
+every ``AWOOOP_WORKER_LIVENESS_INTERVAL_SECONDS``, leases held or not, for as long as the
+process lives (its own thread, so that a hung liveness write never delays a lease renewal).
+The reaper takes the runs of a worker whose row is older than
+``AWOOOP_WORKER_DEAD_AFTER_SECONDS`` — a killed process stops renewing at once, while a step
+that runs for hours under a live process keeps its run. Runs claimed before the first renewal
+have no row to judge them by, and are left to their lease.
 """
 
 from __future__ import annotations
@@ -33,8 +42,9 @@ from collections.abc import Callable
 from sqlalchemy import Engine
 
 from awooop import db, metrics
+from awooop.config import ConfigError, Settings, get_settings
 from awooop.domain import workflow
-from awooop.store import leases
+from awooop.store import leases, workers
 
 log = logging.getLogger("awooop.engine.lease")
 
@@ -140,15 +150,28 @@ class Lease:
 
 
 class LeaseKeeper:
-    """The process's renewal thread and its supervisor, started on first use."""
+    """The process's renewal thread and its supervisor, started on first use.
 
-    def __init__(self, clock: Clock = time.monotonic) -> None:
+    ``liveness_interval``: how often the worker's liveness row is renewed (default: the
+    settings' ``worker_liveness_interval_seconds``).
+    """
+
+    def __init__(
+        self, clock: Clock = time.monotonic, liveness_interval: float | None = None
+    ) -> None:
         self._clock = clock
+        self._liveness_interval = liveness_interval or _settings().worker_liveness_interval_seconds
+        # Each worker id this keeper renews the liveness of (one in a worker process), with
+        # the engine to reach its database through, and the last renewal's start.
+        self._announced: dict[str, Engine] = {}
+        self._announced_at: float | None = None
         self._leases: dict[int, Lease] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._announce = threading.Event()
+        self._liveness: threading.Thread | None = None
         self._supervisor: threading.Thread | None = None
 
     def hold(self, lease: Lease) -> None:
@@ -156,6 +179,10 @@ class LeaseKeeper:
         lease.reinstate()
         with self._lock:
             self._leases[id(lease)] = lease
+            if lease._engine is not None and lease.claim.worker_id not in self._announced:
+                self._announced[lease.claim.worker_id] = lease._engine
+                self._announced_at = None  # renew at once
+                self._announce.set()
             self._start()
         self._wake.set()  # re-plan the sleep for the new lease's interval
 
@@ -172,10 +199,11 @@ class LeaseKeeper:
         return self._thread
 
     def close(self) -> None:
-        """Stop both threads (tests; a worker's keeper lives as long as the process)."""
+        """Stop the threads (tests; a worker's keeper lives as long as the process)."""
         self._stopping.set()
         self._wake.set()
-        for thread in (self._thread, self._supervisor):
+        self._announce.set()
+        for thread in (self._thread, self._liveness, self._supervisor):
             if thread is not None and thread is not threading.current_thread():
                 thread.join(timeout=10)
 
@@ -184,6 +212,11 @@ class LeaseKeeper:
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
             self._thread.start()
+        if self._liveness is None or not self._liveness.is_alive():
+            self._liveness = threading.Thread(
+                target=self._liveness_loop, name="worker-liveness", daemon=True
+            )
+            self._liveness.start()
         if self._supervisor is None or not self._supervisor.is_alive():
             self._supervisor = threading.Thread(
                 target=self._supervise, name="lease-keeper-supervisor", daemon=True
@@ -208,6 +241,45 @@ class LeaseKeeper:
             self._wake.wait(timeout=self._tick(leases))
             self._wake.clear()
 
+    def _liveness_loop(self) -> None:
+        """Its own thread, so a liveness renewal that hangs never delays a lease renewal."""
+        while not self._stopping.is_set():
+            try:
+                self._announce_due()
+            except Exception:
+                log.exception("lease keeper error", extra={"action": "lease_keeper_error"})
+            self._announce.wait(timeout=max(0.05, self._liveness_interval / 4))
+            self._announce.clear()
+
+    def _announce_due(self) -> None:
+        """Renew the liveness row of each worker id held so far, when due. A failed renewal
+        is logged and retried at the next tick; the reaper judges by the last one that
+        committed (the database clock), so a late renewal costs nothing."""
+        now = self._clock()
+        if self._announced_at is not None and now - self._announced_at < self._liveness_interval:
+            return
+        with self._lock:
+            announced = list(self._announced.items())
+        if not announced:
+            return
+        ok = True
+        for worker_id, engine in announced:
+            try:
+                with (
+                    db.keeper_engine(engine).connect() as conn,
+                    db.bounded(conn, db.keeper_deadline(engine, self._liveness_interval)),
+                ):
+                    workers.beat(conn, worker_id)
+            except Exception:
+                ok = False
+                log.warning(
+                    "worker liveness renewal failed",
+                    exc_info=True,
+                    extra={"action": "worker_liveness_failed", "worker_id": worker_id},
+                )
+        if ok:
+            self._announced_at = now
+
     def _renew_due(self, leases: list[Lease]) -> None:
         for lease in leases:
             if lease.due(self._clock()) and not lease.renew_now():
@@ -221,7 +293,8 @@ class LeaseKeeper:
                 lease.mark_lost("keeper", "lease not renewed for ttl - interval; treated as lost")
 
     def _supervise(self) -> None:
-        """Replace a keeper thread that died; mark overdue leases lost if it stalls."""
+        """Replace a keeper or liveness thread that died; mark overdue leases lost if the
+        keeper stalls."""
         while not self._stopping.is_set():
             leases = self._held()
             thread = self._thread
@@ -237,7 +310,22 @@ class LeaseKeeper:
                     )
                     self._thread = None
                     self._start()
+                if self._liveness is not None and not self._liveness.is_alive():
+                    log.error(
+                        "worker liveness thread died; starting another",
+                        extra={"action": "lease_keeper_restarted"},
+                    )
+                    self._start()
             self._mark_overdue(self._held())
+
+
+def _settings() -> Settings:
+    """The process's settings; their defaults where the environment has none (tests that
+    build a keeper without configuring a process)."""
+    try:
+        return get_settings()
+    except ConfigError:
+        return Settings()
 
 
 _keeper: tuple[int, LeaseKeeper] | None = None

@@ -16,15 +16,20 @@ from awooop import db, metrics
 from awooop.config import Settings
 from awooop.domain import states
 from awooop.engine import identity
-from awooop.store import dedupe, reaper, timers
+from awooop.store import dedupe, reaper, timers, workers
 
 log = logging.getLogger("awooop.engine.sweeps")
 
 
-def reap_once(engine: Engine) -> list[reaper.Reaped]:
-    """ADR-114 D3: expired leases back to PENDING (or FAILED when attempts are exhausted)."""
+def reap_once(engine: Engine, settings: Settings | None = None) -> list[reaper.Reaped]:
+    """ADR-114 D3: runs whose lease expired, or whose worker is dead (its liveness row is
+    older than ``worker_dead_after_seconds``), back to PENDING (or FAILED when attempts are
+    exhausted). Then liveness rows of workers gone for long are pruned."""
+    settings = settings or Settings()
     with engine.connect() as conn:
-        reaped = reaper.reap(conn, actor=identity.worker_id())
+        reaped = reaper.reap(
+            conn, actor=identity.worker_id(), worker_dead_after=settings.worker_dead_after_seconds
+        )
     for r in reaped:
         outcome = "requeued" if r.to_status == states.PENDING else "failed"
         metrics.REAPER_RECOVERIES.labels(outcome).inc()
@@ -37,7 +42,15 @@ def reap_once(engine: Engine) -> list[reaper.Reaped]:
                 "to_status": r.to_status,
                 "attempt": r.attempt_count,
                 "lost_worker_id": r.lost_worker_id,
+                "reason": r.reason,
             },
+        )
+    with engine.connect() as conn:
+        pruned = workers.prune(conn, settings.worker_prune_after_seconds)
+    if pruned:
+        log.info(
+            "liveness rows of departed workers pruned",
+            extra={"action": "workers_pruned", "count": pruned},
         )
     return reaped
 

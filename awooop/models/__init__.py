@@ -12,6 +12,7 @@ from awooop.models.outbox import OutboxMessage
 from awooop.models.project import Credential, Project
 from awooop.models.run import RunEvent, RunState
 from awooop.models.timer import Timer
+from awooop.models.worker import Worker
 
 __all__ = [
     "Approval",
@@ -24,5 +25,6 @@ __all__ = [
     "RunEvent",
     "RunState",
     "Timer",
+    "Worker",
     "metadata",
 ]

@@ -12,7 +12,7 @@ from awooop.tasks.app import app
 
 @app.task(name="awooop.sweeps.reap")
 def reap() -> dict[str, int]:
-    reaped = sweeps.reap_once(db.get_engine(db.SWEEPS))
+    reaped = sweeps.reap_once(db.get_engine(db.SWEEPS), get_settings())
     requeued = [r.run_id for r in reaped if r.to_status == states.PENDING]
     runs.enqueue(requeued)
     return {"requeued": len(requeued), "failed": len(reaped) - len(requeued)}

@@ -5,6 +5,8 @@ records whether its lease is still held — for fencing tests in one process.
 ``test-crash``: its ``block`` step, when its marker file does not exist yet, writes it and
 sleeps, so a test can SIGKILL the worker process mid-step.
 ``test-fail``: a step that raises.
+``test-slow``: its ``work`` step appends a line to the run input's ``log`` file, then sleeps
+``seconds`` — a long step under a live worker.
 ``test-speaking``: its step logs a line with no fields of its own (log context tests).
 """
 
@@ -52,6 +54,13 @@ def _block_first_attempt(ctx: StepContext) -> dict[str, Any]:
     return {"attempt": ctx.attempt, "effect_id": ctx.effect_id}
 
 
+def _sleep_for(ctx: StepContext) -> dict[str, Any]:
+    with open(ctx.input["event"]["log"], "a") as f:
+        f.write(f"{ctx.command_id}\n")
+    time.sleep(float(ctx.input["event"]["seconds"]))
+    return {"slept": ctx.input["event"]["seconds"]}
+
+
 def _fail(ctx: StepContext) -> None:
     raise RuntimeError("the downstream service said no")
 
@@ -64,6 +73,7 @@ CRASH = register(
         [Step("before", _noop), Step("block", _block_first_attempt), Step("after", _noop)],
     )
 )
+SLOW = register(Workflow("test-slow", 1, [Step("work", _sleep_for), Step("after", _noop)]))
 FAIL = register(
     Workflow("test-fail", 1, [Step("first", _noop), Step("broken", _fail), Step("never", _noop)])
 )

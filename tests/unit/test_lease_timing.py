@@ -51,3 +51,18 @@ def test_a_workflow_lease_shorter_than_three_renewal_intervals_is_refused_at_wor
 def test_a_workflow_lease_ttl_must_be_positive():
     with pytest.raises(ValueError, match="lease_ttl_seconds must be positive"):
         Workflow("zero-lease", 1, [Step("one", _noop)], lease_ttl_seconds=0)
+
+
+def test_worker_judged_dead_before_three_liveness_intervals_is_refused_naming_both_variables():
+    with pytest.raises(
+        ConfigError,
+        match="AWOOOP_WORKER_DEAD_AFTER_SECONDS=10 .*AWOOOP_WORKER_LIVENESS_INTERVAL_SECONDS=5",
+    ):
+        Settings.from_env({**BASE, "AWOOOP_WORKER_DEAD_AFTER_SECONDS": "10"})
+
+
+def test_default_liveness_timing_moves_a_dead_workers_runs_within_ninety_seconds():
+    s = Settings.from_env(BASE)
+    assert s.worker_dead_after_seconds >= 3 * s.worker_liveness_interval_seconds
+    # Stale after dead_after, found by the next reaper pass, claimed at once.
+    assert s.worker_dead_after_seconds + s.reaper_interval_seconds < 90
