@@ -33,7 +33,10 @@ WITH stale AS (
     LEFT JOIN awooop_worker w ON w.worker_id = r.worker_id
     WHERE r.status = 'RUNNING'
       AND (r.lease_until < now()
-           OR w.seen_at < now() - make_interval(secs => :worker_dead_after))
+           OR (w.seen_at < now() - make_interval(secs => :worker_dead_after)
+               -- a database that restarted within that time could not take liveness
+               -- beats: every worker looks dead then, and none is judged by it
+               AND pg_postmaster_start_time() < now() - make_interval(secs => :worker_dead_after)))
     ORDER BY r.lease_until
     LIMIT :batch_size
     FOR UPDATE OF r SKIP LOCKED
