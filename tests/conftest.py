@@ -111,6 +111,10 @@ def engine(database_url: str) -> Iterator[Engine]:
     """The production engine configuration (autocommit) over this test's database."""
     engine = db.make_engine(database_url, pool_size=12)
     yield engine
+    # The lease keeper (and its liveness beat) started by this test's runs stops with it.
+    from awooop.engine import lease
+
+    lease.stop_keeper()
     engine.dispose()
 
 

@@ -337,3 +337,12 @@ def keeper() -> LeaseKeeper:
     if _keeper is None or _keeper[0] != os.getpid():
         _keeper = (os.getpid(), LeaseKeeper())
     return _keeper[1]
+
+
+def stop_keeper() -> None:
+    """Stop this process's keeper threads, if any; the next :func:`keeper` starts afresh.
+    (Tests: a keeper outliving its test would go on beating for a database that is gone.)"""
+    global _keeper
+    if _keeper is not None and _keeper[0] == os.getpid():
+        _keeper[1].close()
+    _keeper = None
