@@ -48,6 +48,8 @@ def create_app(
         notify = notifications.enqueue
 
     app = Flask("awooop")
+    # '//' or '%2f' in a path is a 404 like any unknown path, not an HTML redirect.
+    app.url_map.merge_slashes = False
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.extensions["awooop"] = {
         "settings": settings,

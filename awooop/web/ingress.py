@@ -17,8 +17,9 @@ from awooop import db, errors, metrics, tracing
 from awooop.channels import CHANNELS
 from awooop.channels import api as api_channel
 from awooop.channels.base import ChannelSecrets, InboundEvent
+from awooop.engine import chat_decisions
 from awooop.store import admission, projects
-from awooop.web import context, decisions, request_body, roles, throttle
+from awooop.web import context, request_body, roles, throttle
 from awooop.workflows import registry
 
 blueprint = Blueprint("ingress", __name__)
@@ -80,8 +81,14 @@ def _admit(project_id: str, channel: str) -> tuple[Response, int]:
         raise
     events = module.parse(raw)
     # Approval buttons pressed in the chat decide an approval instead of starting a run.
-    presses = [e for e in events if decisions.button_press(channel, e)]
-    decided = [decisions.decide(project_id, channel, e) for e in presses]
+    presses = [e for e in events if chat_decisions.button_press(channel, e)]
+    decided = []
+    for press in presses:
+        outcome = chat_decisions.decide(context.engine(), project_id, channel, press)
+        if outcome.runs:
+            context.enqueue(outcome.runs)
+        context.notify(outcome.messages)
+        decided.append(outcome.answer)
     events = [e for e in events if e not in presses]
     if decided and not events:
         if channel == "line":

@@ -342,3 +342,38 @@ def test_a_telegram_bot_id_in_non_ascii_digits_is_400(client, project, assert_no
 
     expect_error(response, 400, "E-REQUEST-001")
     assert_nothing_written()
+
+
+@pytest.mark.parametrize("shape", ["x", 5, [1, 2]])
+@pytest.mark.parametrize("channel", ["telegram", "line"])
+def test_a_button_press_that_is_not_an_object_is_an_ordinary_event_not_a_500(
+    client, project, channel, shape
+):
+    # Found by the hostile-input scenario (tests/chaos/test_hostile_input.py).
+    path, headers, _ = requests.valid(channel, project)
+    if channel == "telegram":
+        payload: dict = {"update_id": 7, "callback_query": shape}
+    else:
+        payload = {"events": [{"type": "postback", "webhookEventId": "e1", "postback": shape}]}
+    raw = json.dumps(payload).encode()
+
+    response = client.post(path, headers=requests.resign(project, path, headers, raw), data=raw)
+
+    assert response.status_code in (200, 202), response.get_data(as_text=True)
+    assert "error" not in response.json
+
+
+@pytest.mark.parametrize("channel", CHANNELS)
+@pytest.mark.parametrize("trick", ["%2f", "/"])
+def test_a_path_with_an_empty_segment_is_a_json_404_not_a_redirect(
+    client, project, channel, trick, assert_nothing_written
+):
+    path, headers, raw = requests.valid(channel, project)
+    bent = path.replace(
+        f"/projects/{project['project_id']}/", f"/projects/{project['project_id']}{trick}/"
+    )
+
+    response = client.post(bent, headers=headers, data=raw)
+
+    expect_error(response, 404, "E-NOT-FOUND-001")
+    assert_nothing_written()
