@@ -21,12 +21,54 @@ _CHUNK = 65536
 _POLL_SECONDS = 0.02
 
 
+class _Frontend:
+    """Splits what a PostgreSQL client sends into protocol messages, to name the statements
+    (simple-query ``Q`` and parse ``P`` messages) a stalled client delivers late.
+
+    A connection starts with untyped messages (SSLRequest, StartupMessage: int32 length
+    first); every message after the StartupMessage is a type byte and an int32 length.
+    """
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._started = False
+
+    def feed(self, data: bytes) -> list[str]:
+        self._buffer += data
+        statements = []
+        while True:
+            head = 4 if not self._started else 5
+            if len(self._buffer) < head:
+                return statements
+            if not self._started:
+                length = int.from_bytes(self._buffer[:4], "big")
+                if len(self._buffer) < length:
+                    return statements
+                code = int.from_bytes(self._buffer[4:8], "big")
+                self._started = code == 196608  # protocol 3.0: the StartupMessage
+                self._buffer = self._buffer[length:]
+                continue
+            kind = self._buffer[:1]
+            length = int.from_bytes(self._buffer[1:5], "big")
+            if len(self._buffer) < 1 + length:
+                return statements
+            payload = self._buffer[5 : 1 + length]
+            self._buffer = self._buffer[1 + length :]
+            if kind == b"Q":
+                statements.append(payload.rstrip(b"\0").decode(errors="replace"))
+            elif kind == b"P":  # name NUL query NUL ...
+                statements.append(payload.split(b"\0")[1].decode(errors="replace"))
+
+
 class _Link:
     def __init__(self, client: socket.socket, server: socket.socket, partitioned: bool) -> None:
         self.client = client
         self.server = server
-        # Opened or alive during a partition: what it forwards after the heal is "late".
+        # Opened or alive during a partition.
         self.saw_partition = partitioned
+        # Wrote during the partition: its first chunk forwarded after the heal is "late".
+        self.late = False
+        self.frontend = _Frontend()
 
     def close(self) -> None:
         for sock in (self.client, self.server):
@@ -36,8 +78,9 @@ class _Link:
 
 class PartitionProxy:
     """``proxy.port`` forwards to ``target``; ``partition()`` / ``heal()``; counts of what
-    crossed it: ``accepted``, ``opened_during_partition``, ``late_bytes`` (client → server
-    bytes forwarded after a heal by connections that lived through the partition)."""
+    crossed it: ``accepted``, ``opened_during_partition``, ``late_bytes`` (what clients wrote
+    during the partition, forwarded after the heal), ``late_links`` and ``late_statements``
+    (the SQL in those bytes)."""
 
     def __init__(self, target_host: str, target_port: int) -> None:
         self._target = (target_host, target_port)
@@ -52,6 +95,8 @@ class PartitionProxy:
         self.opened_during_partition = 0
         self.late_bytes = 0
         self.late_links: set[int] = set()
+        # The statements those connections delivered after a heal (SQL text), in order.
+        self.late_statements: list[str] = []
         self._spawn(self._accept)
 
     @property
@@ -70,8 +115,17 @@ class PartitionProxy:
                 link.saw_partition = True
 
     def heal(self) -> None:
-        """Forward again, everything written meanwhile included."""
-        self._partitioned.clear()
+        """Forward again, everything written meanwhile included. What a connection wrote
+        during the partition (unread in its socket now) is counted as late: its first
+        chunk forwarded from now on."""
+        with self._lock:
+            for link in self._links:
+                try:
+                    waiting, _, _ = select.select([link.client], [], [], 0)
+                except (OSError, ValueError):
+                    waiting = []
+                link.late = bool(waiting)
+            self._partitioned.clear()
 
     def close(self) -> None:
         self._closed.set()
@@ -132,12 +186,15 @@ class PartitionProxy:
                 data = source.recv(_CHUNK)
                 if not data:
                     break
+                statements = link.frontend.feed(data) if upstream else []
                 sink.sendall(data)
-                if upstream and link.saw_partition:
+                if upstream and link.late:
                     with self._lock:
+                        link.late = False
                         self.late_bytes += len(data)
                         self.late_links.add(id(link))
-            except OSError:
+                        self.late_statements += statements
+            except (OSError, ValueError):  # ValueError: the other direction closed the link
                 break
         link.close()
         with self._lock:

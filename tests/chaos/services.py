@@ -187,10 +187,16 @@ class Redis:
         wait_until(lambda: devstack.port_open(self.port), 10, "redis to listen")
 
     def kill(self) -> None:
-        if self.popen is not None and self.popen.poll() is None:
-            os.killpg(self.popen.pid, signal.SIGKILL)
-            self.popen.wait(timeout=10)
+        """SIGKILL the server (everything in it is lost: --save '' --appendonly no)."""
+        if self._terminate():
             self.kills += 1
+
+    def _terminate(self) -> bool:
+        if self.popen is None or self.popen.poll() is not None:
+            return False
+        os.killpg(self.popen.pid, signal.SIGKILL)
+        self.popen.wait(timeout=10)
+        return True
 
     def flushall(self) -> None:
         import redis
@@ -219,5 +225,5 @@ class Services:
         try:
             self.postgres.stop("fast")
         finally:
-            self.redis.kill()
+            self.redis._terminate()
             shutil.rmtree(self.root, ignore_errors=True)
