@@ -10,7 +10,7 @@ STATE := .awooop
 WITH_ENV := set -a && . $(STATE)/env && set +a &&
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install browser services migrate run stop test test-integration test-e2e lint bench clean
+.PHONY: help install browser services migrate run stop test test-integration test-e2e lint bench chaos clean
 
 help:
 	@echo "make run    set everything up and start web, workers, beat and flower"
@@ -18,6 +18,7 @@ help:
 	@echo "make stop   stop the embedded PostgreSQL and Redis"
 	@echo "make lint   ruff + mypy"
 	@echo "make bench  admission and end-to-end benchmarks (writes docs/benchmarks.md)"
+	@echo "make chaos  fault-injection scenarios on a stack of their own (writes docs/reliability.md)"
 
 $(BIN)/awooop: pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Python 3.11 is required"'
@@ -72,6 +73,12 @@ lint: install
 
 bench: migrate
 	$(WITH_ENV) $(BIN)/python -m bench.run
+
+# The fault-injection suite starts its own PostgreSQL, Redis and processes (nothing of
+# .awooop/env is used) and stops them; tests/chaos is left out of the default pytest run.
+# AWOOOP_CHAOS_SCALE=0.2 runs each scenario at a fifth of its size.
+chaos: install
+	$(BIN)/pytest tests/chaos -s -p no:cacheprovider $(CHAOS_ARGS)
 
 clean: stop
 	rm -rf $(VENV) $(STATE)

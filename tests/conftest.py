@@ -164,5 +164,21 @@ def project(settings: Settings, engine: Engine) -> dict:
     return cli.create_project(settings, f"p{uuid.uuid4().hex[:8]}")
 
 
+CHAOS = ROOT / "tests" / "chaos"
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """The fault-injection suite (``tests/chaos``, ``make chaos``) runs only when asked for
+    by path (``pytest tests/chaos``): it starts its own servers and takes minutes."""
+    if collection_path != CHAOS:
+        return None
+    here = config.invocation_params.dir
+    for arg in config.args:
+        asked = (here / arg.split("::")[0]).resolve()
+        if asked == CHAOS or CHAOS in asked.parents:
+            return None
+    return True
+
+
 # Workflows only the tests use register on import.
 import tests.support.workflows  # noqa: E402, F401

@@ -1,0 +1,441 @@
+"""The application processes of one chaos scenario, over its own database.
+
+:class:`ChaosStack` starts gunicorn (web), two Celery workers (prefork, ``runs`` and
+``notifications`` queues), the maintenance worker and beat — each in its own process
+group — with short lease, heartbeat, reaper, orphan and timer settings, and stops exactly
+what it started (also when a test fails). A worker is a :class:`Worker` handle: its parent
+and prefork children, SIGKILL of either, SIGSTOP / SIGCONT of the whole group, restart,
+and the ``worker_id`` prefixes (``host:pid:``) its processes write into journals.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine
+
+from awooop import db
+from awooop.config import Settings
+from tests.chaos import workflows
+from tests.chaos.netproxy import PartitionProxy
+from tests.chaos.providers import Provider
+from tests.chaos.recorder import Recorder
+from tests.support.processes import BIN, ROOT, Process, free_port, wait_until
+
+# Short timings so recovery fits in seconds (checked as a deployment would: the heartbeat
+# is at most a third of the lease, see awooop.config.check_lease_timing).
+TIMINGS = {
+    "AWOOOP_LEASE_TTL_SECONDS": "6",
+    "AWOOOP_HEARTBEAT_INTERVAL_SECONDS": "2",
+    "AWOOOP_REAPER_INTERVAL_SECONDS": "3",
+    "AWOOOP_ORPHAN_AFTER_SECONDS": "5",
+    "AWOOOP_ORPHAN_INTERVAL_SECONDS": "2",
+    "AWOOOP_TIMER_INTERVAL_SECONDS": "1",
+    "AWOOOP_OUTBOX_INTERVAL_SECONDS": "5",
+}
+LEASE_TTL = float(TIMINGS["AWOOOP_LEASE_TTL_SECONDS"])
+REAPER_INTERVAL = float(TIMINGS["AWOOOP_REAPER_INTERVAL_SECONDS"])
+HOST = socket.gethostname()[:64]
+
+
+def children_of(pid: int) -> list[int]:
+    """The live direct children of ``pid`` (from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # pid (comm) state ppid ...: comm may contain spaces and parentheses.
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == pid and fields[0] not in ("Z", "X"):
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+class Worker:
+    """A Celery worker (parent + prefork pool) in its own process group.
+
+    ``proxy``: the :class:`PartitionProxy` its database connections go through, if any.
+    ``pids_seen``: every pid of its processes observed so far (parents and children of all
+    its generations) — journal entries name the process in ``worker_id``.
+    """
+
+    def __init__(
+        self,
+        stack: ChaosStack,
+        name: str,
+        queues: str,
+        concurrency: int,
+        proxy: PartitionProxy | None = None,
+    ) -> None:
+        self.stack = stack
+        self.name = name
+        self.queues = queues
+        self.concurrency = concurrency
+        self.proxy = proxy
+        self.generation = 0
+        self.process: Process | None = None
+        self.pids_seen: set[int] = set()
+        self.parent_kills = 0
+        self.child_kills = 0
+        # Exits nobody asked for (e.g. Celery gives up when a pool child dies while it starts).
+        self.unexpected_exits = 0
+        self._killed = False
+        self._lock = threading.RLock()
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    def spawn(self) -> Worker:
+        """Start a new generation of this worker (does not wait for it to be ready)."""
+        with self._lock:
+            return self._spawn()
+
+    def _spawn(self) -> Worker:
+        self._killed = False
+        self.generation += 1
+        env = dict(self.stack.env)
+        if self.proxy is not None:
+            env["AWOOOP_DATABASE_URL"] = self.stack.database_url_via(self.proxy.port)
+        argv = [
+            str(BIN / "celery"),
+            "-A",
+            "awooop.tasks.app",
+            "worker",
+            "-Q",
+            self.queues,
+            "-n",
+            f"{self.name}-{self.generation}@%h",
+            "--concurrency",
+            str(self.concurrency),
+            "--loglevel",
+            "INFO",
+            "--without-mingle",
+            "--without-gossip",
+        ]
+        self.process = self.stack._start(f"{self.name}.{self.generation}", argv, env)
+        return self
+
+    def wait_ready(self, timeout: float = 60) -> Worker:
+        assert self.process is not None
+        self.process.wait_for_log("ready.", timeout)
+        wait_until(lambda: len(self.children()) >= self.concurrency, timeout, f"{self.name}'s pool")
+        return self
+
+    def restart(self, wait: bool = True) -> Worker:
+        self.spawn()
+        return self.wait_ready() if wait else self
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.popen.poll() is None
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.popen.pid
+
+    def children(self) -> list[int]:
+        """The parent's live prefork children (remembered in ``pids_seen``)."""
+        if not self.alive:
+            return []
+        found = children_of(self.pid)
+        self.pids_seen.update([self.pid, *found])
+        return found
+
+    # --- faults ------------------------------------------------------------------------
+
+    def kill(self) -> bool:
+        """SIGKILL the parent and its pool at once (a container or host dying)."""
+        with self._lock:
+            if not self.alive:
+                return False
+            self.children()
+            assert self.process is not None
+            self._killed = True
+            os.killpg(self.pid, signal.SIGKILL)
+            self.process.popen.wait(timeout=10)
+            self.parent_kills += 1
+            return True
+
+    def revive(self) -> bool:
+        """Start a new generation if this one exited (what an orchestrator does); True if
+        it did. An exit not caused by :meth:`kill` is counted in ``unexpected_exits``."""
+        with self._lock:
+            if self.process is None or self.alive:
+                return False
+            if not self._killed:
+                self.unexpected_exits += 1
+            self._spawn()
+            return True
+
+    def kill_child(self, rng: random.Random | None = None) -> int | None:
+        """SIGKILL one prefork child (the parent starts another); its pid, or None."""
+        children = self.children()
+        if not children:
+            return None
+        pid = (rng or random).choice(children)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return None
+        self.child_kills += 1
+        return pid
+
+    def freeze(self) -> None:
+        """SIGSTOP the whole process group: alive, holding its sockets, doing nothing."""
+        self.children()
+        os.killpg(self.pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        os.killpg(self.pid, signal.SIGCONT)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            if self.alive:
+                os.killpg(self.pid, signal.SIGCONT)  # a frozen group cannot act on SIGTERM
+            self.process.stop()
+
+    # --- what it wrote -----------------------------------------------------------------
+
+    def worker_id_prefixes(self) -> list[str]:
+        """``host:pid:`` of every process of this worker seen so far."""
+        self.children()
+        return [f"{HOST}:{pid}:" for pid in sorted(self.pids_seen)]
+
+    def owns(self, worker_id: str | None) -> bool:
+        return bool(worker_id) and any(
+            worker_id.startswith(p)  # type: ignore[union-attr]
+            for p in self.worker_id_prefixes()
+        )
+
+    def actions(self, action: str) -> list[dict[str, Any]]:
+        """This worker's JSON log lines with ``action`` (a gate to wait on: assertions read
+        PostgreSQL and the recorder)."""
+        found = []
+        for line in self.log().splitlines():
+            if f'"{action}"' in line and line.startswith("{"):
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if record.get("action") == action:
+                    found.append(record)
+        return found
+
+    def log(self) -> str:
+        """Every generation's log, oldest first."""
+        parts = []
+        for generation in range(1, self.generation + 1):
+            path = self.stack.log_dir / f"{self.name}.{generation}.log"
+            if path.exists():
+                parts.append(path.read_text(errors="replace"))
+        return "\n".join(parts)
+
+
+class ChaosStack:
+    """One scenario's database, broker database, project, recorder and processes.
+
+    Made by the ``chaos_stack`` fixture with a fresh database cloned from the migrated
+    template, Redis flushed, a project ``chaos`` whose API and Gitea channels route to
+    ``chaos-saga``, and a :class:`Recorder`; :meth:`start` launches the processes.
+    """
+
+    def __init__(
+        self,
+        *,
+        services: Any,
+        database: str,
+        settings: Settings,
+        project: dict[str, Any],
+        recorder: Recorder,
+        log_dir: Path,
+    ) -> None:
+        self.services = services
+        self.database = database
+        self.database_url = services.postgres.url(database)
+        self.broker_url = services.redis.url
+        self.settings = settings
+        self.project = project
+        self.recorder = recorder
+        self.log_dir = log_dir
+        self.engine: Engine = db.make_engine(self.database_url, pool_size=4, role=db.SWEEPS)
+        self.processes: list[Process] = []
+        self.proxies: list[PartitionProxy] = []
+        self.workers: dict[str, Worker] = {}
+        self.web: Process | None = None
+        self.web_url = ""
+        self.env = self._environment()
+        self._supervising = threading.Event()
+        self._supervisor: threading.Thread | None = None
+        self.revivals = 0
+
+    def _environment(self) -> dict[str, str]:
+        # Nothing of the developer's AWOOOP_* environment leaks into the chaos stack.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWOOOP_")}
+        env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+        metrics = self.log_dir / "metrics"
+        metrics.mkdir(exist_ok=True)
+        env.update(
+            {
+                "AWOOOP_DATABASE_URL": self.database_url,
+                "AWOOOP_BROKER_URL": self.broker_url,
+                "AWOOOP_SECRET_KEY": self.settings.secret_key,
+                "AWOOOP_WORKFLOW_MODULES": "tests.chaos.workflows",
+                workflows.RECORDER_ENV: self.recorder.url,
+                "AWOOOP_BEAT_SCHEDULE_FILE": str(self.log_dir / "celerybeat-schedule"),
+                "AWOOOP_WEB_WORKERS": "2",
+                "AWOOOP_WEB_THREADS": "8",
+                "AWOOOP_ACCESS_LOG": "0",
+                "AWOOOP_TASK_EVENTS": "0",
+                "AWOOOP_LOG_LEVEL": "INFO",
+                "PROMETHEUS_MULTIPROC_DIR": str(metrics),
+                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
+                **TIMINGS,
+            }
+        )
+        return env
+
+    def database_url_via(self, port: int) -> str:
+        return self.database_url.replace(
+            f"127.0.0.1:{self.services.postgres.port}", f"127.0.0.1:{port}"
+        )
+
+    def _start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Process:
+        process = Process(name, argv, env or self.env, self.log_dir)
+        self.processes.append(process)
+        return process
+
+    # --- starting ----------------------------------------------------------------------
+
+    def start(
+        self,
+        workers: tuple[str, ...] = ("worker-a", "worker-b"),
+        concurrency: int = 2,
+        proxied: tuple[str, ...] = (),
+        web: bool = True,
+        maintenance: bool = True,
+        beat: bool = True,
+    ) -> ChaosStack:
+        """Start everything at once, then wait until each is ready.
+
+        ``proxied``: workers whose database connections go through their own
+        :class:`PartitionProxy` (``stack.workers[name].proxy``).
+        """
+        pg_port = self.services.postgres.port
+        for name in workers:
+            proxy = None
+            if name in proxied:
+                proxy = PartitionProxy("127.0.0.1", pg_port)
+                self.proxies.append(proxy)
+            self.workers[name] = Worker(self, name, "runs,notifications", concurrency, proxy)
+        if maintenance:
+            self.workers["maintenance"] = Worker(self, "maintenance", "maintenance", 1)
+        for worker in self.workers.values():
+            worker.spawn()
+        beat_process = None
+        if beat:
+            beat_process = self._start(
+                "beat",
+                [str(BIN / "celery"), "-A", "awooop.tasks.app", "beat", "--loglevel", "INFO"],
+            )
+        if web:
+            port = free_port()
+            self.env["AWOOOP_PORT"] = str(port)
+            self.web = self._start(
+                "web",
+                [str(BIN / "gunicorn"), "-c", "gunicorn.conf.py", "awooop.web.app:create_app()"],
+            )
+            self.web_url = f"http://127.0.0.1:{port}"
+        for worker in self.workers.values():
+            worker.wait_ready()
+        if beat_process is not None:
+            beat_process.wait_for_log("beat: Starting", 60)
+        if web:
+            wait_until(lambda: _listening(int(self.env["AWOOOP_PORT"])), 60, "the web server")
+        return self
+
+    def worker(self, name: str) -> Worker:
+        return self.workers[name]
+
+    def supervise(self, interval: float = 0.2) -> None:
+        """From now on, start again at once any worker whose parent exited (killed or not),
+        as an orchestrator restarts a container; ``self.revivals`` counts them. Stopped by
+        :meth:`unsupervise` or :meth:`stop`."""
+        self._supervising.set()
+
+        def loop() -> None:
+            while self._supervising.is_set():
+                for worker in list(self.workers.values()):
+                    if worker.revive():
+                        self.revivals += 1
+                time.sleep(interval)
+
+        self._supervisor = threading.Thread(target=loop, name="supervisor", daemon=True)
+        self._supervisor.start()
+
+    def unsupervise(self) -> None:
+        self._supervising.clear()
+        if self._supervisor is not None:
+            self._supervisor.join(timeout=10)
+            self._supervisor = None
+
+    def run_workers(self) -> list[Worker]:
+        """The workers of the ``runs`` queue (not the maintenance worker)."""
+        return [w for n, w in self.workers.items() if n != "maintenance"]
+
+    def provider(self, **options: Any) -> Provider:
+        """A :class:`Provider` delivering to this stack's web server."""
+        return Provider(self.web_url, **options)
+
+    def new_key(self, prefix: str = "evt") -> str:
+        return f"{prefix}-{uuid.uuid4().hex}"
+
+    # --- stopping ----------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop every process this stack started (SIGCONT first, SIGTERM, SIGKILL after
+        10 s), then its proxies and engine."""
+        self.unsupervise()
+        for worker in self.workers.values():
+            if worker.alive:
+                os.killpg(worker.pid, signal.SIGCONT)
+        for process in reversed(self.processes):
+            if process.popen.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.popen.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for process in reversed(self.processes):
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+            process.kill()  # the group, also what outlived its parent
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.popen.pid, signal.SIGKILL)
+            process.stop()
+        for proxy in self.proxies:
+            proxy.close()
+        self.engine.dispose()
+
+    def logs(self, tail: int = 3000) -> str:
+        return "\n".join(f"--- {p.name} ---\n{p.log()[-tail:]}" for p in self.processes)
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False

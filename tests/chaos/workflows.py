@@ -1,0 +1,123 @@
+"""Workflows of the chaos suite, registered the documented way a deployment adds its own:
+``AWOOOP_WORKFLOW_MODULES=tests.chaos.workflows`` in every process's environment.
+
+``chaos-saga`` v1 — four steps, three of them side effects that POST to the recorder
+(``AWOOOP_CHAOS_RECORDER_URL``, set by the harness) with the step's ``effect_id`` as
+``Idempotency-Key``:
+
+- ``reserve``: an effect; compensated by ``release`` (an effect with the compensation's
+  effect id);
+- ``work``: the slow step — waits ``event["slow"]`` seconds (0 by default) on the lease, then
+  makes its effect; stops early (raises) when the lease is lost, as a long handler should;
+  compensated by ``undo_work``;
+- ``decide``: raises :class:`Reject` when ``event["reject"]`` is true: the saga compensates
+  ``work`` then ``reserve``;
+- ``report``: an effect.
+
+A recorder call that gets a 5xx or no answer raises (a transient failure: the step is
+retried with back-off). The event payload comes from the API channel (``POST …/runs``);
+other channels' payloads work too (no ``slow``, no ``reject``).
+
+Only the standard library and :mod:`awooop.domain` are imported: this module is loaded by
+the worker processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.request
+from typing import Any
+
+from awooop.domain.workflow import Reject, RetryPolicy, Step, StepContext, Workflow
+from awooop.workflows.registry import register
+
+RECORDER_ENV = "AWOOOP_CHAOS_RECORDER_URL"
+NAME = "chaos-saga"
+# Steps whose forward phase makes an effect at the recorder.
+EFFECT_STEPS = ("reserve", "work", "report")
+# Compensations that make one.
+COMPENSATION_EFFECT_STEPS = ("reserve", "work")
+# A step hit by a dead recorder or a dropped connection is retried, not failed.
+RETRY = RetryPolicy(max_retries=6, base_delay=0.2, factor=2.0, max_delay=3.0, jitter=0.3)
+
+
+class LeaseLostStop(RuntimeError):
+    """The lease was lost while the slow step waited: stop (nothing we return is kept)."""
+
+
+def _event(ctx: StepContext) -> dict[str, Any]:
+    event = ctx.input.get("event")
+    return event if isinstance(event, dict) else {}
+
+
+def effect(ctx: StepContext, what: str) -> dict[str, Any]:
+    """POST one effect to the recorder; raises on anything but 2xx (the step is retried)."""
+    url = os.environ.get(RECORDER_ENV)
+    if not url:
+        raise RuntimeError(f"{RECORDER_ENV} is not set")
+    body = json.dumps(
+        {
+            "run_id": ctx.run_id,
+            "step": ctx.step,
+            "phase": ctx.phase,
+            "what": what,
+            "attempt": ctx.attempt,
+            "command_id": ctx.command_id,
+            "pid": os.getpid(),
+        }
+    ).encode()
+    request = urllib.request.Request(
+        f"{url}/effects",
+        data=body,
+        method="POST",
+        headers={"Idempotency-Key": ctx.effect_id, "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=5) as response:  # noqa: S310 - loopback
+        return json.loads(response.read())
+
+
+def _reserve(ctx: StepContext) -> dict[str, Any]:
+    return {"reserved": effect(ctx, "reserve")["key"]}
+
+
+def _release(ctx: StepContext) -> None:
+    effect(ctx, "release")
+
+
+def _work(ctx: StepContext) -> dict[str, Any]:
+    slow = float(_event(ctx).get("slow", 0) or 0)
+    if slow > 0 and ctx.lease_lost.wait(slow):
+        raise LeaseLostStop("lease lost during the slow step")
+    return {"worked": effect(ctx, "work")["key"], "slow": slow}
+
+
+def _undo_work(ctx: StepContext) -> None:
+    effect(ctx, "undo_work")
+
+
+def _decide(ctx: StepContext) -> dict[str, Any]:
+    if _event(ctx).get("reject"):
+        raise Reject("the change was refused")
+    return {"decided": True}
+
+
+def _report(ctx: StepContext) -> dict[str, Any]:
+    return {"reported": effect(ctx, "report")["key"]}
+
+
+SAGA = register(
+    Workflow(
+        NAME,
+        1,
+        [
+            Step("reserve", _reserve, compensate=_release, retry=RETRY),
+            Step("work", _work, compensate=_undo_work, retry=RETRY),
+            Step("decide", _decide),
+            Step("report", _report, retry=RETRY),
+        ],
+        # A run may be caught by several kills; the crash budget is per segment.
+        max_attempts=5,
+        description="chaos suite: effects at the recorder, a slow step, a compensation",
+    )
+)
