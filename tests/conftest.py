@@ -49,7 +49,7 @@ def _test_broker_url() -> str | None:
 # The Celery app in this process (used by the web app to send messages) must point at the
 # test broker database before anything imports awooop.tasks.
 if _test_broker_url():
-    os.environ["AWOOOP_BROKER_URL"] = _test_broker_url()  # type: ignore[assignment]
+    os.environ["AWOOOP_BROKER_URL"] = _test_broker_url()
 os.environ.setdefault("AWOOOP_SECRET_KEY", secrets.new_encryption_key())
 # Metrics in this process stay in memory (prometheus_client reads the variable on import);
 # tests that start real processes give them a fresh directory of their own.
@@ -128,7 +128,7 @@ def broker_url() -> str:
 
 
 @pytest.fixture
-def redis_client(broker_url: str):  # type: ignore[no-untyped-def]
+def redis_client(broker_url: str):
     """The test broker's Redis database, emptied before the test."""
     import redis
 

@@ -143,7 +143,7 @@ class PartitionProxy:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def _spawn(self, target, *args) -> None:  # type: ignore[no-untyped-def]
+    def _spawn(self, target, *args) -> None:
         thread = threading.Thread(target=target, args=args, daemon=True, name="partition-proxy")
         thread.start()
         self._threads.append(thread)

@@ -46,7 +46,7 @@ def scaled(n: int, least: int = 1) -> int:
     return max(least, round(n * scale()))
 
 
-class Figures(dict):  # type: ignore[type-arg]
+class Figures(dict):
     """A scenario's figures: ``figures.scenario(id, title)`` once, then ``figures[k] = v``."""
 
     id: str = ""

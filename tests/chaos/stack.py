@@ -217,10 +217,7 @@ class Worker:
         return [f"{HOST}:{pid}:" for pid in sorted(self.pids_seen)]
 
     def owns(self, worker_id: str | None) -> bool:
-        return bool(worker_id) and any(
-            worker_id.startswith(p)  # type: ignore[union-attr]
-            for p in self.worker_id_prefixes()
-        )
+        return bool(worker_id) and any(worker_id.startswith(p) for p in self.worker_id_prefixes())
 
     def actions(self, action: str) -> list[dict[str, Any]]:
         """This worker's JSON log lines with ``action`` (a gate to wait on: assertions read

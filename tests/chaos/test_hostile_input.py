@@ -153,7 +153,7 @@ def _prepare(engine: Engine, settings: Settings, tmp_path: Path) -> hostile.Cred
 
 
 @pytest.fixture
-def hostile_target(settings, engine, redis_client, tmp_path) -> Iterator[HostileTarget]:  # type: ignore[no-untyped-def]
+def hostile_target(settings, engine, redis_client, tmp_path) -> Iterator[HostileTarget]:
     """gunicorn serving AwoooP (as tests/e2e start it) over a fresh database of this test;
     no worker or beat, so that nothing but the requests writes."""
     credentials = _prepare(engine, settings, tmp_path)
@@ -306,7 +306,7 @@ def check(request: hostile.HostileRequest, answer: hostile.Answer, ops: list[Ope
                 problem(f"code {code} is the catalogue's {CATALOGUE.get(code)}, answered {status}")
             codes = operation.codes(status) if operation is not None else None
             if codes is not None and code not in codes:
-                problem(f"{operation.label} does not document {code} with {status}")  # type: ignore[union-attr]
+                problem(f"{operation.label} does not document {code} with {status}")
     elif (
         isinstance(body, dict)
         and request.method == "POST"

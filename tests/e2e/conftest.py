@@ -10,7 +10,7 @@ from tests.support.processes import ROOT, Stack
 
 
 @pytest.fixture
-def stack(settings: Settings, redis_client, tmp_path) -> Iterator[Stack]:  # type: ignore[no-untyped-def]
+def stack(settings: Settings, redis_client, tmp_path) -> Iterator[Stack]:
     """Real processes over this test's database and the test broker, with short timings.
 
     Their logs are printed when the test fails (pytest shows teardown output then).

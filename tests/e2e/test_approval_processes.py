@@ -28,7 +28,7 @@ def provider() -> Iterator[FakeProvider]:
     fake.close()
 
 
-def start(stack, provider):  # type: ignore[no-untyped-def]
+def start(stack, provider):
     stack.env.update(
         {
             "AWOOOP_TELEGRAM_API_BASE": f"{provider.url}/telegram",
@@ -74,7 +74,7 @@ def prompt_token(provider: FakeProvider, run_id: uuid.UUID) -> str:
     )
 
 
-def wait_for(engine, run_id, status: str, timeout: float = 40) -> dict:  # type: ignore[no-untyped-def]
+def wait_for(engine, run_id, status: str, timeout: float = 40) -> dict:
     wait_until(
         lambda: db.run(engine, run_id)["status"] == status, timeout, f"run {run_id} to be {status}"
     )

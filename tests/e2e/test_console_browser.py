@@ -65,7 +65,7 @@ def screenshot(page: Any, name: str) -> None:
         page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
 
 
-def run_state(engine, run_id) -> tuple[str, str]:  # type: ignore[no-untyped-def]
+def run_state(engine, run_id) -> tuple[str, str]:
     row = db.run(engine, run_id)
     return row["status"], row["saga_status"]
 

@@ -47,13 +47,13 @@ def parent_pid(pid: int) -> int:
     raise AssertionError(f"no parent of {pid}")
 
 
-def holder(engine, run_id) -> tuple[str, int]:  # type: ignore[no-untyped-def]
+def holder(engine, run_id) -> tuple[str, int]:
     """The worker_id holding the run and the pid in it (host:pid:nonce)."""
     worker_id = db.run(engine, run_id)["worker_id"]
     return worker_id, int(worker_id.split(":")[1])
 
 
-def start_crash_run(stack: Stack, engine, project, tmp_path):  # type: ignore[no-untyped-def]
+def start_crash_run(stack: Stack, engine, project, tmp_path):
     """Two run workers, the maintenance worker and beat; a run blocked mid-step on one of
     them. Returns the run, its holder's worker_id and pool-child pid, and that worker."""
     default_timings(stack)
@@ -76,11 +76,11 @@ def start_crash_run(stack: Stack, engine, project, tmp_path):  # type: ignore[no
     return run_id, worker_id, child, victim
 
 
-def db_now(engine):  # type: ignore[no-untyped-def]
+def db_now(engine):
     return db.rows(engine, "SELECT now() AS now")[0]["now"]
 
 
-def assert_taken_over(engine, run_id, dead_worker_id: str, killed_at) -> float:  # type: ignore[no-untyped-def]
+def assert_taken_over(engine, run_id, dead_worker_id: str, killed_at) -> float:
     """The run was claimed (RUNNING) by another worker within the limit of ``killed_at`` (the
     database clock), then completed. The claim's history row is what is waited for: the
     second attempt's steps take milliseconds, too short a RUNNING to catch by polling."""

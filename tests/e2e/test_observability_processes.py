@@ -32,7 +32,7 @@ CREDENTIAL_HEADERS = (
 )
 
 
-def wait_for_status(engine, run_ids, status: str, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
+def wait_for_status(engine, run_ids, status: str, timeout: float = 30) -> None:
     wait_until(
         lambda: all(db.run(engine, r)["status"] == status for r in run_ids),
         timeout,
@@ -98,7 +98,7 @@ def test_metrics_after_a_known_sequence_of_events_read_exactly_what_happened(
     }
     assert named("awooop_run_segments_total") == {frozenset({("outcome", "completed")}): 3}
     assert metrics.sample(text, "awooop_claim_latency_seconds_count") == 3
-    steps = [s.name for s in registry.latest("demo-telegram").steps]  # type: ignore[union-attr]
+    steps = [s.name for s in registry.latest("demo-telegram").steps]
     assert {
         dict(k)["step"]: v
         for k, v in named("awooop_step_duration_seconds_count").items()
@@ -262,7 +262,7 @@ def test_flower_asks_for_its_credential_and_shows_task_events(stack, engine, pro
         tasks = http.get(base + "/api/tasks", auth=(user, password), timeout=10).json()
         return [t for t in tasks.values() if t.get("state") == "SUCCESS"]
 
-    [task] = wait_until(listed, 20, "flower to list the succeeded task")  # type: ignore[misc]
+    [task] = wait_until(listed, 20, "flower to list the succeeded task")
     assert task["name"] == "awooop.runs.execute"
     assert task["args"] == repr((str(run_id),))  # the message carries the run id only
     assert "completed" in task["result"]
@@ -307,7 +307,7 @@ def test_no_approval_token_or_outbound_credential_reaches_a_log_or_a_task_messag
     queued = wait_until(
         lambda: redis_client.lrange("notifications", 0, -1), 10, "the prompt's task message"
     )
-    messages = [json.loads(m) for m in queued]  # type: ignore[attr-defined]
+    messages = [json.loads(m) for m in queued]
     for message in messages:
         args, kwargs, _ = json.loads(base64.b64decode(message["body"]))
         assert kwargs == {} and all(uuid.UUID(str(arg)) for arg in args)

@@ -166,7 +166,7 @@ def fuzz(
 
 
 @pytest.fixture
-def target(stack, engine, project, settings, tmp_path) -> Target:  # type: ignore[no-untyped-def]
+def target(stack, engine, project, settings, tmp_path) -> Target:
     """The server, and runs in the states each operation acts on, driven in this process:
     each management operation gets runs of its own, so that one operation's effect does not
     leave nothing for the next to do."""

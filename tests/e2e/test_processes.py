@@ -17,11 +17,11 @@ from tests.support.processes import wait_until
 pytestmark = pytest.mark.slow
 
 
-def status_of(engine, run_id) -> str:  # type: ignore[no-untyped-def]
+def status_of(engine, run_id) -> str:
     return db.run(engine, run_id)["status"]
 
 
-def wait_for_status(engine, run_id, status: str, timeout: float = 30) -> dict:  # type: ignore[no-untyped-def]
+def wait_for_status(engine, run_id, status: str, timeout: float = 30) -> dict:
     wait_until(lambda: status_of(engine, run_id) == status, timeout, f"run {run_id} to be {status}")
     return db.run(engine, run_id)
 

@@ -16,14 +16,14 @@ from tests.support.processes import wait_until
 pytestmark = pytest.mark.slow
 
 
-def wait_for_status(engine, run_id, status: str, timeout: float = 40) -> dict:  # type: ignore[no-untyped-def]
+def wait_for_status(engine, run_id, status: str, timeout: float = 40) -> dict:
     wait_until(
         lambda: db.run(engine, run_id)["status"] == status, timeout, f"run {run_id} to be {status}"
     )
     return db.run(engine, run_id)
 
 
-def start_sweepers(stack) -> None:  # type: ignore[no-untyped-def]
+def start_sweepers(stack) -> None:
     stack.worker("maintenance", queues="maintenance")
     stack.beat()
 

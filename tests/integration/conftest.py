@@ -9,12 +9,12 @@ from awooop.web.app import create_app
 
 
 @pytest.fixture
-def client(settings: Settings, engine: Engine, redis_client) -> FlaskClient:  # type: ignore[no-untyped-def]
+def client(settings: Settings, engine: Engine, redis_client) -> FlaskClient:
     """The real app over the test database; messages go to the real (test) broker."""
     app = create_app(settings, engine)
     return app.test_client()
 
 
-def queued_messages(redis_client) -> int:  # type: ignore[no-untyped-def]
+def queued_messages(redis_client) -> int:
     """Celery messages waiting in the `runs` queue of the test broker."""
     return int(redis_client.llen("runs"))

@@ -9,7 +9,7 @@ from tests.integration.conftest import queued_messages
 from tests.support import db, requests
 
 
-def post(client, request):  # type: ignore[no-untyped-def]
+def post(client, request):
     path, headers, body = request
     return client.post(path, headers=headers, data=body)
 

@@ -14,7 +14,7 @@ from tests.support import db, tokens, waiting
 from tests.support import runs as test_runs
 
 
-def _operate(engine, settings, project, operation, run_id) -> None:  # type: ignore[no-untyped-def]
+def _operate(engine, settings, project, operation, run_id) -> None:
     assert management.operate(
         engine,
         settings,
@@ -27,7 +27,7 @@ def _operate(engine, settings, project, operation, run_id) -> None:  # type: ign
     ).applied
 
 
-def _approvals(engine, run_id) -> list[dict]:  # type: ignore[no-untyped-def]
+def _approvals(engine, run_id) -> list[dict]:
     return db.rows(
         engine,
         "SELECT kind, step, status, decided_by, decided_via, comment, prompt, expires_at"

@@ -46,7 +46,7 @@ def sent() -> Sent:
 
 
 @pytest.fixture
-def app_client(out_settings, engine, sent):  # type: ignore[no-untyped-def]
+def app_client(out_settings, engine, sent):
     app = create_app(
         out_settings,
         engine,
@@ -57,7 +57,7 @@ def app_client(out_settings, engine, sent):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def approval_project(project, engine, out_settings, provider):  # type: ignore[no-untyped-def]
+def approval_project(project, engine, out_settings, provider):
     setup.configure(engine, out_settings, project["project_id"])
     return project
 
@@ -71,7 +71,7 @@ def telegram_update(project: dict, update: dict) -> tuple[str, dict, bytes]:
     return path, headers, req.body(update)
 
 
-def telegram_press(project: dict, token: str, update_id: int, user: int = 777, chat: int = 42):  # type: ignore[no-untyped-def]
+def telegram_press(project: dict, token: str, update_id: int, user: int = 777, chat: int = 42):
     return telegram_update(
         project,
         {
@@ -86,7 +86,7 @@ def telegram_press(project: dict, token: str, update_id: int, user: int = 777, c
     )
 
 
-def start_from_telegram(client, project, engine, settings, sent) -> uuid.UUID:  # type: ignore[no-untyped-def]
+def start_from_telegram(client, project, engine, settings, sent) -> uuid.UUID:
     update = {
         "update_id": 5001,
         "message": {"message_id": 1, "text": "/restart db-1", "chat": {"id": 42}},
@@ -103,7 +103,7 @@ def _kw(built: tuple[str, dict, bytes]) -> dict:
     return {"headers": built[1], "data": built[2]}
 
 
-def post(client, built):  # type: ignore[no-untyped-def]
+def post(client, built):
     return client.post(built[0], **_kw(built))
 
 
@@ -114,7 +114,7 @@ def button_token(call_json: dict) -> str:
     return keyboard[0]["callback_data"][3:]
 
 
-def all_database_text(engine) -> str:  # type: ignore[no-untyped-def]
+def all_database_text(engine) -> str:
     with engine.connect() as conn:
         tables = [
             r[0]
@@ -274,7 +274,7 @@ def test_line_postback_approves(app_client, approval_project, engine, out_settin
     }
 
 
-def start_from_api(client, project, engine, settings, workflow_config=None):  # type: ignore[no-untyped-def]
+def start_from_api(client, project, engine, settings, workflow_config=None):
     response = post(client, req.api(project, key=uuid.uuid4().hex))
     assert response.status_code == 202, response.json
     run_id = uuid.UUID(response.json["run_id"])
@@ -283,7 +283,7 @@ def start_from_api(client, project, engine, settings, workflow_config=None):  # 
 
 
 @pytest.fixture
-def hook_project(project, engine, out_settings, provider):  # type: ignore[no-untyped-def]
+def hook_project(project, engine, out_settings, provider):
     setup.configure(
         engine, out_settings, project["project_id"], config={"notify_url": f"{provider.url}/hook"}
     )
@@ -557,7 +557,7 @@ def test_a_missing_credential_parks_at_once_without_leaking(
 
     with awooop_db.transaction(engine) as conn:
         projects.set_routes(conn, project["project_id"], {"telegram": "test-approval"})
-        projects.set_config(conn, project["project_id"], {"approvers": {"telegram": ["777"]}})  # type: ignore[dict-item]
+        projects.set_config(conn, project["project_id"], {"approvers": {"telegram": ["777"]}})
     start_from_telegram(app_client, project, engine, out_settings, sent)
 
     assert [r.value for r in setup.drain(engine, out_settings)] == ["parked"]

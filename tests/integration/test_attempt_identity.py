@@ -14,7 +14,7 @@ from tests.support import runs as test_runs
 from tests.support import workflows as wf
 
 
-def _operate(engine, settings, project, operation, run_id) -> None:  # type: ignore[no-untyped-def]
+def _operate(engine, settings, project, operation, run_id) -> None:
     result = management.operate(
         engine,
         settings,

@@ -16,7 +16,7 @@ CHANNELS = ["telegram", "alertmanager", "gitea", "line", "api"]
 
 
 @pytest.fixture
-def assert_nothing_written(engine, redis_client):  # type: ignore[no-untyped-def]
+def assert_nothing_written(engine, redis_client):
     def check() -> None:
         assert db.row_counts(engine) == dict.fromkeys(db.TABLES, 0)
         assert queued_messages(redis_client) == 0
@@ -24,7 +24,7 @@ def assert_nothing_written(engine, redis_client):  # type: ignore[no-untyped-def
     return check
 
 
-def expect_error(response, status: int, code: str) -> None:  # type: ignore[no-untyped-def]
+def expect_error(response, status: int, code: str) -> None:
     assert response.status_code == status, response.get_data(as_text=True)
     assert response.json == {"error": {"code": code, "message": response.json["error"]["message"]}}
     assert "Traceback" not in response.get_data(as_text=True)
@@ -247,7 +247,7 @@ def test_database_down_is_503_so_the_provider_retries(settings, project, redis_c
     assert queued_messages(redis_client) == 0
 
 
-def post_chunked(client, path: str, headers: dict, raw: bytes):  # type: ignore[no-untyped-def]
+def post_chunked(client, path: str, headers: dict, raw: bytes):
     """A body without Content-Length, framed ``Transfer-Encoding: chunked``, as a server that
     decodes the chunks (gunicorn) hands it to the app: a terminated input stream."""
     return client.post(

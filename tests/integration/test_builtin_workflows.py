@@ -39,7 +39,7 @@ class Automation(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def provider(engine, project, settings) -> Iterator[FakeProvider]:  # type: ignore[no-untyped-def]
+def provider(engine, project, settings) -> Iterator[FakeProvider]:
     """Where approval prompts go: the project's webhook, on a local fake provider."""
     fake = FakeProvider()
     setup.configure(
@@ -49,7 +49,7 @@ def provider(engine, project, settings) -> Iterator[FakeProvider]:  # type: igno
     fake.close()
 
 
-def approve(client, engine, settings, project, provider, run_id) -> None:  # type: ignore[no-untyped-def]
+def approve(client, engine, settings, project, provider, run_id) -> None:
     """Send the run's prompt (to the webhook) and approve it through the API."""
     assert runner.execute(engine, settings, run_id) == runner.Outcome.WAITING_APPROVAL
     setup.drain(engine, setup.provider_settings(settings, provider.url))
@@ -60,7 +60,7 @@ def approve(client, engine, settings, project, provider, run_id) -> None:  # typ
 
 
 @pytest.fixture
-def automation(engine, project, provider) -> Iterator[type[Automation]]:  # type: ignore[no-untyped-def]
+def automation(engine, project, provider) -> Iterator[type[Automation]]:
     handler = type("Recorder", (Automation,), {"calls": [], "responses": {}})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -81,7 +81,7 @@ def automation(engine, project, provider) -> Iterator[type[Automation]]:  # type
     server.server_close()
 
 
-def critical_alert(project):  # type: ignore[no-untyped-def]
+def critical_alert(project):
     alert = {
         **channel_requests.alert(),
         "labels": {"alertname": "DiskFull", "instance": "db-1", "severity": "critical"},
@@ -91,7 +91,7 @@ def critical_alert(project):  # type: ignore[no-untyped-def]
     )
 
 
-def admit(client, request) -> str:  # type: ignore[no-untyped-def]
+def admit(client, request) -> str:
     path, headers, body = request
     response = client.post(path, headers=headers, data=body)
     assert response.status_code == 202, response.json
@@ -99,7 +99,7 @@ def admit(client, request) -> str:  # type: ignore[no-untyped-def]
     return body["runs"][0]["run_id"] if "runs" in body else body["run_id"]
 
 
-def deliver_diagnostics(client, project, run_id) -> None:  # type: ignore[no-untyped-def]
+def deliver_diagnostics(client, project, run_id) -> None:
     response = client.post(
         f"/v1/projects/{project['project_id']}/runs/{run_id}/tool-results",
         headers={

@@ -31,18 +31,18 @@ def settings(settings: Settings) -> Settings:
 
 
 @pytest.fixture
-def role_tokens(engine, project) -> dict[str, str]:  # type: ignore[no-untyped-def]
+def role_tokens(engine, project) -> dict[str, str]:
     return tokens.all_roles(engine, project["project_id"])
 
 
 @pytest.fixture
-def operator(client, project, role_tokens):  # type: ignore[no-untyped-def]
+def operator(client, project, role_tokens):
     """A test client signed in with an operator token."""
     assert login(client, project["project_id"], role_tokens["operator"]).status_code == 303
     return client
 
 
-def halted_run(engine, settings, project, tmp_path) -> uuid.UUID:  # type: ignore[no-untyped-def]
+def halted_run(engine, settings, project, tmp_path) -> uuid.UUID:
     """A run stopped for a person going forward (retry resolution lets it complete)."""
     run_id = test_runs.admit(
         engine, project["project_id"], "test-halt-once", {"marker": str(tmp_path / "halted")}
@@ -53,7 +53,7 @@ def halted_run(engine, settings, project, tmp_path) -> uuid.UUID:  # type: ignor
     return run_id
 
 
-def operator_audit_rows(engine, run_id) -> list[dict]:  # type: ignore[no-untyped-def]
+def operator_audit_rows(engine, run_id) -> list[dict]:
     return [e for e in db.events(engine, run_id) if e["trigger"] == "operator"]
 
 
@@ -163,7 +163,7 @@ def test_a_revoked_token_ends_its_sessions(operator, engine, project):
 
 
 @pytest.fixture
-def runs_of_every_kind(client, engine, settings, project, tmp_path):  # type: ignore[no-untyped-def]
+def runs_of_every_kind(client, engine, settings, project, tmp_path):
     """A halted run (manual intervention), a run waiting for an approval whose prompt is in
     the outbox (admitted over the API: the run takes the project's notify_url along), and a
     finished one."""

@@ -11,7 +11,7 @@ from awooop.config import Settings
 from tests.support.waiting import until
 
 
-def _show(conn, name: str) -> str:  # type: ignore[no-untyped-def]
+def _show(conn, name: str) -> str:
     return str(conn.execute(text(f"SHOW {name}")).scalar_one())
 
 
@@ -32,7 +32,7 @@ def test_each_role_gets_its_timeouts_and_keepalives_from_settings(database_url, 
                 "lock_timeout": _show(conn, "lock_timeout"),
                 "application_name": _show(conn, "application_name"),
             }
-            keepalive_idle = conn.connection.dbapi_connection.get_dsn_parameters()  # type: ignore[union-attr]
+            keepalive_idle = conn.connection.dbapi_connection.get_dsn_parameters()
     finally:
         engine.dispose()
 
@@ -55,7 +55,7 @@ def test_the_keeper_renews_on_its_own_pool_with_the_keeper_limits(engine):
         assert _show(conn, "statement_timeout") == "5s"
 
 
-def _terminate(engine, pid: int) -> None:  # type: ignore[no-untyped-def]
+def _terminate(engine, pid: int) -> None:
     admin = db.make_engine(engine.url, pool_size=1)
     try:
         with admin.connect() as conn:
@@ -93,7 +93,7 @@ def test_a_statement_failing_on_a_connection_the_server_closed_is_retried_once(d
     engine = db.make_engine(database_url, pool_size=1)
     tries: list[int] = []
 
-    def statement(conn):  # type: ignore[no-untyped-def]
+    def statement(conn):
         pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
         tries.append(pid)
         if len(tries) == 1:

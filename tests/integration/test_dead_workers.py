@@ -20,7 +20,7 @@ LONG_TTL = 300.0  # the default lease: these runs' leases never expire during a 
 
 def claim(engine: Engine, worker: str, run_id: object) -> leases.Claim:
     with engine.connect() as conn:
-        c = leases.claim(conn, worker, LONG_TTL, run_id)  # type: ignore[arg-type]
+        c = leases.claim(conn, worker, LONG_TTL, run_id)
     assert c is not None
     return c
 
@@ -193,18 +193,18 @@ def test_liveness_rows_of_workers_gone_for_long_are_pruned(engine, project):
     assert left == {"gone-but-holding", "recent"}
 
 
-def _db_now(engine: Engine):  # type: ignore[no-untyped-def]
+def _db_now(engine: Engine):
     with engine.connect() as conn:
         return conn.execute(text("SELECT now()")).scalar_one()
 
 
-def _next_renewal(engine: Engine, worker: str, after: object):  # type: ignore[no-untyped-def]
+def _next_renewal(engine: Engine, worker: str, after: object):
     return until(
         lambda: _seen_at(engine, worker) != after and _seen_at(engine, worker), 2, "a renewal"
     )
 
 
-def _seen_at(engine: Engine, worker: str):  # type: ignore[no-untyped-def]
+def _seen_at(engine: Engine, worker: str):
     with engine.connect() as conn:
         return conn.execute(
             text("SELECT seen_at FROM awooop_worker WHERE worker_id = :w"), {"w": worker}

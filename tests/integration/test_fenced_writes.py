@@ -16,16 +16,16 @@ from tests.support import runs as test_runs
 
 
 @pytest.fixture
-def quick_retries(settings):  # type: ignore[no-untyped-def]
+def quick_retries(settings):
     return dataclasses.replace(settings, write_retry_base_seconds=0.01, write_retries=3)
 
 
-def _fail(engine, needle: str, times: int, after_commit: bool) -> list[int]:  # type: ignore[no-untyped-def]
+def _fail(engine, needle: str, times: int, after_commit: bool) -> list[int]:
     """Make the next ``times`` statements containing ``needle`` fail like a connection the
     server closed — after they committed (the reply was lost) or before they ran."""
     failures = [0]
 
-    def fail(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+    def fail(conn, cursor, statement, parameters, context, executemany):
         if needle in statement and failures[0] < times:
             failures[0] += 1
             raise exc.OperationalError(

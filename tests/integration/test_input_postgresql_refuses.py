@@ -27,7 +27,7 @@ def with_extra(raw: bytes, key: str, value: object) -> bytes:
 
 
 @pytest.fixture
-def admin(engine, project):  # type: ignore[no-untyped-def]
+def admin(engine, project):
     return tokens.add(engine, project["project_id"], "admin")
 
 

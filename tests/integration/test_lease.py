@@ -18,12 +18,12 @@ from tests.support import workflows as test_workflows
 SHORT_TTL = 0.2
 
 
-def claim(engine, worker: str, run_id=None, ttl: float = 30.0):  # type: ignore[no-untyped-def]
+def claim(engine, worker: str, run_id=None, ttl: float = 30.0):
     with engine.begin() as conn:
         return leases.claim(conn, worker, ttl, run_id)
 
 
-def reap(engine):  # type: ignore[no-untyped-def]
+def reap(engine):
     with engine.begin() as conn:
         return reaper.reap(conn, actor="test-reaper")
 

@@ -19,7 +19,7 @@ TTL = 3.0
 INTERVAL = 1.0  # a renewal is abandoned after half of this
 
 
-def lease_row(engine, run_id):  # type: ignore[no-untyped-def]
+def lease_row(engine, run_id):
     with engine.connect() as conn:
         return (
             conn.execute(
@@ -121,7 +121,7 @@ def test_drop_returns_only_after_a_renewal_in_flight_has_finished(engine, projec
     assert not held.lost.is_set()
 
 
-def _waiting_on_lock(engine) -> bool:  # type: ignore[no-untyped-def]
+def _waiting_on_lock(engine) -> bool:
     with engine.connect() as conn:
         return bool(
             conn.execute(

@@ -15,7 +15,7 @@ from tests.support import runs as test_runs
 from tests.support import workflows as wf
 
 
-def operate(engine, settings, project, operation, run_id, operation_id=None, **kw):  # type: ignore[no-untyped-def]
+def operate(engine, settings, project, operation, run_id, operation_id=None, **kw):
     return management.operate(
         engine,
         settings,
@@ -29,14 +29,14 @@ def operate(engine, settings, project, operation, run_id, operation_id=None, **k
     )
 
 
-def gated_run(engine, project):  # type: ignore[no-untyped-def]
+def gated_run(engine, project):
     gate = uuid.uuid4().hex
     wf.GATES[gate] = threading.Event()
     run_id = test_runs.admit(engine, project["project_id"], "test-steerable", {"gate": gate})
     return run_id, wf.GATES[gate]
 
 
-def run_in_thread(engine, settings, run_id):  # type: ignore[no-untyped-def]
+def run_in_thread(engine, settings, run_id):
     outcome: list[runner.Outcome] = []
     thread = threading.Thread(
         target=lambda: outcome.append(runner.execute(engine, settings, run_id))
@@ -199,7 +199,7 @@ def test_operations_on_another_projects_run_are_not_found(engine, project, setti
         operate(engine, settings, project, "pause", run_id)
 
 
-def _stuck_in_compensation(engine, project, settings, tmp_path):  # type: ignore[no-untyped-def]
+def _stuck_in_compensation(engine, project, settings, tmp_path):
     run_id = test_runs.admit(
         engine, project["project_id"], "test-undo-needs-fix", {"fixed": str(tmp_path / "never")}
     )
@@ -207,8 +207,8 @@ def _stuck_in_compensation(engine, project, settings, tmp_path):  # type: ignore
     return run_id
 
 
-def _escalated(workflow):  # type: ignore[no-untyped-def]
-    def make(engine, project, settings, tmp_path):  # type: ignore[no-untyped-def]
+def _escalated(workflow):
+    def make(engine, project, settings, tmp_path):
         run_id = test_runs.admit(engine, project["project_id"], workflow)
         runner.execute(engine, settings, run_id)
         return run_id
@@ -216,13 +216,13 @@ def _escalated(workflow):  # type: ignore[no-untyped-def]
     return make
 
 
-def _paused(engine, project, settings, tmp_path):  # type: ignore[no-untyped-def]
+def _paused(engine, project, settings, tmp_path):
     run_id = test_runs.admit(engine, project["project_id"])
     operate(engine, settings, project, "pause", run_id)
     return run_id
 
 
-def _pending(engine, project, settings, tmp_path):  # type: ignore[no-untyped-def]
+def _pending(engine, project, settings, tmp_path):
     return test_runs.admit(engine, project["project_id"])
 
 

@@ -23,11 +23,11 @@ def settings(settings: Settings) -> Settings:
 
 
 @pytest.fixture
-def admin(engine, project):  # type: ignore[no-untyped-def]
+def admin(engine, project):
     return tokens.add(engine, project["project_id"], "admin")
 
 
-def post(client, project, run_id, segment, token, body=None, **headers):  # type: ignore[no-untyped-def]
+def post(client, project, run_id, segment, token, body=None, **headers):
     return client.post(
         f"/v1/projects/{project['project_id']}/runs/{run_id}/{segment}",
         headers=tokens.operation(token, **headers),
@@ -37,11 +37,11 @@ def post(client, project, run_id, segment, token, body=None, **headers):  # type
     )
 
 
-def _pending(engine, project, settings, tmp_path):  # type: ignore[no-untyped-def]
+def _pending(engine, project, settings, tmp_path):
     return test_runs.admit(engine, project["project_id"])
 
 
-def _paused(engine, project, settings, tmp_path):  # type: ignore[no-untyped-def]
+def _paused(engine, project, settings, tmp_path):
     from awooop.engine import management
 
     run_id = test_runs.admit(engine, project["project_id"])
@@ -51,7 +51,7 @@ def _paused(engine, project, settings, tmp_path):  # type: ignore[no-untyped-def
     return run_id
 
 
-def _stuck_in_compensation(engine, project, settings, tmp_path):  # type: ignore[no-untyped-def]
+def _stuck_in_compensation(engine, project, settings, tmp_path):
     fixed = tmp_path / "fixed"
     run_id = test_runs.admit(
         engine, project["project_id"], "test-undo-needs-fix", {"fixed": str(fixed)}
@@ -61,8 +61,8 @@ def _stuck_in_compensation(engine, project, settings, tmp_path):  # type: ignore
     return run_id
 
 
-def _escalated(workflow):  # type: ignore[no-untyped-def]
-    def make(engine, project, settings, tmp_path):  # type: ignore[no-untyped-def]
+def _escalated(workflow):
+    def make(engine, project, settings, tmp_path):
         run_id = test_runs.admit(engine, project["project_id"], workflow)
         runner.execute(engine, settings, run_id)
         return run_id

@@ -158,7 +158,7 @@ def test_an_executed_run_observes_its_claim_latency_and_each_step_duration(
             status="SUCCEEDED",
         )
 
-    steps = [s.name for s in registry.latest("noop-3").steps]  # type: ignore[union-attr]
+    steps = [s.name for s in registry.latest("noop-3").steps]
     before_steps = {s: step_count(s) for s in steps}
     before_claims = metrics.local("awooop_claim_latency_seconds_count")
     run_id = test_runs.admit(engine, project["project_id"], "noop-3")

@@ -10,7 +10,7 @@ from sqlalchemy import text
 from awooop import cli, secrets
 
 
-def run(capsys, monkeypatch, settings, *argv: str):  # type: ignore[no-untyped-def]
+def run(capsys, monkeypatch, settings, *argv: str):
     monkeypatch.setenv("AWOOOP_DATABASE_URL", settings.database_url)
     monkeypatch.setenv("AWOOOP_SECRET_KEY", settings.secret_key)
     code = cli.main(list(argv))

@@ -27,7 +27,7 @@ def settings(settings: Settings) -> Settings:
     return dataclasses.replace(settings, auth_cache_seconds=0)
 
 
-def admit_concurrently(app, requests_to_send):  # type: ignore[no-untyped-def]
+def admit_concurrently(app, requests_to_send):
     """POST every (path, headers, body) at once, each from its own thread and client."""
     start = threading.Barrier(len(requests_to_send))
     answers: list = [None] * len(requests_to_send)

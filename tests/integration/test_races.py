@@ -23,7 +23,7 @@ from tests.support import workflows as wf
 OUTCOMES = list(wf.HELD_STEPS)
 
 
-def _cancel(engine, settings, project, run_id) -> None:  # type: ignore[no-untyped-def]
+def _cancel(engine, settings, project, run_id) -> None:
     result = management.operate(
         engine,
         settings,
@@ -37,7 +37,7 @@ def _cancel(engine, settings, project, run_id) -> None:  # type: ignore[no-untyp
     assert result.applied
 
 
-def _fire_deadline(engine, settings, run_id) -> None:  # type: ignore[no-untyped-def]
+def _fire_deadline(engine, settings, run_id) -> None:
     waiting.fire_when_due(engine, settings, run_id, "deadline")
     assert db.run(engine, run_id)["saga_status"] == "CANCELLING"
 
@@ -105,14 +105,14 @@ def test_the_test_database_refuses_a_transition_the_state_machine_does_not_list(
     assert db.run(engine, run_id)["status"] == "COMPLETED"
 
 
-def _waiting_for_approval(engine, settings, project) -> tuple[uuid.UUID, str]:  # type: ignore[no-untyped-def]
+def _waiting_for_approval(engine, settings, project) -> tuple[uuid.UUID, str]:
     run_id = test_runs.admit(engine, project["project_id"], "test-approval")
     assert runner.execute(engine, settings, run_id) == runner.Outcome.WAITING_APPROVAL
     (approval,) = db.rows(engine, "SELECT * FROM awooop_approval WHERE run_id = :r", r=run_id)
     return run_id, approval["token_hash"]
 
 
-def _decide(engine, project, token_hash) -> Any:  # type: ignore[no-untyped-def]
+def _decide(engine, project, token_hash) -> Any:
     with engine.connect() as conn:
         return approvals.decide(
             conn,
@@ -126,7 +126,7 @@ def _decide(engine, project, token_hash) -> Any:  # type: ignore[no-untyped-def]
         )
 
 
-def _expire(engine, run_id) -> Any:  # type: ignore[no-untyped-def]
+def _expire(engine, run_id) -> Any:
     (timer,) = db.rows(
         engine,
         "SELECT * FROM awooop_timer WHERE run_id = :r AND kind = 'approval_expiry'",

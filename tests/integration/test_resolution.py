@@ -10,7 +10,7 @@ from tests.support import runs as test_runs
 from tests.support import workflows as wf
 
 
-def drive(engine, settings, run_id, rounds: int = 10) -> runner.Outcome:  # type: ignore[no-untyped-def]
+def drive(engine, settings, run_id, rounds: int = 10) -> runner.Outcome:
     """Execute, wait for poll timers, repeat until the segment is not a resolver wait."""
     for _ in range(rounds):
         outcome = runner.execute(engine, settings, run_id)

@@ -28,7 +28,7 @@ class Endpoint:
     allowed: set[str]
     body: dict | None = None
 
-    def call(self, client, project_id, run_id, headers):  # type: ignore[no-untyped-def]
+    def call(self, client, project_id, run_id, headers):
         path = self.path.format(p=project_id, run=run_id)
         if self.method == "GET":
             return client.get(path, headers=headers)
@@ -85,7 +85,7 @@ def settings(settings: Settings) -> Settings:
 
 
 @pytest.fixture
-def role_tokens(engine, project):  # type: ignore[no-untyped-def]
+def role_tokens(engine, project):
     return tokens.all_roles(engine, project["project_id"])
 
 

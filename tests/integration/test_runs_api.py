@@ -15,15 +15,15 @@ from tests.support import runs as test_runs
 
 
 @pytest.fixture
-def viewer(engine, project):  # type: ignore[no-untyped-def]
+def viewer(engine, project):
     return tokens.bearer(tokens.add(engine, project["project_id"], "viewer"))
 
 
-def url(project, suffix: str = "") -> str:  # type: ignore[no-untyped-def]
+def url(project, suffix: str = "") -> str:
     return f"/v1/projects/{project['project_id']}{suffix}"
 
 
-def all_pages(client, path, headers, key="runs", **query):  # type: ignore[no-untyped-def]
+def all_pages(client, path, headers, key="runs", **query):
     """Every item of a paged list, and how many pages it took."""
     items, pages, cursor = [], 0, None
     while True:
@@ -75,7 +75,7 @@ def test_list_filters_by_status_saga_status_workflow_channel_and_time(
     halted = test_runs.admit(engine, pid, "test-halt")
     runner.execute(engine, settings, halted)
 
-    def listed(**query):  # type: ignore[no-untyped-def]
+    def listed(**query):
         response = client.get(url(project, "/runs"), headers=viewer, query_string=query)
         assert response.status_code == 200, response.json
         return {r["run_id"] for r in response.json["runs"]}

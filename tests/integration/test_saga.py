@@ -17,11 +17,11 @@ from tests.support import runs as test_runs
 from tests.support import workflows as wf
 
 
-def execute(engine, settings, run_id) -> runner.Outcome:  # type: ignore[no-untyped-def]
+def execute(engine, settings, run_id) -> runner.Outcome:
     return runner.execute(engine, settings, run_id)
 
 
-def fire_timers(engine, settings) -> list:  # type: ignore[no-untyped-def]
+def fire_timers(engine, settings) -> list:
     return sweeps.fire_due_timers_once(engine, settings)
 
 
@@ -196,10 +196,10 @@ def test_a_timer_for_a_run_that_moved_on_is_skipped(engine, project, settings):
 
 
 def test_a_run_finishes_on_the_workflow_version_it_started_with(engine, project, settings):
-    def step(ctx):  # type: ignore[no-untyped-def]
+    def step(ctx):
         return {"version": 1}
 
-    def other(ctx):  # type: ignore[no-untyped-def]
+    def other(ctx):
         return {"version": 2}
 
     registry.register(Workflow("test-versioned", 1, [Step("only", step)]))

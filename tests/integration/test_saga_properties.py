@@ -65,7 +65,7 @@ WORKFLOW = registry.register(
 OUTCOMES = st.sampled_from(["ok", "ok", "ok", "ok", "fail", "reject", "halt", "crash"])
 
 
-def drive(engine, run_settings, run_id) -> None:  # type: ignore[no-untyped-def]
+def drive(engine, run_settings, run_id) -> None:
     for _ in range(60):
         row = db.run(engine, run_id)
         if row["status"] in ("COMPLETED", "FAILED", "CANCELLED", "WAITING_APPROVAL"):

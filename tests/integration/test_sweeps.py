@@ -10,7 +10,7 @@ from tests.support import db
 from tests.support import runs as test_runs
 
 
-def settings_with(settings, **changes):  # type: ignore[no-untyped-def]
+def settings_with(settings, **changes):
     return settings.__class__(**{**settings.__dict__, **changes})
 
 

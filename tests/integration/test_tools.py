@@ -12,7 +12,7 @@ from tests.support import runs as test_runs
 from tests.support import workflows as wf
 
 
-def deliver(client, project, run_id, **body):  # type: ignore[no-untyped-def]
+def deliver(client, project, run_id, **body):
     body = {"event_id": "evt-1", "step": "diagnose", "status": "succeeded", **body}
     return client.post(
         f"/v1/projects/{project['project_id']}/runs/{run_id}/tool-results",
@@ -105,7 +105,7 @@ def test_a_missing_result_times_out_and_the_call_is_dispatched_again(engine, pro
     ]
 
 
-def time_out_once(engine, settings, run_id) -> None:  # type: ignore[no-untyped-def]
+def time_out_once(engine, settings, run_id) -> None:
     """Dispatch, let the tool timeout fire, and let a worker decide the missing result."""
     assert runner.execute(engine, settings, run_id) == runner.Outcome.WAITING_TOOL
     waiting.fire_when_due(engine, settings, run_id, "tool_timeout")

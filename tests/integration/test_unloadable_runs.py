@@ -12,7 +12,7 @@ from tests.support import runs as test_runs
 DEPTH = 5000  # PostgreSQL stores it; Python's recursive decoder cannot load it
 
 
-def _bury(engine, run_id) -> None:  # type: ignore[no-untyped-def]
+def _bury(engine, run_id) -> None:
     deep = '{"a": ' * DEPTH + "1" + "}" * DEPTH
     with engine.connect() as conn:
         conn.execute(

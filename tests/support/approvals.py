@@ -48,7 +48,7 @@ def configure(
         projects.set_config(
             conn,
             project_id,
-            {"approvers": {"telegram": ["777"], "line": ["U1"]}, **(config or {})},  # type: ignore[dict-item]
+            {"approvers": {"telegram": ["777"], "line": ["U1"]}, **(config or {})},
         )
         for kind, value in (
             ("telegram:bot", BOT_TOKEN),

@@ -67,7 +67,7 @@ class StallingProxy:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def _spawn(self, target, *args) -> None:  # type: ignore[no-untyped-def]
+    def _spawn(self, target, *args) -> None:
         thread = threading.Thread(target=target, args=args, daemon=True, name="stalling-proxy")
         thread.start()
         self._threads.append(thread)

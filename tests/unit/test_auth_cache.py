@@ -49,13 +49,13 @@ def test_an_entry_expiring_between_two_clock_readings_is_a_miss_not_a_key_error(
     # alive at the next reading (t=1), expired at the one after (t=2).
     cache = auth.ProjectAuthCache(1.5, timer=TickingClock())
     engine = FakeEngine()
-    assert cache.load(engine, "p1", "telegram") is None  # type: ignore[arg-type]
+    assert cache.load(engine, "p1", "telegram") is None
 
     # When it is looked up again (a membership test then a lookup would straddle the expiry)
-    cached = cache.load(engine, "p1", "telegram")  # type: ignore[arg-type]
+    cached = cache.load(engine, "p1", "telegram")
 
     # Then it is read once, from the cache, without a KeyError; and once expired it is reloaded.
     assert cached is None
     assert loads == ["p1"]
-    cache.load(engine, "p1", "telegram")  # type: ignore[arg-type]
+    cache.load(engine, "p1", "telegram")
     assert loads == ["p1", "p1"]

@@ -16,7 +16,7 @@ from awooop.channels.base import ChannelSecrets, RawRequest
 from tests.support import requests as samples
 
 
-def raw(payload, headers=None, query=None) -> RawRequest:  # type: ignore[no-untyped-def]
+def raw(payload, headers=None, query=None) -> RawRequest:
     body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
     return RawRequest(headers=headers or {}, body=body, query=query or {})
 
@@ -54,7 +54,7 @@ def test_telegram_secret_token_checked_against_hashes():
     assert not telegram.authenticate(raw(b"", {}), secrets)
 
 
-def _am_key(payload) -> str:  # type: ignore[no-untyped-def]
+def _am_key(payload) -> str:
     return alertmanager.parse(raw(payload))[0].provider_event_id
 
 

@@ -7,7 +7,7 @@ import pytest
 from awooop import cli
 
 
-def run(capsys, *argv: str) -> tuple[int, str]:  # type: ignore[no-untyped-def]
+def run(capsys, *argv: str) -> tuple[int, str]:
     code = cli.main(list(argv))
     return code, capsys.readouterr().err
 

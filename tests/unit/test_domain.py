@@ -32,7 +32,7 @@ def test_every_status_has_an_entry_in_the_table():
     assert set(states.ALLOWED_TRANSITIONS) == set(states.RUN_STATUSES)
 
 
-def _step(ctx):  # type: ignore[no-untyped-def]
+def _step(ctx):
     return None
 
 

@@ -25,7 +25,7 @@ class ScriptedLease(lease.Lease):
 
     def __init__(self, script: list[object], ttl: float = 3.0, interval: float = 0.2) -> None:
         claim = SimpleNamespace(run_id=uuid.uuid4(), project_id="p", worker_id="w", lease_epoch=1)
-        super().__init__(None, claim, ttl, interval)  # type: ignore[arg-type]
+        super().__init__(None, claim, ttl, interval)
         self.script = script
         self.renewals = 0
 
@@ -41,7 +41,7 @@ class ScriptedLease(lease.Lease):
 
 
 @pytest.fixture
-def keeper():  # type: ignore[no-untyped-def]
+def keeper():
     k = lease.LeaseKeeper()
     yield k
     k.close()
@@ -52,7 +52,7 @@ def test_an_error_in_the_keeper_loop_is_logged_and_the_loop_continues(keeper, ca
     failures = iter([RuntimeError("planning failed")])
     real = keeper._renew_due
 
-    def flaky(leases):  # type: ignore[no-untyped-def]
+    def flaky(leases):
         failure = next(failures, None)
         if failure is not None:
             raise failure

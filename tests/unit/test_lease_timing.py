@@ -16,7 +16,7 @@ BASE = {
 }
 
 
-def _noop(ctx):  # type: ignore[no-untyped-def]
+def _noop(ctx):
     return None
 
 
