@@ -59,11 +59,19 @@ def backoff(settings: Settings, retry: int, rng: random.Random | None = None) ->
 
 
 def write(
-    engine: Engine, settings: Settings, statement: Callable[[Connection], T], what: str
+    engine: Engine,
+    settings: Settings,
+    statement: Callable[[Connection], T],
+    what: str,
+    abandoned: Callable[[], bool] = lambda: False,
 ) -> tuple[T, bool]:
     """Run ``statement`` (one fenced compare-and-set) on a fresh connection, again after a
     transient error. Returns its result and whether it was retried (then a "no row matched"
-    may mean an earlier try committed: ask :func:`awooop.store.leases.landed`)."""
+    may mean an earlier try committed: ask :func:`awooop.store.leases.landed`).
+
+    ``abandoned``: whether the write can no longer matter (the lease is known to be lost);
+    then a failed try is not repeated — each try may wait out a lock timeout, and a worker
+    stuck retrying a write that cannot apply takes no new work meanwhile."""
     retried = False
     for retry in range(settings.write_retries + 1):
         try:
@@ -72,7 +80,7 @@ def write(
         except exc.DBAPIError as error:
             if not is_transient(error):
                 raise
-            if retry == settings.write_retries:
+            if retry == settings.write_retries or abandoned():
                 raise GaveUp(f"{what}: {type(error.orig).__name__}") from error
             delay = backoff(settings, retry)
             log.warning(

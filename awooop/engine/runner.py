@@ -155,8 +155,14 @@ def _drive(
     keeper = lease.keeper()
     keeper.hold(held)
     try:
-        return _run_steps(engine, claim, workflow, held, _Segment(engine, settings, notify))
+        return _run_steps(engine, claim, workflow, held, _Segment(engine, settings, notify, held))
     except fenced.GaveUp as gave_up:
+        if held.lost.is_set():  # nothing to give back: the run is someone else's now
+            log.warning(
+                "lease lost while the database refused a write",
+                extra={**_fields(claim), "action": "lease_lost", "reason": str(gave_up)},
+            )
+            return Outcome.LEASE_LOST
         return _give_back(engine, claim, gave_up)
     finally:
         keeper.drop(held)
@@ -183,14 +189,18 @@ def _give_back(engine: Engine, claim: leases.Claim, gave_up: fenced.GaveUp) -> O
 class _Segment:
     """What writing a segment's decisions needs beyond the claim."""
 
-    def __init__(self, engine: Engine, settings: Settings, notify: Notify | None) -> None:
+    def __init__(
+        self, engine: Engine, settings: Settings, notify: Notify | None, held: Lease
+    ) -> None:
         self.engine = engine
         self.settings = settings
         self.notify = notify
+        self.held = held
 
     def write(self, statement: Callable[[Connection], _T], what: str) -> tuple[_T, bool]:
-        """One fenced statement, retried on transient errors: (its result, retried)."""
-        return fenced.write(self.engine, self.settings, statement, what)
+        """One fenced statement, retried on transient errors while the lease may still be
+        held: (its result, retried)."""
+        return fenced.write(self.engine, self.settings, statement, what, self.held.lost.is_set)
 
     def send(self, message_ids: list[uuid.UUID]) -> None:
         if message_ids and self.notify is not None:
