@@ -3,7 +3,9 @@
 Runs of ``chaos-saga`` are delivered at a steady ``RATE`` (one in ten with a 2 s step, so
 some are always RUNNING) through three phases: ``BEFORE``, ``DURING`` (two minutes at full
 size, as in the issue; ``AWOOOP_CHAOS_SCALE`` scales the phases, never the recovery bound)
-and ``AFTER``. During ``DURING`` two sessions that look like what operators leave open:
+and ``AFTER``; eight runs with a 5 s step are admitted just before ``DURING`` so that every
+worker process is running one when it starts. During ``DURING`` two sessions that look like
+what operators leave open:
 
 - **an operator's psql session holding row locks**: ``BEGIN; SELECT … FROM
   awooop_run_state WHERE status NOT IN (terminal) ORDER BY created_at LIMIT 20 FOR UPDATE``
@@ -37,6 +39,7 @@ from sqlalchemy import create_engine, text
 from tests.chaos import checks
 from tests.chaos.providers import Provider, api_event
 from tests.chaos.report import scaled
+from tests.support.processes import wait_until
 
 RATE = 10.0
 BEFORE = scaled(30, least=10)
@@ -46,6 +49,8 @@ LOCKED_RUNS = 20
 RECOVERY_BOUND = 60.0
 ADMISSION_P99_S = 2.0
 CLAIM_WAIT_P99_S = 10.0
+WORKER_PROCESSES = 4  # two workers, two prefork children each
+HELD_SLOW_RUNS = 8
 
 
 def _phase(stack, provider: Provider, name: str, seconds: float, rng_start: int) -> list:
@@ -103,6 +108,23 @@ def test_long_transaction_slows_nothing_unbounded_and_recovers_within_a_minute(
 
     t0 = checks.db_now(engine)
     before = _phase(stack, providers["b"], "before", BEFORE, 0)
+    # Runs in flight when the operator locks: runs with a 5 s step, on every worker process.
+    held = [
+        api_event(stack.project, stack.new_key("held"), {"n": -i, "slow": 5.0})
+        for i in range(1, HELD_SLOW_RUNS + 1)
+    ]
+    providers["b"].deliver_all(held)
+    before += held
+    wait_until(
+        lambda: (
+            checks.rows(
+                engine, "SELECT count(*) AS n FROM awooop_run_state WHERE status = 'RUNNING'"
+            )[0]["n"]
+            >= WORKER_PROCESSES
+        ),
+        30,
+        "every worker process running a slow run",
+    )
     t1 = checks.db_now(engine)
 
     # The two sessions, on connections of their own with no timeouts (like psql).
@@ -227,6 +249,8 @@ def test_long_transaction_slows_nothing_unbounded_and_recovers_within_a_minute(
         }
     )
 
+    # The operator's session really held runs that workers were running.
+    assert figures["locked_runs_by_status_when_locked"].get("RUNNING", 0) >= 1, figures
     # Exactly one run per event; every run terminal and completed.
     assert None not in run_ids and len(run_ids) == len(all_deliveries)
     assert checks.status_counts(engine) == {"COMPLETED/COMPLETED": len(all_deliveries)}
