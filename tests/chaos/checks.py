@@ -192,3 +192,99 @@ def attempts_histogram(engine: Engine) -> dict[int, int]:
 def db_now(engine: Engine) -> Any:
     with engine.connect() as conn:
         return conn.execute(text("SELECT now()")).scalar_one()
+
+
+# --- timers (scenario 6) -----------------------------------------------------------------
+
+_TIMER_AUDIT = """
+CREATE TABLE chaos_timer_audit (
+    seq bigserial PRIMARY KEY,
+    timer_id text NOT NULL,
+    old_state text,
+    new_state text,
+    claimed_by text,
+    txid bigint NOT NULL DEFAULT txid_current(),
+    xact_at timestamptz NOT NULL DEFAULT now(),
+    at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE FUNCTION chaos_timer_audit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO chaos_timer_audit (timer_id, old_state, new_state, claimed_by)
+    VALUES (NEW.timer_id, OLD.state, NEW.state, NEW.claimed_by);
+    RETURN NULL;
+END $$;
+CREATE TRIGGER chaos_timer_audit AFTER UPDATE ON awooop_timer FOR EACH ROW
+    WHEN (OLD.state IS DISTINCT FROM NEW.state OR OLD.claimed_by IS DISTINCT FROM NEW.claimed_by
+          OR OLD.fired_at IS DISTINCT FROM NEW.fired_at)
+    EXECUTE FUNCTION chaos_timer_audit();
+"""
+
+
+def install_timer_audit(engine: Engine) -> None:
+    """A trigger recording, in PostgreSQL, every change of a timer's state, sweeper or
+    firing time (``chaos_timer_audit``): a timer fired twice is two rows, even if the second
+    firing wrote the same values."""
+    with engine.begin() as conn:
+        conn.exec_driver_sql(_TIMER_AUDIT)
+
+
+def timer_firings(engine: Engine) -> dict[str, list[dict[str, Any]]]:
+    """Per timer id, its audited changes, oldest first."""
+    found: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+    for r in rows(engine, "SELECT * FROM chaos_timer_audit ORDER BY seq"):
+        found[r["timer_id"]].append(r)
+    return dict(found)
+
+
+def overlapping_sweeps(firings: dict[str, list[dict[str, Any]]]) -> int:
+    """Pairs of sweep transactions of different processes that fired timers while both were
+    open (from the audit's transaction start and last change): sweeps that really ran at
+    the same time, not one after the other."""
+    spans: dict[int, list[Any]] = {}
+    for changes in firings.values():
+        for c in changes:
+            span = spans.setdefault(c["txid"], [c["claimed_by"], c["xact_at"], c["at"]])
+            span[2] = max(span[2], c["at"])
+    ordered = sorted(spans.values(), key=lambda s: s[1])
+    pairs = 0
+    for i, (who, _start, end) in enumerate(ordered):
+        for other, other_start, _ in ordered[i + 1 :]:
+            if other_start > end:
+                break
+            if other != who:
+                pairs += 1
+    return pairs
+
+
+def duplicate_journal_entries(engine: Engine) -> list[dict[str, Any]]:
+    """(run, phase, step, attempt) recorded more than once in a journal. A resolved forward
+    attempt is recorded twice by design — UNKNOWN, then its settled outcome with
+    ``resolved: true`` — so the settled entry is its own key."""
+    return rows(
+        engine,
+        """
+        SELECT r.run_id::text, e->>'phase' AS phase, e->>'step' AS step,
+               e->>'attempt' AS attempt, coalesce(e->>'resolved', 'false') AS resolved,
+               count(*) AS n, jsonb_agg(e->>'status') AS statuses
+        FROM awooop_run_state r, jsonb_array_elements(r.saga_steps) e
+        WHERE e->>'phase' IN ('forward', 'compensate', 'resolve')
+        GROUP BY 1, 2, 3, 4, 5 HAVING count(*) > 1
+        """,
+    )
+
+
+def claims_per_run(engine: Engine) -> dict[str, int]:
+    """Claims of each run (its ``lease`` events triggered ``claim:<epoch>``)."""
+    return {
+        r["run_id"]: r["n"]
+        for r in rows(
+            engine,
+            "SELECT run_id::text, count(*) AS n FROM awooop_run_event"
+            " WHERE kind = 'lease' AND trigger_id LIKE 'claim:%' GROUP BY 1",
+        )
+    }
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[int(p * (len(ordered) - 1))] if ordered else 0.0

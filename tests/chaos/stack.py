@@ -2,10 +2,11 @@
 
 :class:`ChaosStack` starts gunicorn (web), two Celery workers (prefork, ``runs`` and
 ``notifications`` queues), the maintenance worker and beat — each in its own process
-group — with short lease, heartbeat, reaper, orphan and timer settings, and stops exactly
-what it started (also when a test fails). A worker is a :class:`Worker` handle: its parent
-and prefork children, SIGKILL of either, SIGSTOP / SIGCONT of the whole group, restart,
-and the ``worker_id`` prefixes (``host:pid:``) its processes write into journals.
+group; optionally two beats and two maintenance workers (``start(beats=2,
+maintenance_workers=2)``) — with short lease, heartbeat, reaper, orphan and timer settings,
+and stops exactly what it started (also when a test fails). A worker is a :class:`Worker`
+handle: its parent and prefork children, SIGKILL of either, SIGSTOP / SIGCONT of the whole
+group, restart, and the ``worker_id`` prefixes (``host:pid:``) its processes write into journals.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from sqlalchemy import Engine
 
 from awooop import db
 from awooop.config import Settings
+from awooop.store import projects
 from tests.chaos import workflows
 from tests.chaos.netproxy import PartitionProxy
 from tests.chaos.providers import Provider
@@ -274,6 +276,7 @@ class ChaosStack:
         self.proxies: list[PartitionProxy] = []
         self.workers: dict[str, Worker] = {}
         self.web: Process | None = None
+        self.beats: list[Process] = []
         self.web_url = ""
         self.env = self._environment()
         self._supervising = threading.Event()
@@ -326,11 +329,17 @@ class ChaosStack:
         web: bool = True,
         maintenance: bool = True,
         beat: bool = True,
+        beats: int = 1,
+        maintenance_workers: int = 1,
     ) -> ChaosStack:
         """Start everything at once, then wait until each is ready.
 
         ``proxied``: workers whose database connections go through their own
         :class:`PartitionProxy` (``stack.workers[name].proxy``).
+        ``beats``: how many beat processes (``beat``, ``beat-2``, …; ``self.beats``), each
+        with its own schedule file — two beats is a deployment mistake AwoooP must survive
+        (every sweep is sent twice). ``maintenance_workers``: how many maintenance workers
+        (``maintenance``, ``maintenance-2``, …), so two sweeps of a kind really run at once.
         """
         pg_port = self.services.postgres.port
         for name in workers:
@@ -340,15 +349,20 @@ class ChaosStack:
                 self.proxies.append(proxy)
             self.workers[name] = Worker(self, name, "runs,notifications", concurrency, proxy)
         if maintenance:
-            self.workers["maintenance"] = Worker(self, "maintenance", "maintenance", 1)
+            for i in range(1, maintenance_workers + 1):
+                name = "maintenance" if i == 1 else f"maintenance-{i}"
+                self.workers[name] = Worker(self, name, "maintenance", 1)
         for worker in self.workers.values():
             worker.spawn()
-        beat_process = None
         if beat:
-            beat_process = self._start(
-                "beat",
-                [str(BIN / "celery"), "-A", "awooop.tasks.app", "beat", "--loglevel", "INFO"],
-            )
+            for i in range(1, beats + 1):
+                suffix = "" if i == 1 else f"-{i}"
+                env = dict(self.env)
+                env["AWOOOP_BEAT_SCHEDULE_FILE"] = str(
+                    self.log_dir / f"celerybeat-schedule{suffix}"
+                )
+                argv = [str(BIN / "celery"), "-A", "awooop.tasks.app", "beat", "--loglevel", "INFO"]
+                self.beats.append(self._start(f"beat{suffix}", argv, env))
         if web:
             port = free_port()
             self.env["AWOOOP_PORT"] = str(port)
@@ -359,7 +373,7 @@ class ChaosStack:
             self.web_url = f"http://127.0.0.1:{port}"
         for worker in self.workers.values():
             worker.wait_ready()
-        if beat_process is not None:
+        for beat_process in self.beats:
             beat_process.wait_for_log("beat: Starting", 60)
         if web:
             wait_until(lambda: _listening(int(self.env["AWOOOP_PORT"])), 60, "the web server")
@@ -391,8 +405,16 @@ class ChaosStack:
             self._supervisor = None
 
     def run_workers(self) -> list[Worker]:
-        """The workers of the ``runs`` queue (not the maintenance worker)."""
-        return [w for n, w in self.workers.items() if n != "maintenance"]
+        """The workers of the ``runs`` queue (not the maintenance workers)."""
+        return [w for w in self.workers.values() if w.queues != "maintenance"]
+
+    def maintenance_workers(self) -> list[Worker]:
+        return [w for w in self.workers.values() if w.queues == "maintenance"]
+
+    def route(self, **routes: str) -> None:
+        """Route the project's channels to these workflows (e.g. ``api="chaos-timers"``)."""
+        with db.transaction(self.engine) as conn:
+            projects.set_routes(conn, self.project["project_id"], routes)
 
     def provider(self, **options: Any) -> Provider:
         """A :class:`Provider` delivering to this stack's web server."""

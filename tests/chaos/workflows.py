@@ -14,6 +14,18 @@
   ``work`` then ``reserve``;
 - ``report``: an effect.
 
+``chaos-timers`` v1 — a workflow made of durable timers (scenario 6), every handler call
+recorded at the recorder under ``exec:<run>:<phase>:<step>:<attempt>`` (an execution, so a
+wake-up that ran twice shows as a key seen twice), effects under their ``effect_id``:
+
+- ``flaky``: fails transiently (``ConnectionError``) on its first ``event["fail_times"]``
+  attempts, then makes its effect — each failure is a retry timer (short back-off);
+- ``unsure``: makes its effect, then raises :class:`Unknown`; its resolver answers Unknown on
+  its first ``event["unknown_polls"]`` polls, then settles it — each poll is a resolver timer;
+- ``done``: an effect.
+
+A run has ``fail_times + 1 + unknown_polls`` timers (:func:`timer_ids`).
+
 A recorder call that gets a 5xx or no answer raises (a transient failure: the step is
 retried with back-off). The event payload comes from the API channel (``POST …/runs``);
 other channels' payloads work too (no ``slow``, no ``reject``).
@@ -29,7 +41,15 @@ import os
 import urllib.request
 from typing import Any
 
-from awooop.domain.workflow import Reject, RetryPolicy, Step, StepContext, Workflow
+from awooop.domain.workflow import (
+    Reject,
+    Resolver,
+    RetryPolicy,
+    Step,
+    StepContext,
+    Unknown,
+    Workflow,
+)
 from awooop.workflows.registry import register
 
 RECORDER_ENV = "AWOOOP_CHAOS_RECORDER_URL"
@@ -51,8 +71,9 @@ def _event(ctx: StepContext) -> dict[str, Any]:
     return event if isinstance(event, dict) else {}
 
 
-def effect(ctx: StepContext, what: str) -> dict[str, Any]:
-    """POST one effect to the recorder; raises on anything but 2xx (the step is retried)."""
+def effect(ctx: StepContext, what: str, key: str | None = None) -> dict[str, Any]:
+    """POST one effect to the recorder (under ``key``, by default the step's effect id);
+    raises on anything but 2xx (the step is retried)."""
     url = os.environ.get(RECORDER_ENV)
     if not url:
         raise RuntimeError(f"{RECORDER_ENV} is not set")
@@ -71,7 +92,7 @@ def effect(ctx: StepContext, what: str) -> dict[str, Any]:
         f"{url}/effects",
         data=body,
         method="POST",
-        headers={"Idempotency-Key": ctx.effect_id, "Content-Type": "application/json"},
+        headers={"Idempotency-Key": key or ctx.effect_id, "Content-Type": "application/json"},
     )
     with urllib.request.urlopen(request, timeout=5) as response:  # noqa: S310 - loopback
         return json.loads(response.read())
@@ -121,3 +142,84 @@ SAGA = register(
         description="chaos suite: effects at the recorder, a slow step, a compensation",
     )
 )
+
+
+# --- chaos-timers (scenario 6) ----------------------------------------------------------
+
+TIMERS_NAME = "chaos-timers"
+EXECUTION_PREFIX = "exec:"
+# Steps whose forward phase makes an effect (under its effect id).
+TIMER_EFFECT_STEPS = ("flaky", "unsure", "done")
+FLAKY_RETRY = RetryPolicy(max_retries=6, base_delay=0.3, factor=1.5, max_delay=2.0, jitter=0.3)
+POLL_INTERVAL = 0.5
+
+
+def execution_key(run_id: str, phase: str, step: str, attempt: int) -> str:
+    return f"{EXECUTION_PREFIX}{run_id}:{phase}:{step}:{attempt}"
+
+
+def _executed(ctx: StepContext) -> None:
+    effect(ctx, "execution", execution_key(ctx.run_id, ctx.phase, ctx.step, ctx.attempt))
+
+
+def _flaky(ctx: StepContext) -> dict[str, Any]:
+    _executed(ctx)
+    if ctx.attempt <= int(_event(ctx).get("fail_times", 0) or 0):
+        raise ConnectionError(f"attempt {ctx.attempt}: upstream unavailable")
+    return {"flaky": effect(ctx, "flaky")["key"], "attempt": ctx.attempt}
+
+
+def _unsure(ctx: StepContext) -> None:
+    _executed(ctx)
+    effect(ctx, "unsure")
+    raise Unknown("the call timed out: did it happen?")
+
+
+def _resolve_unsure(ctx: StepContext) -> dict[str, Any]:
+    _executed(ctx)  # ctx.attempt is the poll's number
+    if ctx.attempt <= int(_event(ctx).get("unknown_polls", 0) or 0):
+        raise Unknown("still checking")
+    return {"settled_at_poll": ctx.attempt}
+
+
+def _done(ctx: StepContext) -> dict[str, Any]:
+    return {"done": effect(ctx, "done")["key"]}
+
+
+TIMERS = register(
+    Workflow(
+        TIMERS_NAME,
+        1,
+        [
+            Step("flaky", _flaky, retry=FLAKY_RETRY),
+            Step(
+                "unsure",
+                _unsure,
+                retry=RETRY,
+                resolver=Resolver(
+                    _resolve_unsure, budget=POLL_INTERVAL * 20, poll_interval=POLL_INTERVAL
+                ),
+            ),
+            Step("done", _done, retry=RETRY),
+        ],
+        description="chaos suite: retry and resolver timers",
+    )
+)
+
+
+def timer_ids(run_id: str, fail_times: int, unknown_polls: int) -> set[str]:
+    """The timers a ``chaos-timers`` run sets (ids as ``awooop.store.segments`` names them):
+    one retry wake-up per failure of ``flaky``; the first resolver poll (named by the unknown
+    forward attempt), then one per poll that could not tell."""
+    ids = {f"{run_id}:forward:flaky:retry:{a}" for a in range(1, fail_times + 1)}
+    ids.add(f"{run_id}:forward:unsure:retry:1")
+    ids |= {f"{run_id}:resolve:unsure:retry:{p}" for p in range(1, unknown_polls + 1)}
+    return ids
+
+
+def executions(run_id: str, fail_times: int, unknown_polls: int) -> set[str]:
+    """The handler calls a ``chaos-timers`` run makes, each exactly once."""
+    keys = {execution_key(run_id, "forward", "flaky", a) for a in range(1, fail_times + 2)}
+    keys.add(execution_key(run_id, "forward", "unsure", 1))
+    keys |= {execution_key(run_id, "resolve", "unsure", p) for p in range(1, unknown_polls + 2)}
+    return keys
