@@ -154,6 +154,7 @@ def chaos_stack(
         failed = getattr(request.node, "rep_call", None)
         if failed is not None and failed.failed:
             print(f"\nchaos: logs in {log_dir}\n{stack.logs()}")
+        admin.dispose()  # its pooled connection did not survive a scenario that restarted PG
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()

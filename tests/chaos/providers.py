@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import hashlib
+import hmac
 import json
 import random
 import threading
@@ -51,6 +53,23 @@ def api_event(project: dict[str, Any], key: str, payload: dict[str, Any]) -> Del
             "Content-Type": "application/json",
         },
         body=json.dumps(payload, sort_keys=True).encode(),
+    )
+
+
+def gitea_event(project: dict[str, Any], key: str, payload: dict[str, Any]) -> Delivery:
+    """A Gitea webhook delivery (``X-Gitea-Delivery: key``), signed with the project's secret."""
+    body = json.dumps(payload, sort_keys=True).encode()
+    signature = hmac.new(project["secrets"]["gitea"].encode(), body, hashlib.sha256).hexdigest()
+    return Delivery(
+        key=key,
+        path=f"/v1/projects/{project['project_id']}/webhooks/gitea",
+        headers={
+            "X-Gitea-Signature": signature,
+            "X-Gitea-Delivery": key,
+            "X-Gitea-Event": "push",
+            "Content-Type": "application/json",
+        },
+        body=body,
     )
 
 

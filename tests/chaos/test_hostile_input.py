@@ -11,15 +11,16 @@ trace. And for the database: every row added to any ``awooop_*`` table belongs t
 answer reported as created (dedupe row, run row, first history row, deadline timer) — a
 refused request writes nothing, counted exactly, table by table.
 
-Not in the default run (``--ignore=tests/chaos`` in ``addopts``; a file named on the command
-line is still collected). Run it, with the services of ``make test`` exported, with::
+Part of ``make chaos``. The server, database and Redis come from the suite's own stack
+(``chaos_stack`` started web-only: no worker, maintenance worker or beat, so nothing but the
+requests writes); run it alone with::
 
     .venv/bin/pytest tests/chaos/test_hostile_input.py -p no:cacheprovider -s
 
-``AWOOOP_HOSTILE_SEED`` / ``AWOOOP_HOSTILE_REQUESTS`` change the seed (8) and the size (5,000).
-The server, project and database come from one fixture, :func:`hostile_target`; today it
-starts gunicorn (tests/support/processes) over a database cloned for this test on the
-machine's PostgreSQL; the chaos harness can provide its own stack instead.
+``AWOOOP_HOSTILE_SEED`` / ``AWOOOP_HOSTILE_REQUESTS`` change the seed (8) and the size (5,000,
+times ``AWOOOP_CHAOS_SCALE``). The preparation admits and executes runs of the test workflows
+``noop-3``, ``test-tool`` and ``test-approval`` in this process; the web process loads
+``tests.support.workflows`` too (``AWOOOP_WORKFLOW_MODULES``) so that it knows them.
 """
 
 from __future__ import annotations
@@ -34,28 +35,28 @@ import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
 import pytest
+import redis
 from sqlalchemy import Engine, text
 
-from awooop import cli, errors, secrets
+from awooop import cli, db, errors, secrets
 from awooop.config import Settings
-from awooop.engine import runner
+from awooop.engine import lease, runner
 from awooop.workflows import registry
 from tests.chaos import hostile
+from tests.chaos.report import scaled
+from tests.chaos.stack import ChaosStack
 from tests.support import runs as test_runs
 from tests.support import tokens
-from tests.support.processes import ROOT, Stack
-
-pytestmark = pytest.mark.slow
 
 SEED = int(os.environ.get("AWOOOP_HOSTILE_SEED", "8"))
-REQUESTS = int(os.environ.get("AWOOOP_HOSTILE_REQUESTS", "5000"))
+REQUESTS = int(os.environ.get("AWOOOP_HOSTILE_REQUESTS") or scaled(5000, least=200))
 # Client threads: a bounded number of connections at a time, loopback only.
 CONCURRENCY = 16
+MAX_BODY_BYTES = 1024 * 1024
 ADMISSION_PATH = re.compile(r"^/v1/projects/[^/]+/(runs|webhooks/[^/]+)$")
 CATALOGUE = {
     cls.code: cls.http_status
@@ -85,23 +86,7 @@ class HostileTarget:
     logs: Callable[[], str] = lambda: ""
 
 
-def _web_env(settings: Settings, tmp_path: Path) -> dict[str, str]:
-    """The environment tests/e2e gives its processes: this test's database and broker."""
-    return {
-        **os.environ,
-        "AWOOOP_DATABASE_URL": settings.database_url,
-        "AWOOOP_BROKER_URL": settings.broker_url,
-        "AWOOOP_SECRET_KEY": settings.secret_key,
-        "AWOOOP_WORKFLOW_MODULES": "tests.support.workflows",
-        "AWOOOP_WEB_WORKERS": "2",
-        "AWOOOP_ACCESS_LOG": "0",
-        "AWOOOP_MAX_BODY_BYTES": str(1024 * 1024),
-        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics"),
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-    }
-
-
-def _prepare(engine: Engine, settings: Settings, tmp_path: Path) -> hostile.Credentials:
+def _prepare(engine: Engine, settings: Settings) -> hostile.Credentials:
     """Two projects and runs in the states the requests aim at, driven in this process."""
     project = cli.create_project(settings, f"hostile-{uuid.uuid4().hex[:8]}")
     other = cli.create_project(settings, f"other-{uuid.uuid4().hex[:8]}")
@@ -148,30 +133,41 @@ def _prepare(engine: Engine, settings: Settings, tmp_path: Path) -> hostile.Cred
         other_secrets=other["secrets"],
         other_token=other["api_token"],
         other_run=run("noop-3", execute=False, project=other["project_id"]),
-        max_body_bytes=1024 * 1024,
+        max_body_bytes=MAX_BODY_BYTES,
     )
 
 
+# The workflows the preparation's runs use (noop-3 is built in), loaded by the web process
+# next to the suite's own.
+TEST_WORKFLOWS = "tests.support.workflows"
+
+
 @pytest.fixture
-def hostile_target(settings, engine, redis_client, tmp_path) -> Iterator[HostileTarget]:
-    """gunicorn serving AwoooP (as tests/e2e start it) over a fresh database of this test;
-    no worker or beat, so that nothing but the requests writes."""
-    credentials = _prepare(engine, settings, tmp_path)
-    stack = Stack(_web_env(settings, tmp_path), tmp_path)
+def hostile_target(chaos_stack: ChaosStack) -> Iterator[HostileTarget]:
+    """The chaos stack's gunicorn over its fresh database and Redis, started web-only: no
+    worker, maintenance worker or beat, so that nothing but the requests writes."""
+    stack = chaos_stack
+    modules = stack.env["AWOOOP_WORKFLOW_MODULES"].split(",")
+    stack.env["AWOOOP_WORKFLOW_MODULES"] = ",".join([*modules, TEST_WORKFLOWS])
+    stack.env["AWOOOP_MAX_BODY_BYTES"] = str(MAX_BODY_BYTES)
+    engine = db.make_engine(stack.database_url, pool_size=4)
+    broker = redis.Redis.from_url(stack.broker_url)
     try:
-        _, base = stack.web()
-        address = urlsplit(base)
-        assert address.hostname == "127.0.0.1" and address.port is not None
+        credentials = _prepare(engine, stack.settings)
+        stack.start(workers=(), maintenance=False, beat=False)
         yield HostileTarget(
-            host=address.hostname,
-            port=address.port,
+            host="127.0.0.1",
+            port=int(stack.env["AWOOOP_PORT"]),
             engine=engine,
             credentials=credentials,
-            queued=lambda: int(redis_client.llen("runs")),
+            queued=lambda: int(broker.llen("runs")),
             logs=stack.logs,
         )
     finally:
-        stack.stop()
+        # The lease keeper the preparation's runs started in this process stops with it.
+        lease.stop_keeper()
+        broker.close()
+        engine.dispose()
 
 
 # Reading the database ---------------------------------------------------------------------
@@ -348,7 +344,8 @@ def play(target: HostileTarget, case: hostile.Case, ops: list[Operation]) -> lis
 
 
 @pytest.mark.timeout(900)
-def test_hostile_requests_get_documented_refusals_and_write_nothing(hostile_target):
+def test_hostile_requests_get_documented_refusals_and_write_nothing(hostile_target, figures):
+    figures.scenario("8", "Hostile input")
     target = hostile_target
     cases = hostile.Generator(target.credentials, SEED).cases(REQUESTS)
     probe = hostile.HostileRequest(
@@ -415,8 +412,33 @@ def test_hostile_requests_get_documented_refusals_and_write_nothing(hostile_targ
     else:
         queued = None
 
-    # Verdict ----------------------------------------------------------------------------
     failures = [o for o in outcomes if o.problems]
+    figures.update(
+        {
+            "requests": len(outcomes),
+            "cases": len(cases),
+            "seed": SEED,
+            "concurrency": CONCURRENCY,
+            "duration_s": round(duration, 1),
+            "body_mib_sent": round(sent / 2**20, 1),
+            "latency_p50_ms": round(statistics.median(latencies) * 1000, 1),
+            "latency_p99_ms": round(latencies[int(len(latencies) * 0.99) - 1] * 1000, 1),
+            "answers_by_status": {
+                str(s): c for s, c in sorted(statuses.items(), key=lambda kv: str(kv[0]))
+            },
+            "answers_5xx": sum(c for s, c in statuses.items() if s is not None and s >= 500),
+            "no_http_answer": statuses.get(None, 0),
+            "answers_breaking_the_rules": len(failures),
+            "runs_created": n,
+            "rows_from_refused_requests": sum(
+                abs(delta[t] - expected[t]) for t in delta if delta[t] != expected[t]
+            ),
+            "runs_no_answer_created": len(new_runs - created_set),
+            "run_messages_queued": queued if queued is not None else "not read",
+        }
+    )
+
+    # Verdict ----------------------------------------------------------------------------
     kinds: Counter[str] = Counter()
     for o in failures:
         kinds[f"{o.request.channel}/{o.request.kind.split('-')[0]} → {o.answer.status}"] += 1
