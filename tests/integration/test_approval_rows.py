@@ -4,26 +4,18 @@ And the run's detail says when its lease was last renewed."""
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 
 import pytest
 
-from awooop.engine import management, runner
+from awooop.engine import runner
 from tests.support import db, tokens, waiting
 from tests.support import runs as test_runs
 
 
 def _operate(engine, settings, project, operation, run_id) -> None:
-    assert management.operate(
-        engine,
-        settings,
-        operation,
-        project["project_id"],
-        run_id,
-        operation_id=uuid.uuid4().hex,
-        actor="alice",
-        reason="looked at the disk",
+    assert test_runs.operate(
+        engine, settings, project, operation, run_id, reason="looked at the disk"
     ).applied
 
 

@@ -8,24 +8,14 @@ from __future__ import annotations
 import threading
 import uuid
 
-from awooop.engine import management, runner, tools
+from awooop.engine import runner, tools
 from tests.support import db, waiting
 from tests.support import runs as test_runs
 from tests.support import workflows as wf
 
 
 def _operate(engine, settings, project, operation, run_id) -> None:
-    result = management.operate(
-        engine,
-        settings,
-        operation,
-        project["project_id"],
-        run_id,
-        operation_id=uuid.uuid4().hex,
-        actor="alice",
-        reason="test",
-    )
-    assert result.applied
+    assert test_runs.operate(engine, settings, project, operation, run_id).applied
 
 
 def _attempts(row: dict, step: str, phase: str) -> list[int]:

@@ -14,7 +14,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 from awooop import db as awooop_db
-from awooop.engine import management, runner, sweeps
+from awooop.engine import runner, sweeps
 from awooop.store import approvals, operations, timers
 from tests.support import db, waiting
 from tests.support import runs as test_runs
@@ -24,17 +24,7 @@ OUTCOMES = list(wf.HELD_STEPS)
 
 
 def _cancel(engine, settings, project, run_id) -> None:
-    result = management.operate(
-        engine,
-        settings,
-        "cancel",
-        project["project_id"],
-        run_id,
-        operation_id=uuid.uuid4().hex,
-        actor="alice",
-        reason="test",
-    )
-    assert result.applied
+    assert test_runs.operate(engine, settings, project, "cancel", run_id).applied
 
 
 def _fire_deadline(engine, settings, run_id) -> None:

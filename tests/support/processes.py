@@ -11,9 +11,10 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
+
+from tests.support import waiting
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -29,14 +30,7 @@ def free_port() -> int:
 def wait_until(
     condition: Callable[[], object], timeout: float, what: str, interval: float = 0.1
 ) -> object:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
+    return waiting.until(condition, timeout, what, interval)
 
 
 class Process:

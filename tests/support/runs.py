@@ -7,7 +7,9 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from awooop.store import admission
+from awooop.config import Settings
+from awooop.engine import management
+from awooop.store import admission, operations
 from awooop.workflows import registry
 
 
@@ -52,3 +54,25 @@ def admit_many(
     engine: Engine, project_id: str, n: int, workflow: str = "noop-3"
 ) -> list[uuid.UUID]:
     return [admit(engine, project_id, workflow) for _ in range(n)]
+
+
+def operate(
+    engine: Engine,
+    settings: Settings,
+    project: dict,
+    operation: str,
+    run_id: uuid.UUID,
+    actor: str = "alice",
+    reason: str = "test",
+) -> operations.OperationResult:
+    """An operator's management operation on the run, with a fresh operation id."""
+    return management.operate(
+        engine,
+        settings,
+        operation,
+        project["project_id"],
+        run_id,
+        operation_id=uuid.uuid4().hex,
+        actor=actor,
+        reason=reason,
+    )

@@ -15,7 +15,9 @@ from awooop.store import timers
 T = TypeVar("T")
 
 
-def until(condition: Callable[[], T], timeout: float = 10.0, what: str = "condition") -> T:
+def until(
+    condition: Callable[[], T], timeout: float = 10.0, what: str = "condition", poll: float = 0.01
+) -> T:
     """Poll ``condition`` until it returns something truthy; fail after ``timeout`` s."""
     deadline = time.monotonic() + timeout
     while True:
@@ -23,8 +25,8 @@ def until(condition: Callable[[], T], timeout: float = 10.0, what: str = "condit
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(poll)
 
 
 def _timer_due(engine: Engine, run_id: object, kind: str) -> bool:
