@@ -253,6 +253,15 @@ def test_flower_asks_for_its_credential_and_shows_task_events(stack, engine, pro
     assert http.get(base + "/api/tasks", timeout=10).status_code == 401
     assert http.get(base + "/api/tasks", auth=(user, "wrong"), timeout=10).status_code == 401
 
+    # Flower lists a task only from events it received: wait until its event receiver has
+    # heard the worker (worker-online / heartbeat), or the task's "received" event (which
+    # carries its name and args) may go by before Flower listens.
+    def worker_heard() -> bool:
+        workers = http.get(base + "/workers?json=1", auth=(user, password), timeout=10)
+        return any(w.get("status") for w in workers.json().get("data", []))
+
+    wait_until(worker_heard, 30, "flower to hear the worker's events")
+
     # Task events flow from the worker (worker_send_task_events): the run's task appears
     run_id = test_runs.admit(engine, project["project_id"])
     run_tasks.enqueue([run_id])
