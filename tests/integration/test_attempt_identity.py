@@ -63,11 +63,7 @@ def test_a_step_timeout_still_applies_after_retry_resolution(engine, project, se
 
     # When the operator has the step run again and this time it overruns its timeout
     _operate(engine, settings, project, "retry_resolution", run_id)
-    result: list[runner.Outcome] = []
-    worker = threading.Thread(
-        target=lambda: result.append(runner.execute(engine, settings, run_id))
-    )
-    worker.start()
+    worker, result = test_runs.execute_in_thread(engine, settings, run_id)
     try:
         waiting.until(lambda: wf.CALLS[str(run_id)].count("do:slow") == 2, what="the re-run")
         waiting.fire_when_due(engine, settings, run_id, "step_timeout")

@@ -10,7 +10,7 @@ import pytest
 
 from awooop import errors
 from awooop.engine import management, runner, sweeps
-from tests.support import db
+from tests.support import db, waiting
 from tests.support import runs as test_runs
 from tests.support import workflows as wf
 
@@ -37,14 +37,8 @@ def gated_run(engine, project):
 
 
 def run_in_thread(engine, settings, run_id):
-    outcome: list[runner.Outcome] = []
-    thread = threading.Thread(
-        target=lambda: outcome.append(runner.execute(engine, settings, run_id))
-    )
-    thread.start()
-    deadline = time.monotonic() + 10
-    while db.run(engine, run_id)["current_step"] != "wait" and time.monotonic() < deadline:
-        time.sleep(0.02)
+    thread, outcome = test_runs.execute_in_thread(engine, settings, run_id)
+    waiting.until(lambda: db.run(engine, run_id)["current_step"] == "wait", what="step wait")
     return thread, outcome
 
 

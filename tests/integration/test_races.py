@@ -44,11 +44,7 @@ def test_an_intent_recorded_while_a_step_runs_survives_however_the_step_ends(
     run_id = test_runs.admit(
         engine, project["project_id"], name, {"gate": gate, "outcome": outcome}
     )
-    result: list[runner.Outcome] = []
-    worker = threading.Thread(
-        target=lambda: result.append(runner.execute(engine, settings, run_id))
-    )
-    worker.start()
+    worker, result = test_runs.execute_in_thread(engine, settings, run_id)
     waiting.until(lambda: db.run(engine, run_id)["current_step"] == "hold", what="step hold")
 
     # When the operator cancels (or the deadline passes) and then the step ends

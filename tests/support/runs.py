@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 from typing import Any
 
 from sqlalchemy import Engine
 
 from awooop.config import Settings
-from awooop.engine import management
+from awooop.engine import management, runner
 from awooop.store import admission, operations
 from awooop.workflows import registry
 
@@ -76,3 +77,16 @@ def operate(
         actor=actor,
         reason=reason,
     )
+
+
+def execute_in_thread(
+    engine: Engine, settings: Settings, run_id: uuid.UUID
+) -> tuple[threading.Thread, list[runner.Outcome]]:
+    """A worker driving ``run_id`` in a thread of this process; its outcome lands in the
+    list when the thread ends. The caller waits for the moment it needs (a step reached)."""
+    outcome: list[runner.Outcome] = []
+    thread = threading.Thread(
+        target=lambda: outcome.append(runner.execute(engine, settings, run_id))
+    )
+    thread.start()
+    return thread, outcome
