@@ -205,3 +205,63 @@ def test_the_timer_sweep_and_an_operator_never_deadlock(engine, project, setting
     assert {t.run_id for t in fired} == set(run_ids[1:])
     later = sweeps.fire_due_timers_once(engine, settings)
     assert {t.run_id for t in later} == {run_ids[0]}
+
+
+def test_two_sweeps_at_once_fire_each_due_timer_once(engine, project, settings):
+    # Given 40 due retry timers on eight runs, those of the first three runs due first (the
+    # situation two beats create: the sweep is sent twice and two maintenance workers run it
+    # at the same moment)
+    run_ids = [
+        test_runs.admit(engine, project["project_id"], "test-held-succeed-deadline", {})
+        for _ in range(8)
+    ]
+    with engine.connect() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO awooop_timer (timer_id, run_id, kind, due_at, expected_version)"
+                " SELECT r || ':twice:' || n, r, 'retry',"
+                "        now() - CASE WHEN i <= 3 THEN interval '2 s' ELSE interval '1 s' END, -1"
+                " FROM unnest(CAST(:runs AS uuid[])) WITH ORDINALITY AS u(r, i),"
+                "      generate_series(1, 5) n"
+            ),
+            {"runs": [str(r) for r in run_ids]},
+        )
+        conn.commit()
+    timer_ids = {f"{r}:twice:{n}" for r in run_ids for n in range(1, 6)}
+    fired_by_second: list[Any] = []
+    errors: list[BaseException] = []
+
+    def second_sweep() -> None:
+        try:
+            fired_by_second.extend(sweeps.fire_due_timers_once(engine, settings))
+        except BaseException as exc:  # noqa: BLE001 - the test reports it
+            errors.append(exc)
+
+    with awooop_db.transaction(engine) as first:
+        # When the first sweep has claimed a batch (timers of the first three runs, and so
+        # those runs' rows) and not yet committed
+        held = timers.fire_due(first, "first-sweep", 12)
+        assert {t.run_id for t in held} == set(run_ids[:3])
+        # and the second sweep runs to its end meanwhile
+        sweeper = threading.Thread(target=second_sweep)
+        sweeper.start()
+        sweeper.join(timeout=10)
+        assert not sweeper.is_alive(), "the second sweep waited for the first one's locks"
+    # and a third pass comes after the first committed
+    fired_by_third = sweeps.fire_due_timers_once(engine, settings)
+
+    # Then the sweeps took disjoint timers, and together every one of them, each once
+    assert not errors
+    first_ids = {t.timer_id for t in held}
+    second_ids = {t.timer_id for t in fired_by_second}
+    third_ids = {t.timer_id for t in fired_by_third}
+    # (the second skipped every timer of a run the first held, and fired the others)
+    assert {t.run_id for t in fired_by_second} == set(run_ids[3:])
+    assert not first_ids & second_ids and not third_ids & (first_ids | second_ids)
+    assert first_ids | second_ids | third_ids == timer_ids
+    states = db.rows(
+        engine,
+        "SELECT timer_id, state, claimed_by FROM awooop_timer WHERE timer_id LIKE '%:twice:%'",
+    )
+    assert {r["state"] for r in states} == {"FIRED"}
+    assert {r["timer_id"] for r in states if r["claimed_by"] == "first-sweep"} == first_ids
