@@ -638,7 +638,7 @@ def log_settings(settings: Settings, process: str) -> None:
         "settings loaded",
         extra={
             "action": "settings_loaded",
-            "process": process,
+            "role": process,
             "database_url": mask_url(settings.database_url),
             "broker_url": mask_url(settings.broker_url),
         },
