@@ -580,9 +580,9 @@ def describe(environment: Environment, required: tuple[str, ...] = REQUIRED) -> 
             }
         )
     try:
-        Settings.from_env(env, required)
+        check_startup(Settings.from_env(env, required))
         problems: list[str] = []
-    except ConfigError as exc:
+    except (ConfigError, workflow.LeaseTooShort) as exc:
         problems = str(exc).split("; ")
     unknown = sorted(
         name
@@ -613,23 +613,45 @@ def get_settings() -> Settings:
     return Settings.from_env()
 
 
+# The programs that run the Procfile's processes (``python -m celery`` included).
+PROCESS_PROGRAMS = frozenset({"celery", "gunicorn"})
+
+
 def settings_or_exit() -> Settings:
-    """The settings of a starting process (web, worker, beat), checked with what they name:
-    the workflow modules import, and every workflow's lease fits the renewal interval.
+    """The settings of a starting process (web, worker, beat, Flower), checked with what
+    they name: the workflow modules import, and every workflow's lease fits the renewal
+    interval.
 
-    An invalid configuration ends the process here, before it does anything: one line on
-    stderr naming the variable, exit status 2, no traceback.
+    In a process started by its program (gunicorn, celery), an invalid configuration ends it
+    here, before it does anything: one line on stderr naming the variable, exit status 2, no
+    traceback. Code that merely imports the package (tests, a Python shell) gets the
+    :class:`ConfigError` instead.
     """
-    from awooop.workflows import registry  # the registry's workflows import this module
-
     try:
         settings = get_settings()
-        registry.import_modules(settings.workflow_module_list)
-        workflow.check_leases(registry.all_workflows(), settings.heartbeat_interval_seconds)
+        check_startup(settings)
     except (ConfigError, workflow.LeaseTooShort) as exc:
+        if _program() not in PROCESS_PROGRAMS:
+            raise
         print(f"awooop: configuration error: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
     return settings
+
+
+def _program() -> str:
+    """The name of the program this interpreter runs (``celery`` for ``python -m celery``)."""
+    main = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path()
+    return main.parent.name if main.name == "__main__.py" else main.name
+
+
+def check_startup(settings: Settings) -> None:
+    """What a process checks beyond the values: the workflow modules import
+    (:class:`ConfigError`), and every workflow's lease fits three renewal intervals
+    (:class:`~awooop.domain.workflow.LeaseTooShort`)."""
+    from awooop.workflows import registry  # the registry's workflows import this module
+
+    registry.import_modules(settings.workflow_module_list)
+    workflow.check_leases(registry.all_workflows(), settings.heartbeat_interval_seconds)
 
 
 def log_settings(settings: Settings, process: str) -> None:
