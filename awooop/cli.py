@@ -383,7 +383,8 @@ def cmd_dev_up(args: argparse.Namespace) -> int:
     values = devstack.up(args.state_dir)
     for key in ("AWOOOP_DATABASE_URL", "AWOOOP_BROKER_URL"):
         embedded = values.get(key.replace("AWOOOP_", "AWOOOP_EMBEDDED_")) == values[key]
-        print(f"{key}={values[key]}  ({'embedded' if embedded else 'configured'})")
+        shown = config.mask_url(values[key])  # the full URL is in the env file only
+        print(f"{key}={shown}  ({'embedded' if embedded else 'configured'})")
     print(f"environment written to {args.state_dir / 'env'}")
     return 0
 
