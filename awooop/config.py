@@ -317,10 +317,13 @@ def _check_url(kind: str, raw: str) -> None:
         from sqlalchemy.exc import ArgumentError
 
         example = "postgresql+psycopg2://user:password@host:5432/database"
+        # The parsers' own messages may quote part of the URL (a password), so none is shown.
         try:
             url = make_url(raw)
-        except (ArgumentError, ValueError) as exc:
-            raise ValueError(f"={shown} is not a database URL ({exc}); use {example}") from None
+        except ArgumentError:
+            raise ValueError(f"={shown} is not a database URL; use {example}") from None
+        except ValueError:
+            raise ValueError(f"={shown}: its port is not a number; use {example}") from None
         if url.drivername not in DATABASE_DRIVERS:
             raise ValueError(f"={shown}: driver {url.drivername!r} is not supported; use {example}")
         if url.host and "@" in url.host:
@@ -337,8 +340,8 @@ def _check_url(kind: str, raw: str) -> None:
         try:
             parts = urlsplit(raw)
             parts.port  # noqa: B018 - parses the port, raising on a bad one
-        except ValueError as exc:
-            raise ValueError(f"={shown} is not a URL ({exc})") from None
+        except ValueError:
+            raise ValueError(f"={shown} is not a URL (check its host and port)") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"={shown} is not an http:// or https:// URL with a host")
         return
@@ -352,8 +355,8 @@ def _check_url(kind: str, raw: str) -> None:
             raise ValueError(f"={shown} is not a {' '.join(s + '://' for s in schemes)} URL")
         try:
             broker = url_to_parts(part.strip())
-        except ValueError as exc:
-            raise ValueError(f"={shown} is not a URL ({exc})") from None
+        except ValueError:
+            raise ValueError(f"={shown}: its port is not a number") from None
         if scheme in ("redis", "rediss") and broker.path and not broker.path.isdigit():
             raise ValueError(f"={shown}: the path must be a Redis database number, e.g. /0")
 

@@ -151,11 +151,11 @@ def test_postgresql_urls_of_the_shipped_driver_are_accepted(url):
         (f"mysql://u:{CANARY}@h/db", "driver 'mysql' is not supported"),
         (f"postgres://u:{CANARY}@h/db", "driver 'postgres' is not supported"),
         (f"postgresql+asyncpg://u:{CANARY}@h/db", "driver 'postgresql+asyncpg' is not supported"),
-        (f"postgresql+psycopg2://u:{CANARY}@h:port/db", "is not a database URL"),
+        (f"postgresql+psycopg2://u:{CANARY}@h:port/db", "its port is not a number"),
         (f"postgresql+psycopg2://u:{CANARY}@h:5432", "names no database"),
         (f"u:{CANARY}@h/db", "is not a database URL"),
         (f"postgresql+psycopg2://u:{CANARY}@x@h:5432/db", "write an '@' in the user name"),
-        (f"postgresql+psycopg2://u@h:x/db?password={CANARY}", "is not a database URL"),
+        (f"postgresql+psycopg2://u@h:x/db?password={CANARY}", "its port is not a number"),
     ],
 )
 def test_a_bad_database_url_is_refused_without_showing_its_password(url, says):
@@ -189,7 +189,7 @@ def test_redis_and_rabbitmq_broker_urls_are_accepted(url):
     ("url", "says"),
     [
         (f"kafka://u:{CANARY}@h:9092", "is not a redis:// rediss://"),
-        (f"redis://default:{CANARY}@h:port/0", "is not a URL"),
+        (f"redis://default:{CANARY}@h:port/0", "its port is not a number"),
         (f"redis://default:{CANARY}@h:6379/zero", "must be a Redis database number"),
         (f"{CANARY}", "is not a redis:// rediss://"),
     ],
