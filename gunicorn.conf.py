@@ -1,8 +1,11 @@
 """gunicorn settings for the `web` process (the benchmark's baseline app uses them too)."""
 
-from awooop.config import Settings
+# (Module-level names here are gunicorn settings: "config" is one, hence no `import config`.)
+from awooop.config import settings_or_exit
 
-_settings = Settings.from_env(required=())
+# Read and checked here, in gunicorn's master, before any worker starts: invalid settings stop
+# the web process with one line naming the variable (exit status 2).
+_settings = settings_or_exit()
 
 bind = f"127.0.0.1:{_settings.port}"
 workers = _settings.web_workers

@@ -1,13 +1,18 @@
-"""The ``awooop`` command: projects, migrations, the development stack.
+"""The ``awooop`` command: projects, migrations, configuration, the development stack.
 
-Every sub-command has ``--help``. Errors go to stderr with exit status 2 (bad usage or
-input) or 1 (the operation failed); nothing is written when the input is invalid.
+Every sub-command has ``--help``. Errors go to stderr on one line with exit status 2 (bad
+usage, input or configuration) or 1 (the operation failed); nothing is written when the
+input is invalid.
+
+Settings come from ``AWOOOP_*`` environment variables; with none set, from the checkout's
+``.awooop/env`` (:func:`awooop.config.discover`), which the command names on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import uuid
@@ -15,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine
+from sqlalchemy import exc as sa_exc
 
-from awooop import db, secrets
-from awooop.config import STATE_DIR, ConfigError, Settings, metrics_dir
+from awooop import config, db, secrets
+from awooop.config import STATE_DIR, ConfigError, Settings
 from awooop.domain import limits as project_limits
 from awooop.models.project import API_TOKEN_ROLES, CHANNEL_TYPES, PROJECT_ID_PATTERN
 from awooop.workflows import registry
@@ -47,8 +53,35 @@ class UsageError(Exception):
     """Invalid input on the command line; the message says what to change."""
 
 
+def _environment() -> config.Environment:
+    """The variables settings are read from; says on stderr when an env file supplies them."""
+    environment = config.discover()
+    if environment.env_file is not None:
+        print(
+            f"awooop: using {environment.env_file} (no AWOOOP_* setting in the environment)",
+            file=sys.stderr,
+        )
+    return environment
+
+
 def _settings(*required: str) -> Settings:
-    return Settings.from_env(required=required or ("database_url", "secret_key"))
+    environment = _environment()
+    try:
+        return Settings.from_env(environment.values, required or ("database_url", "secret_key"))
+    except ConfigError as error:
+        if " not set." not in str(error):
+            raise
+        raise ConfigError(f"{error}{_where_settings_were_looked_for(environment)}") from None
+
+
+def _where_settings_were_looked_for(environment: config.Environment) -> str:
+    if environment.env_file is not None:
+        return f" (read {environment.env_file} and the environment)"
+    explicit = config.explicit_settings(environment.values)
+    if explicit:
+        shown = ", ".join(explicit[:3]) + (", ..." if len(explicit) > 3 else "")
+        return f" ({config.ENV_FILE} is not read while AWOOOP_* settings are set: {shown})"
+    return f" (no {config.ENV_FILE} in {Path.cwd()} or its parents)"
 
 
 def _engine(settings: Settings) -> Engine:
@@ -275,14 +308,22 @@ def cmd_project_revoke(args: argparse.Namespace) -> int:
 def cmd_migrate(args: argparse.Namespace) -> int:
     from alembic import command
     from alembic.config import Config
+    from sqlalchemy import create_engine, pool
 
     settings = _settings("database_url")
-    config = Config(str(Path(__file__).resolve().parent.parent / "alembic.ini"))
-    config.set_main_option("sqlalchemy.url", settings.database_url)
-    if args.revision.startswith("-") or args.direction == "down":
-        command.downgrade(config, args.revision)
-    else:
-        command.upgrade(config, args.revision)
+    alembic = Config(str(Path(__file__).resolve().parent.parent / "alembic.ini"))
+    # The connection is handed to migrations/env.py, so the URL it uses is the one found
+    # here (environment or env file), whatever the process environment holds.
+    engine = create_engine(settings.database_url, poolclass=pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            alembic.attributes["connection"] = conn
+            if args.revision.startswith("-") or args.direction == "down":
+                command.downgrade(alembic, args.revision)
+            else:
+                command.upgrade(alembic, args.revision)
+    finally:
+        engine.dispose()
     return 0
 
 
@@ -294,7 +335,7 @@ def cmd_workflows(args: argparse.Namespace) -> int:
 
 
 def cmd_metrics_reset(args: argparse.Namespace) -> int:
-    directory = args.dir or metrics_dir()
+    directory = args.dir or _environment().values.get("PROMETHEUS_MULTIPROC_DIR")
     if not directory:
         raise UsageError("PROMETHEUS_MULTIPROC_DIR is not set; pass --dir or export it")
     from awooop import metrics
@@ -304,13 +345,46 @@ def cmd_metrics_reset(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_config(args: argparse.Namespace) -> int:
+    environment = _environment()
+    report = config.describe(environment)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        lines = [
+            (f"{row['variable']}={_shown(row['value'])}", row["source"])
+            for row in report["settings"]
+        ]
+        width = min(max(len(line) for line, _ in lines), 60)
+        for line, source in lines:
+            print(f"{line:<{width}}  # {source}")
+    for note in report["notes"]:
+        print(f"awooop: note: {note}", file=sys.stderr)
+    if report["problems"]:
+        problems = "; ".join(report["problems"])
+        if " not set." in problems:
+            problems += _where_settings_were_looked_for(environment)
+        print(f"awooop: error: {problems}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
 def cmd_dev_up(args: argparse.Namespace) -> int:
     from awooop import devstack
 
     values = devstack.up(args.state_dir)
     for key in ("AWOOOP_DATABASE_URL", "AWOOOP_BROKER_URL"):
         embedded = values.get(key.replace("AWOOOP_", "AWOOOP_EMBEDDED_")) == values[key]
-        print(f"{key}={values[key]}  ({'embedded' if embedded else 'configured'})")
+        shown = config.mask_url(values[key])  # the full URL is in the env file only
+        print(f"{key}={shown}  ({'embedded' if embedded else 'configured'})")
     print(f"environment written to {args.state_dir / 'env'}")
     return 0
 
@@ -378,7 +452,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="awooop",
         description="AwoooP: operations events admitted exactly once and run as durable "
-        "workflows. Configuration comes from AWOOOP_* environment variables.",
+        "workflows. Settings come from AWOOOP_* environment variables; when none is set, "
+        "from the checkout's .awooop/env (written by `awooop dev up` / `make run`, found in "
+        "the current directory or a parent), and the command says so on stderr. "
+        "`awooop config` shows what is in effect.",
+        epilog="Exit status: 0 done; 1 the operation failed (e.g. the database is "
+        "unreachable); 2 bad usage, input or configuration. Errors are one line on stderr.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -481,6 +560,23 @@ def build_parser() -> argparse.ArgumentParser:
     retry.add_argument("message_id", type=uuid.UUID)
     retry.set_defaults(func=cmd_outbox_retry)
 
+    config_cmd = sub.add_parser(
+        "config",
+        help="print the effective configuration (secrets masked) and check it",
+        description="Prints every setting as VARIABLE=value with where the value comes "
+        "from: the environment, the env file (.awooop/env, read only when no AWOOOP_* "
+        "setting is set) or the default. Passwords in URLs, the secret key and Flower's "
+        "password are masked. Exits 2, with every problem on one line on stderr, when a "
+        "process (web, worker, beat) would refuse to start with this configuration.",
+    )
+    config_cmd.add_argument(
+        "--json",
+        action="store_true",
+        help='print {"env_file", "settings": [{"variable", "value", "source"}], '
+        '"problems", "notes"} instead',
+    )
+    config_cmd.set_defaults(func=cmd_config)
+
     migrate = sub.add_parser("migrate", help="apply database migrations (alembic)")
     migrate.add_argument(
         "revision", nargs="?", default="head", help="target revision (default: head)"
@@ -537,10 +633,28 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args))
-    except (UsageError, ConfigError) as exc:
-        print(f"awooop: error: {exc}", file=sys.stderr)
+        code = int(args.func(args))
+        sys.stdout.flush()  # a closed pipe fails here, inside the try
+        return code
+    except (UsageError, ConfigError) as error:
+        print(f"awooop: error: {error}", file=sys.stderr)
         return 2
+    except sa_exc.DBAPIError as error:
+        print(f"awooop: error: {_database_error(error)}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # `awooop config | head`: the reader left; no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _database_error(error: sa_exc.DBAPIError) -> str:
+    """One line for a database error: the server's message (it names no password)."""
+    if getattr(error.orig, "pgcode", None) == "42P01":  # undefined_table
+        return "the database has no AwoooP tables: run `awooop migrate` first"
+    message = " ".join(str(error.orig).split())
+    if isinstance(error, sa_exc.OperationalError):
+        return f"cannot use the database (AWOOOP_DATABASE_URL): {message}"
+    return f"the database refused the operation: {message}"
 
 
 if __name__ == "__main__":

@@ -3,25 +3,59 @@
 Nothing else in the package reads the environment. Defaults are the ADR-114 values
 (5-minute lease, 30-second heartbeat, 60-second reaper, 7-day dedupe TTL); tests and
 benchmarks shorten them through the same variables.
+
+Settings are checked when they are read (:meth:`Settings.from_env`): every number parses and
+is in range, booleans are booleans, URLs parse (the database URL names a supported driver,
+the broker URL a supported transport), and the timings keep their relations (a lease renewed
+at least three times per TTL, the reaper passing within a lease). Every problem is reported
+at once, on one line, naming the variable; a starting process (web, worker, beat) prints it
+and exits with status 2 (:func:`settings_or_exit`), the ``awooop`` command likewise.
+
+Secrets never leave this module in clear: ``repr(settings)``, :meth:`Settings.masked` (what
+``awooop config`` prints and the start-up log line shows) and every error message mask URL
+passwords (SQLAlchemy's ``render_as_string(hide_password=True)``, kombu's
+``sanitize_url``) and the secret key.
+
+Why hand-written rather than pydantic-settings: the checks that matter here are the
+relations between settings, the supported database drivers and broker transports, and
+messages naming the ``AWOOOP_*`` variable on one line; pydantic-settings would give the type
+coercion (a few lines below) but not those, while adding pydantic and its compiled core as
+runtime dependencies of every process, changing what ``Settings()`` means (it would read the
+environment where the code and the tests mean "the defaults"), turning secrets into
+``SecretStr`` at every call site, and reporting errors over several lines without saying
+where a value came from (``awooop config`` does).
 """
 
 from __future__ import annotations
 
+import difflib
 import functools
+import logging
+import math
 import os
+import re
+import shlex
+import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
+from typing import Any
 
 from awooop.domain import workflow
 
 # Where the embedded development services keep their data and the state file
 # (`.awooop/env`) that every process started by `make run` reads.
 STATE_DIR = Path(os.environ.get("AWOOOP_STATE_DIR", Path.cwd() / ".awooop"))
+# The env file `awooop dev up` writes, relative to a checkout (see :func:`discover`).
+ENV_FILE = Path(".awooop") / "env"
 
 
 class ConfigError(RuntimeError):
     """The configuration is incomplete or invalid; the message says which variable."""
+
+
+# What every process needs; commands that need less say so.
+REQUIRED = ("database_url", "broker_url", "secret_key")
 
 
 @dataclass(frozen=True)
@@ -32,8 +66,8 @@ class Settings:
     port: int = 8000
     web_workers: int = 4
     web_threads: int = 4
-    # "1": gunicorn access log on stdout (paths only: no query strings, no headers).
-    access_log: int = 1
+    # gunicorn access log on stdout (paths only: no query strings, no headers).
+    access_log: bool = True
     # Lease protocol (ADR-114 D2/D3).
     lease_ttl_seconds: float = 300.0
     heartbeat_interval_seconds: float = 30.0
@@ -54,8 +88,8 @@ class Settings:
     dedupe_ttl_seconds: float = 7 * 24 * 3600.0
     prune_interval_seconds: float = 3600.0
     prune_batch_size: int = 5000
-    # Operators may close a run stuck in manual intervention without compensating ("1").
-    manual_close_enabled: int = 0
+    # Operators may close a run stuck in manual intervention without compensating.
+    manual_close_enabled: bool = False
     # Per-project quotas and rate limits are set per project (`awooop project limits`).
     # Retry-After sent with a 429 E-QUOTA-001 (active-run quota reached).
     quota_retry_after_seconds: int = 30
@@ -121,8 +155,8 @@ class Settings:
     readiness_timeout_seconds: float = 2.0
     # /metrics: statement timeout of the gauges read from the database at scrape time.
     metrics_query_timeout_seconds: float = 2.0
-    # Celery task events for Flower ("1"); "0" saves about 0.8 ms of worker CPU per run.
-    task_events: int = 1
+    # Celery task events for Flower; off saves about 0.8 ms of worker CPU per run.
+    task_events: bool = True
     # Comma-separated modules that register deployment workflows at process start.
     workflow_modules: str = ""
     beat_schedule_file: str = str(STATE_DIR / "celerybeat-schedule")
@@ -135,36 +169,35 @@ class Settings:
     def workflow_module_list(self) -> list[str]:
         return [m.strip() for m in self.workflow_modules.split(",") if m.strip()]
 
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={value!r}" for name, value in self.masked().items())
+        return f"Settings({shown})"
+
+    def masked(self) -> dict[str, object]:
+        """Every setting by field name, with URL passwords and the secret key masked."""
+        return {f.name: mask_setting(f.name, getattr(self, f.name)) for f in fields(self)}
+
     @classmethod
     def from_env(
         cls,
         environ: Mapping[str, str] | None = None,
-        required: tuple[str, ...] = ("database_url", "broker_url", "secret_key"),
+        required: tuple[str, ...] = REQUIRED,
     ) -> Settings:
+        """The settings in ``environ`` (default: the process environment), checked.
+
+        Raises :class:`ConfigError` naming every variable that is missing (of ``required``)
+        or invalid, on one line.
+        """
         env = os.environ if environ is None else environ
-        values: dict[str, object] = {}
-        for f in fields(cls):
-            raw = env.get(f"AWOOOP_{f.name.upper()}")
-            if raw is None or raw == "":
-                continue
-            try:
-                if f.type in ("int", int):
-                    values[f.name] = int(raw)
-                elif f.type in ("float", float):
-                    values[f.name] = float(raw)
-                else:
-                    values[f.name] = raw
-            except ValueError as exc:
-                raise ConfigError(f"AWOOOP_{f.name.upper()}={raw!r} is not a number") from exc
-        for name in required:
-            if name not in values:
-                raise ConfigError(
-                    f"AWOOOP_{name.upper()} is not set. For development run `make run` "
-                    f"(it starts embedded services and writes {STATE_DIR / 'env'}), "
-                    "or export the variable."
-                )
-        settings = cls(**values)  # type: ignore[arg-type]
-        check_lease_timing(settings)
+        values, problems = _parse(env)
+        missing = [variable(name) for name in required if not env.get(variable(name))]
+        if missing:
+            problems.insert(0, _missing_message(missing))
+        settings = replace(cls(), **values)
+        if not problems:  # relations only between values that are each valid
+            problems = _relation_problems(settings)
+        if problems:
+            raise ConfigError("; ".join(problems))
         return settings
 
     def statement_timeout(self, role: str) -> float:
@@ -176,15 +209,199 @@ class Settings:
         return float(getattr(self, f"db_lock_timeout_{role}_seconds"))
 
 
-def check_lease_timing(settings: Settings) -> None:
-    """Refuse a renewal interval longer than a third of the lease TTL: a lease is renewed at
-    least ``RENEWALS_PER_TTL`` times per TTL, so one or two failed renewals (a database
-    hiccup, a dropped connection) do not lose it (DESIGN §9.5). The same holds for a worker's
-    liveness row and the age at which the reaper judges its worker dead."""
+def variable(name: str) -> str:
+    """The environment variable of the setting ``name`` (``AWOOOP_<NAME>``)."""
+    return f"AWOOOP_{name.upper()}"
+
+
+SETTING_VARIABLES = frozenset(variable(f.name) for f in fields(Settings))
+# Variables the processes read that are not AWOOOP_* settings (their libraries' own names),
+# shown by `awooop config`; the second is a credential.
+OTHER_VARIABLES = ("PROMETHEUS_MULTIPROC_DIR", "FLOWER_BASIC_AUTH")
+
+# --- Checking values ----------------------------------------------------------------------
+
+# Numbers must be positive, except these (0 means "never cache" / "do not retry").
+_MAY_BE_ZERO = frozenset({"auth_cache_seconds", "write_retries"})
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+_MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+# The database drivers the package ships (psycopg2); SQLAlchemy reads "postgresql" as it.
+DATABASE_DRIVERS = ("postgresql+psycopg2", "postgresql")
+# Celery's broker transports for Redis and RabbitMQ (DESIGN §10).
+BROKER_SCHEMES = ("redis", "rediss", "sentinel", "amqp", "amqps", "pyamqp")
+# What the rate limiter can use (awooop.ratelimit).
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+_URL_CHECKS = {
+    "database_url": "database",
+    "broker_url": "broker",
+    "rate_limit_redis_url": "redis",
+    "telegram_api_base": "http",
+    "line_api_base": "http",
+    "public_base_url": "http",
+}
+SECRET_SETTINGS = frozenset({"secret_key"})
+
+
+def _parse(env: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
+    """The settings ``env`` sets, parsed, and a message for each that is invalid."""
+    values: dict[str, Any] = {}
+    problems: list[str] = []
+    for f in fields(Settings):
+        name = variable(f.name)
+        raw = env.get(name)
+        if raw is None or raw == "":
+            continue
+        try:
+            values[f.name] = _parse_value(f.name, str(f.type), raw.strip())
+        except ValueError as exc:
+            problems.append(f"{name}{exc}")
+    return values, problems
+
+
+def _parse_value(name: str, kind: str, raw: str) -> Any:
+    """The value of one setting; a ValueError's message continues ``AWOOOP_<NAME>``."""
+    if kind == "bool":
+        if raw.lower() in _TRUE:
+            return True
+        if raw.lower() in _FALSE:
+            return False
+        raise ValueError(f"={raw!r} is not a boolean (use true/false, 1/0, yes/no or on/off)")
+    if kind in ("int", "float"):
+        try:
+            number: float = int(raw) if kind == "int" else float(raw)
+        except ValueError:
+            what = "a whole number" if kind == "int" else "a number"
+            raise ValueError(f"={raw!r} is not {what}") from None
+        if not math.isfinite(number):
+            raise ValueError(f"={raw!r} is not a finite number")
+        if name == "port" and not 1 <= number <= 65535:
+            raise ValueError(f"={raw} is not a port number (1-65535)")
+        if name in _MAY_BE_ZERO and number < 0:
+            raise ValueError(f"={raw} must be 0 or more")
+        if name not in _MAY_BE_ZERO and number <= 0:
+            raise ValueError(f"={raw} must be positive")
+        return number
+    if name == "secret_key":
+        _check_fernet_key(raw)  # never echoes the value
+    elif name == "log_level":
+        if raw.upper() not in _LOG_LEVELS:
+            raise ValueError(f"={raw!r} is not a log level ({', '.join(_LOG_LEVELS)})")
+        return raw.upper()
+    elif name == "workflow_modules":
+        for module in (m.strip() for m in raw.split(",")):
+            if module and not _MODULE.fullmatch(module):
+                raise ValueError(f": {module!r} is not a module name (comma-separated names)")
+    elif name in _URL_CHECKS:
+        _check_url(_URL_CHECKS[name], raw)
+    return raw
+
+
+def _check_fernet_key(raw: str) -> None:
+    from cryptography.fernet import Fernet
+
+    try:
+        Fernet(raw.encode("ascii"))
+    except (ValueError, TypeError):
+        raise ValueError(
+            " is not a Fernet key (32 url-safe base64-encoded bytes); "
+            "make one with `awooop dev key`"
+        ) from None
+
+
+def _check_url(kind: str, raw: str) -> None:
+    shown = mask_url(raw)
+    if kind == "database":
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        example = "postgresql+psycopg2://user:password@host:5432/database"
+        # The parsers' own messages may quote part of the URL (a password), so none is shown.
+        try:
+            url = make_url(raw)
+        except ArgumentError:
+            raise ValueError(f"={shown} is not a database URL; use {example}") from None
+        except ValueError:
+            raise ValueError(f"={shown}: its port is not a number; use {example}") from None
+        if url.drivername not in DATABASE_DRIVERS:
+            raise ValueError(f"={shown}: driver {url.drivername!r} is not supported; use {example}")
+        if url.host and "@" in url.host:
+            raise ValueError(
+                f"={shown} has more than one '@' before its host: write an '@' in the user "
+                "name or password as %40"
+            )
+        if not url.database:
+            raise ValueError(f"={shown} names no database; use {example}")
+        return
+    if kind == "http":
+        from urllib.parse import urlsplit
+
+        try:
+            parts = urlsplit(raw)
+            parts.port  # noqa: B018 - parses the port, raising on a bad one
+        except ValueError:
+            raise ValueError(f"={shown} is not a URL (check its host and port)") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"={shown} is not an http:// or https:// URL with a host")
+        return
+    from kombu.utils.url import url_to_parts
+
+    schemes = BROKER_SCHEMES if kind == "broker" else REDIS_SCHEMES
+    # Celery takes several broker URLs separated by ";" (fail-over).
+    for part in raw.split(";") if kind == "broker" else [raw]:
+        scheme, sep, _ = part.strip().partition("://")
+        if not sep or scheme not in schemes:
+            raise ValueError(f"={shown} is not a {' '.join(s + '://' for s in schemes)} URL")
+        try:
+            broker = url_to_parts(part.strip())
+        except ValueError:
+            raise ValueError(f"={shown}: its port is not a number") from None
+        if scheme in ("redis", "rediss") and broker.path and not broker.path.isdigit():
+            raise ValueError(f"={shown}: the path must be a Redis database number, e.g. /0")
+
+
+def _missing_message(missing: list[str]) -> str:
+    names = " and ".join([", ".join(missing[:-1]), missing[-1]] if len(missing) > 1 else missing)
+    verb = "are" if len(missing) > 1 else "is"
+    return (
+        f"{names} {verb} not set. For development run `make run` (it starts embedded services "
+        f"and writes {STATE_DIR / 'env'}), or export {'them' if len(missing) > 1 else 'it'}"
+    )
+
+
+def _relation_problems(settings: Settings) -> list[str]:
+    """What is wrong between settings that are each valid."""
+    problems = _lease_timing_problems(settings)
+    ttl, reaper = settings.lease_ttl_seconds, settings.reaper_interval_seconds
+    if reaper >= ttl:
+        problems.append(
+            f"AWOOOP_REAPER_INTERVAL_SECONDS={reaper:g} must be less than "
+            f"AWOOOP_LEASE_TTL_SECONDS={ttl:g}: an expired lease must be found within a lease"
+        )
+    for prefix in ("write_retry", "outbox"):
+        base_name, max_name = (
+            ("write_retry_base_seconds", "write_retry_max_seconds")
+            if prefix == "write_retry"
+            else ("outbox_base_delay_seconds", "outbox_max_delay_seconds")
+        )
+        base, most = getattr(settings, base_name), getattr(settings, max_name)
+        if base > most:
+            problems.append(
+                f"{variable(base_name)}={base:g} must be at most {variable(max_name)}={most:g}"
+            )
+    return problems
+
+
+def _lease_timing_problems(settings: Settings) -> list[str]:
+    """A lease is renewed at least ``RENEWALS_PER_TTL`` times per TTL, so one or two failed
+    renewals (a database hiccup, a dropped connection) do not lose it (DESIGN §9.5). The same
+    holds for a worker's liveness row and the age at which the reaper judges its worker dead."""
+    problems = []
     interval, ttl = settings.heartbeat_interval_seconds, settings.lease_ttl_seconds
     most = ttl / workflow.RENEWALS_PER_TTL
     if not workflow.renewals_fit(ttl, interval):
-        raise ConfigError(
+        problems.append(
             f"AWOOOP_HEARTBEAT_INTERVAL_SECONDS={interval:g} must be positive and at most a "
             f"third of AWOOOP_LEASE_TTL_SECONDS={ttl:g} (at most {most:g}): "
             "a lease must survive two failed renewals"
@@ -194,18 +411,263 @@ def check_lease_timing(settings: Settings) -> None:
         settings.worker_dead_after_seconds,
     )
     if every <= 0 or dead_after < workflow.RENEWALS_PER_TTL * every:
-        raise ConfigError(
+        problems.append(
             f"AWOOOP_WORKER_DEAD_AFTER_SECONDS={dead_after:g} must be at least "
             f"{workflow.RENEWALS_PER_TTL} times AWOOOP_WORKER_LIVENESS_INTERVAL_SECONDS={every:g} "
             f"(at least {workflow.RENEWALS_PER_TTL * every:g}, the interval positive): "
             "a live worker must survive two failed liveness renewals"
         )
+    return problems
+
+
+def check_lease_timing(settings: Settings) -> None:
+    """Refuse a renewal interval longer than a third of the lease TTL, or a worker judged dead
+    before three liveness intervals (:func:`_lease_timing_problems`)."""
+    problems = _lease_timing_problems(settings)
+    if problems:
+        raise ConfigError("; ".join(problems))
+
+
+# --- Masking ------------------------------------------------------------------------------
+
+MASK = "***"
+_QUERY_SECRET = re.compile(
+    r"(?i)([?&;](?:password|passwd|pwd|pass|secret|token|key|sslpassword)=)[^&;#]*"
+)
+_USERINFO_PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*://[^:@/]*:).*@")
+_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*://)?.*@")
+
+
+def mask_url(url: str) -> str:
+    """``url`` with its password, and query parameters that look like one, replaced by
+    ``***`` (several URLs separated by ``;`` each). SQLAlchemy renders a URL it can parse
+    (``hide_password=True``); one it cannot is masked from its text alone."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    masked = []
+    for part in url.split(";"):
+        try:
+            if part.count("@") > 1:  # an unescaped "@" in the password: not parsed right
+                raise ValueError(part)
+            shown = make_url(part).render_as_string(hide_password=True) if part else part
+        except (ArgumentError, ValueError):
+            # Unparsable: the user's name is kept when it can be told from the password.
+            shown, found = _USERINFO_PASSWORD.subn(rf"\g<1>{MASK}@", part)
+            if not found:
+                shown = _USERINFO.sub(lambda m: f"{m.group(1) or ''}{MASK}@", part)
+        masked.append(_QUERY_SECRET.sub(rf"\g<1>{MASK}", shown))
+    return ";".join(masked)
+
+
+def mask_setting(name: str, value: object) -> object:
+    """A setting's value as it may be shown: secrets masked, URLs without passwords."""
+    if name in SECRET_SETTINGS or name == "flower_basic_auth":
+        if not value:
+            return value
+        if name == "flower_basic_auth":
+            user, _, _ = str(value).partition(":")
+            return f"{user}:{MASK}"
+        return MASK
+    if isinstance(value, str) and (name in _URL_CHECKS or name.endswith("_url")):
+        return mask_url(value)
+    return value
+
+
+# --- Where settings come from -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Environment:
+    """The variables settings are read from, and where each one came from."""
+
+    values: Mapping[str, str]
+    env_file: Path | None = None
+    from_file: frozenset[str] = frozenset()
+
+    def source(self, name: str) -> str:
+        """``environment``, ``env file <path>`` or ``default`` for the variable ``name``."""
+        if name in self.from_file:
+            return f"env file {self.env_file}"
+        return "environment" if self.values.get(name) else "default"
+
+
+def explicit_settings(environ: Mapping[str, str]) -> list[str]:
+    """The AWOOOP_* settings ``environ`` sets (non-empty), sorted."""
+    return sorted(name for name in SETTING_VARIABLES if environ.get(name))
+
+
+def find_env_file(start: Path) -> Path | None:
+    """The nearest ``.awooop/env`` in ``start`` or one of its parents."""
+    for directory in (start, *start.parents):
+        candidate = directory / ENV_FILE
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """``KEY=value`` lines as ``awooop dev up`` writes them (shell-quoted values; ``#``
+    comments). A line that is not one is a :class:`ConfigError` naming the file and line."""
+    values = {}
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.removeprefix("export ").partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{path}:{number} is not a KEY=VALUE line")
+        try:
+            words = shlex.split(value)
+        except ValueError as exc:  # the message quotes no part of the value
+            raise ConfigError(f"{path}:{number}: {key.strip()}: {exc}") from None
+        values[key.strip()] = " ".join(words)
+    return values
+
+
+def discover(environ: Mapping[str, str] | None = None, cwd: Path | None = None) -> Environment:
+    """The variables the ``awooop`` command reads its settings from.
+
+    With no AWOOOP_* setting in the environment, the checkout's ``.awooop/env`` (written by
+    ``awooop dev up``; the nearest in the current directory or its parents, or the one in
+    ``$AWOOOP_STATE_DIR``) supplies what the environment lacks, as ``make run`` does for its
+    processes. Any AWOOOP_* setting in the environment makes the environment the whole
+    configuration: no file is read, so a shell configured for a deployment never mixes in a
+    development checkout's database or key.
+    """
+    env = dict(os.environ if environ is None else environ)
+    if explicit_settings(env):
+        return Environment(env)
+    state_dir = env.get("AWOOOP_STATE_DIR")
+    if state_dir:
+        path: Path | None = Path(state_dir) / "env"
+        if path is not None and not path.is_file():
+            path = None
+    else:
+        path = find_env_file((cwd or Path.cwd()).resolve())
+    if path is None:
+        return Environment(env)
+    from_file = read_env_file(path)
+    added = {k: v for k, v in from_file.items() if k not in env}
+    return Environment({**env, **added}, path, frozenset(added))
+
+
+def describe(environment: Environment, required: tuple[str, ...] = REQUIRED) -> dict[str, Any]:
+    """Every setting with its value (masked) and source, and what is wrong (``awooop
+    config``): ``{"env_file", "settings": [{"variable", "value", "source"}], "problems"}``."""
+    env = environment.values
+    values, _ = _parse(env)
+    defaults = Settings()
+    rows = []
+    for f in fields(Settings):
+        name = variable(f.name)
+        if f.name in values:
+            value = values[f.name]
+        elif env.get(name):  # set but invalid: shown as given (masked)
+            value = env[name]
+        else:
+            value = getattr(defaults, f.name)
+        rows.append(
+            {
+                "variable": name,
+                "value": mask_setting(f.name, value),
+                "source": environment.source(name),
+            }
+        )
+    for name in OTHER_VARIABLES:
+        rows.append(
+            {
+                "variable": name,
+                "value": mask_setting(name.lower(), env.get(name, "")),
+                "source": environment.source(name),
+            }
+        )
+    try:
+        check_startup(Settings.from_env(env, required))
+        problems: list[str] = []
+    except (ConfigError, workflow.LeaseTooShort) as exc:
+        problems = str(exc).split("; ")
+    unknown = sorted(
+        name
+        for name in env
+        if name.startswith("AWOOOP_")
+        and name not in SETTING_VARIABLES
+        and name != "AWOOOP_STATE_DIR"
+        and not name.startswith(("AWOOOP_EMBEDDED_", "AWOOOP_TEST_"))
+    )
+    notes = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, SETTING_VARIABLES, n=1)
+        notes.append(f"{name} is not a setting" + (f" (did you mean {close[0]}?)" if close else ""))
+    return {
+        "env_file": str(environment.env_file) if environment.env_file else None,
+        "settings": rows,
+        "problems": problems,
+        "notes": notes,
+    }
+
+
+# --- The process's settings ---------------------------------------------------------------
 
 
 @functools.cache
 def get_settings() -> Settings:
     """The process-wide settings, read on first use."""
     return Settings.from_env()
+
+
+# The programs that run the Procfile's processes (``python -m celery`` included).
+PROCESS_PROGRAMS = frozenset({"celery", "gunicorn"})
+
+
+def settings_or_exit() -> Settings:
+    """The settings of a starting process (web, worker, beat, Flower), checked with what
+    they name: the workflow modules import, and every workflow's lease fits the renewal
+    interval.
+
+    In a process started by its program (gunicorn, celery), an invalid configuration ends it
+    here, before it does anything: one line on stderr naming the variable, exit status 2, no
+    traceback. Code that merely imports the package (tests, a Python shell) gets the
+    :class:`ConfigError` instead.
+    """
+    try:
+        settings = get_settings()
+        check_startup(settings)
+    except (ConfigError, workflow.LeaseTooShort) as exc:
+        if _program() not in PROCESS_PROGRAMS:
+            raise
+        print(f"awooop: configuration error: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+    return settings
+
+
+def _program() -> str:
+    """The name of the program this interpreter runs (``celery`` for ``python -m celery``)."""
+    main = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path()
+    return main.parent.name if main.name == "__main__.py" else main.name
+
+
+def check_startup(settings: Settings) -> None:
+    """What a process checks beyond the values: the workflow modules import
+    (:class:`ConfigError`), and every workflow's lease fits three renewal intervals
+    (:class:`~awooop.domain.workflow.LeaseTooShort`)."""
+    from awooop.workflows import registry  # the registry's workflows import this module
+
+    registry.import_modules(settings.workflow_module_list)
+    workflow.check_leases(registry.all_workflows(), settings.heartbeat_interval_seconds)
+
+
+def log_settings(settings: Settings, process: str) -> None:
+    """One start-up line saying which database and broker this process uses (masked)."""
+    logging.getLogger("awooop.config").info(
+        "settings loaded",
+        extra={
+            "action": "settings_loaded",
+            "role": process,
+            "database_url": mask_url(settings.database_url),
+            "broker_url": mask_url(settings.broker_url),
+        },
+    )
 
 
 def metrics_dir() -> str | None:

@@ -6,23 +6,29 @@ import logging
 import signal
 
 from celery import Celery
-from celery.signals import worker_process_init, worker_ready
+from celery.signals import beat_init, celeryd_init, worker_process_init, worker_ready
 
-from awooop import db, logs
-from awooop.config import get_settings
-from awooop.domain import workflow
-from awooop.workflows import registry
+from awooop import config, db, logs
 
 app = Celery(
     "awooop", include=["awooop.tasks.runs", "awooop.tasks.sweeps", "awooop.tasks.notifications"]
 )
 app.config_from_object("celeryconfig")
 
-_settings = get_settings()
+# Invalid settings, a workflow module that does not exist, or a workflow whose lease is shorter
+# than three renewals: the process stops here with one line naming the variable.
+_settings = config.settings_or_exit()
 logs.configure(_settings.log_level)
-registry.import_modules(_settings.workflow_module_list)
-# A worker whose workflows' leases are shorter than three renewals refuses to start.
-workflow.check_leases(registry.all_workflows(), _settings.heartbeat_interval_seconds)
+
+
+@celeryd_init.connect
+def _log_worker_settings(**_: object) -> None:
+    config.log_settings(_settings, "worker")
+
+
+@beat_init.connect
+def _log_beat_settings(**_: object) -> None:
+    config.log_settings(_settings, "beat")
 
 
 @worker_process_init.connect

@@ -65,7 +65,21 @@ def load() -> None:
 
 
 def import_modules(modules: Iterable[str]) -> None:
-    """Import deployment workflow modules (``AWOOOP_WORKFLOW_MODULES``) at process start."""
+    """Import deployment workflow modules (``AWOOOP_WORKFLOW_MODULES``) at process start.
+
+    A module that does not exist is a :class:`~awooop.config.ConfigError` naming the
+    variable; an error inside a module that exists propagates as it is.
+    """
+    from awooop.config import ConfigError
+
     load()
     for module in modules:
-        importlib.import_module(module)
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            missing = exc.name or ""
+            if not (module == missing or module.startswith(f"{missing}.")):
+                raise
+            raise ConfigError(
+                f"AWOOOP_WORKFLOW_MODULES: cannot import {module!r} ({exc})"
+            ) from None

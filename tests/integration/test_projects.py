@@ -251,3 +251,96 @@ def test_credentials_are_listed_without_secrets_and_revoked_by_id(
             )
         ).scalar_one()
     assert still_active == 0
+
+
+# --- the checkout's .awooop/env --------------------------------------------------------------
+
+
+def _bare_checkout(monkeypatch, tmp_path, values: dict[str, str]):
+    """A checkout whose .awooop/env holds ``values``, the current directory below it, and no
+    AWOOOP_* variable in the environment (a new terminal beside `make run`)."""
+    import os
+
+    from awooop import devstack
+
+    for name in list(os.environ):
+        if name.startswith("AWOOOP_"):
+            monkeypatch.delenv(name)
+    (tmp_path / ".awooop").mkdir()
+    devstack.write_env(tmp_path / ".awooop" / "env", values)
+    (tmp_path / "docs").mkdir()
+    monkeypatch.chdir(tmp_path / "docs")
+    return tmp_path / ".awooop" / "env"
+
+
+def test_project_create_finds_the_checkouts_env_file_and_says_so(
+    capsys, monkeypatch, settings, engine, tmp_path
+):
+    env_file = _bare_checkout(
+        monkeypatch,
+        tmp_path,
+        {
+            "AWOOOP_DATABASE_URL": settings.database_url,
+            "AWOOOP_BROKER_URL": settings.broker_url,
+            "AWOOOP_SECRET_KEY": settings.secret_key,
+        },
+    )
+
+    code = cli.main(["project", "create", "ops"])
+
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert json.loads(out)["project_id"] == "ops"
+    assert err == f"awooop: using {env_file} (no AWOOOP_* setting in the environment)\n"
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM awooop_project")).scalar_one() == 1
+
+
+def test_an_explicit_environment_wins_over_the_env_file(
+    capsys, monkeypatch, settings, engine, tmp_path
+):
+    # Given an env file naming a database nobody serves, and the real one in the environment
+    _bare_checkout(
+        monkeypatch,
+        tmp_path,
+        {
+            "AWOOOP_DATABASE_URL": "postgresql+psycopg2://nobody@127.0.0.1:1/none",
+            "AWOOOP_SECRET_KEY": secrets.new_encryption_key(),
+        },
+    )
+    monkeypatch.setenv("AWOOOP_DATABASE_URL", settings.database_url)
+    monkeypatch.setenv("AWOOOP_SECRET_KEY", settings.secret_key)
+
+    code = cli.main(["project", "create", "ops"])
+
+    # Then the environment alone is the configuration: the project is in the real database
+    out, err = capsys.readouterr()
+    assert (code, err) == (0, "")
+    assert json.loads(out)["project_id"] == "ops"
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM awooop_project")).scalar_one() == 1
+
+
+def test_a_database_without_tables_says_to_migrate(capsys, monkeypatch, settings, server_url):
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+
+    admin = create_engine(server_url, isolation_level="AUTOCOMMIT")
+    name = f"awooop_empty_{secrets.new_token(6).lower().replace('-', '_')}"
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        empty = make_url(settings.database_url).set(database=name)
+        monkeypatch.setenv("AWOOOP_DATABASE_URL", empty.render_as_string(hide_password=False))
+        monkeypatch.setenv("AWOOOP_SECRET_KEY", settings.secret_key)
+
+        code = cli.main(["project", "create", "ops"])
+
+        assert code == 1
+        assert capsys.readouterr().err == (
+            "awooop: error: the database has no AwoooP tables: run `awooop migrate` first\n"
+        )
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()

@@ -77,3 +77,166 @@ def test_metrics_reset_without_a_directory_is_refused(capsys, monkeypatch):
 
     assert code == 2
     assert "PROMETHEUS_MULTIPROC_DIR is not set" in err
+
+
+# --- configuration: where it is found, what is shown, how it is refused ----------------------
+
+CANARY = "s3cret-canary-pw"
+
+
+@pytest.fixture
+def bare_env(monkeypatch, tmp_path):
+    """No AWOOOP_* variable, and a current directory with no .awooop/env above it."""
+    import os
+
+    for name in list(os.environ):
+        if name.startswith("AWOOOP_") or name in ("PROMETHEUS_MULTIPROC_DIR", "FLOWER_BASIC_AUTH"):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def env_file(root, **values: str):
+    from awooop import devstack
+
+    (root / ".awooop").mkdir()
+    devstack.write_env(root / ".awooop" / "env", values)
+    return root / ".awooop" / "env"
+
+
+def configured(**extra: str) -> dict[str, str]:
+    from awooop import secrets
+
+    return {
+        "AWOOOP_DATABASE_URL": f"postgresql+psycopg2://awooop:{CANARY}@127.0.0.1:1/awooop",
+        "AWOOOP_BROKER_URL": f"redis://default:{CANARY}@127.0.0.1:1/0",
+        "AWOOOP_SECRET_KEY": secrets.new_encryption_key(),
+        **extra,
+    }
+
+
+def test_config_prints_every_setting_its_source_and_no_secret(capsys, monkeypatch, bare_env):
+    from awooop import config
+
+    values = configured(FLOWER_BASIC_AUTH=f"admin:{CANARY}")
+    for name, value in values.items():
+        monkeypatch.setenv(name, value)
+
+    code = cli.main(["config"])
+
+    out, err = capsys.readouterr()
+    assert code == 0 and err == ""
+    lines = {line.partition("=")[0]: line for line in out.splitlines()}
+    assert set(lines) == config.SETTING_VARIABLES | set(config.OTHER_VARIABLES)
+    assert lines["AWOOOP_DATABASE_URL"].startswith(
+        "AWOOOP_DATABASE_URL=postgresql+psycopg2://awooop:***@127.0.0.1:1/awooop"
+    )
+    assert lines["AWOOOP_DATABASE_URL"].endswith("# environment")
+    assert lines["AWOOOP_LEASE_TTL_SECONDS"].split() == [
+        "AWOOOP_LEASE_TTL_SECONDS=300",
+        "#",
+        "default",
+    ]
+    assert lines["FLOWER_BASIC_AUTH"].startswith("FLOWER_BASIC_AUTH=admin:***")
+    assert CANARY not in out and values["AWOOOP_SECRET_KEY"] not in out
+
+
+def test_config_json_names_the_env_file_it_read(capsys, monkeypatch, bare_env):
+    import json
+
+    values = configured()
+    path = env_file(bare_env, **values)
+    (bare_env / "sub").mkdir()
+    monkeypatch.chdir(bare_env / "sub")
+
+    code = cli.main(["config", "--json"])
+
+    out, err = capsys.readouterr()
+    report = json.loads(out)
+    assert code == 0
+    assert report["env_file"] == str(path)
+    assert f"awooop: using {path}" in err
+    rows = {row["variable"]: row for row in report["settings"]}
+    assert rows["AWOOOP_SECRET_KEY"] == {
+        "variable": "AWOOOP_SECRET_KEY",
+        "value": "***",
+        "source": f"env file {path}",
+    }
+    assert rows["AWOOOP_TASK_EVENTS"]["value"] is True
+    assert CANARY not in out + err and values["AWOOOP_SECRET_KEY"] not in out + err
+
+
+def test_config_exits_2_with_every_problem_on_one_line(capsys, monkeypatch, bare_env):
+    for name, value in configured(
+        AWOOOP_DATABASE_URL=f"mysql://u:{CANARY}@h/db", AWOOOP_TASK_EVENTS="maybe"
+    ).items():
+        monkeypatch.setenv(name, value)
+
+    code = cli.main(["config"])
+
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith(
+        "awooop: error: AWOOOP_DATABASE_URL=mysql://u:***@h/db"
+    )
+    assert "AWOOOP_TASK_EVENTS='maybe' is not a boolean" in err
+    assert "AWOOOP_DATABASE_URL=mysql://u:***@h/db" in out  # shown as given, masked
+    assert CANARY not in out + err
+
+
+def test_a_command_refuses_a_bad_database_url_without_showing_its_password(
+    capsys, monkeypatch, bare_env
+):
+    for name, value in configured(AWOOOP_DATABASE_URL=f"postgres://u:{CANARY}@h/db").items():
+        monkeypatch.setenv(name, value)
+
+    code, err = run(capsys, "project", "create", "ops")
+
+    assert code == 2
+    assert err == (
+        "awooop: error: AWOOOP_DATABASE_URL=postgres://u:***@h/db: driver 'postgres' is not "
+        "supported; use postgresql+psycopg2://user:password@host:5432/database\n"
+    )
+
+
+def test_an_unreachable_database_is_one_line_without_the_password(capsys, monkeypatch, bare_env):
+    for name, value in configured().items():
+        monkeypatch.setenv(name, value)
+
+    code, err = run(capsys, "project", "create", "ops")
+
+    assert code == 1
+    assert err.startswith("awooop: error: cannot use the database (AWOOOP_DATABASE_URL): ")
+    assert err.count("\n") == 1 and "Traceback" not in err and CANARY not in err
+
+
+def test_a_missing_setting_says_the_env_file_was_not_read_and_why(capsys, monkeypatch, bare_env):
+    env_file(bare_env, **configured())
+    monkeypatch.setenv("AWOOOP_LOG_LEVEL", "DEBUG")
+
+    code, err = run(capsys, "project", "create", "ops")
+
+    assert code == 2
+    assert "AWOOOP_DATABASE_URL and AWOOOP_SECRET_KEY are not set" in err
+    assert ".awooop/env is not read while AWOOOP_* settings are set: AWOOOP_LOG_LEVEL" in err
+
+
+def test_with_no_env_file_the_error_says_where_it_looked(capsys, bare_env):
+    code, err = run(capsys, "project", "create", "ops")
+
+    assert code == 2
+    assert f"(no .awooop/env in {bare_env} or its parents)" in err
+
+
+def test_metrics_reset_finds_the_directory_in_the_env_file(capsys, bare_env):
+    metrics = bare_env / "metrics"
+    metrics.mkdir()
+    (metrics / "counter_1.db").write_bytes(b"x")
+    path = env_file(bare_env, **configured(PROMETHEUS_MULTIPROC_DIR=str(metrics)))
+
+    code = cli.main(["metrics", "reset"])
+
+    out, err = capsys.readouterr()
+    assert code == 0 and list(metrics.iterdir()) == []
+    assert f"removed 1 metric file(s) from {metrics}" in out
+    assert f"awooop: using {path}" in err

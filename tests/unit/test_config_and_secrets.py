@@ -14,7 +14,7 @@ from awooop.logs import JsonFormatter
 BASE = {
     "AWOOOP_DATABASE_URL": "postgresql://x/y",
     "AWOOOP_BROKER_URL": "redis://x",
-    "AWOOOP_SECRET_KEY": "k",
+    "AWOOOP_SECRET_KEY": secrets.new_encryption_key(),
 }
 
 
@@ -29,7 +29,11 @@ def test_defaults_are_the_adr_values():
 
 
 def test_numbers_are_parsed_and_bad_numbers_named():
-    short = {"AWOOOP_LEASE_TTL_SECONDS": "2.5", "AWOOOP_HEARTBEAT_INTERVAL_SECONDS": "0.5"}
+    short = {
+        "AWOOOP_LEASE_TTL_SECONDS": "2.5",
+        "AWOOOP_HEARTBEAT_INTERVAL_SECONDS": "0.5",
+        "AWOOOP_REAPER_INTERVAL_SECONDS": "1",
+    }
     assert Settings.from_env({**BASE, **short}).lease_ttl_seconds == 2.5
     with pytest.raises(ConfigError, match="AWOOOP_PORT"):
         Settings.from_env({**BASE, "AWOOOP_PORT": "eighty"})
@@ -37,7 +41,7 @@ def test_numbers_are_parsed_and_bad_numbers_named():
 
 def test_missing_required_setting_says_which_and_how():
     with pytest.raises(ConfigError, match="AWOOOP_BROKER_URL is not set.*make run"):
-        Settings.from_env({"AWOOOP_DATABASE_URL": "x", "AWOOOP_SECRET_KEY": "k"})
+        Settings.from_env({k: v for k, v in BASE.items() if k != "AWOOOP_BROKER_URL"})
 
 
 def test_tokens_are_43_url_safe_characters():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from awooop import secrets
 from awooop.config import ConfigError, Settings
 from awooop.domain import workflow
 from awooop.domain.workflow import Step, Workflow
@@ -12,7 +13,7 @@ from awooop.domain.workflow import Step, Workflow
 BASE = {
     "AWOOOP_DATABASE_URL": "postgresql://x/y",
     "AWOOOP_BROKER_URL": "redis://x",
-    "AWOOOP_SECRET_KEY": "k",
+    "AWOOOP_SECRET_KEY": secrets.new_encryption_key(),
 }
 
 
@@ -31,7 +32,12 @@ def test_settings_renewing_less_than_three_times_per_ttl_are_refused_naming_both
 
 def test_settings_renewing_exactly_three_times_per_ttl_are_accepted():
     s = Settings.from_env(
-        {**BASE, "AWOOOP_LEASE_TTL_SECONDS": "3", "AWOOOP_HEARTBEAT_INTERVAL_SECONDS": "1"}
+        {
+            **BASE,
+            "AWOOOP_LEASE_TTL_SECONDS": "3",
+            "AWOOOP_HEARTBEAT_INTERVAL_SECONDS": "1",
+            "AWOOOP_REAPER_INTERVAL_SECONDS": "2",
+        }
     )
     assert (s.lease_ttl_seconds, s.heartbeat_interval_seconds) == (3, 1)
 

@@ -1,0 +1,821 @@
+"""Every command the README and docs/*.md show works as written (issue 12).
+
+A documented command is each command line of a ```sh block (continuation lines and quoted
+arguments over several lines joined, comments dropped) and each inline `awooop …` or
+`make …` span of the prose. ``STEPS`` lists exactly those, and says how each is checked:
+a command added to the docs fails ``test_every_documented_command_is_listed`` until it has
+a step here, and a session fails when it has not run every step of its own.
+
+Two sessions, each a bash shell whose variables carry from one command to the next:
+
+- **checkout** (the README): a directory with ``.venv`` and the ``.awooop/env`` that
+  ``awooop dev up`` writes, and no AWOOOP_* variable in the environment — the ``awooop``
+  command must find the file itself, as it must beside a running ``make run``; web and
+  worker run as ``make run`` starts them, over the test's database and broker;
+- **deployment** (docs/operations.md, then approvals.md and workflows.md): the exports of
+  operations.md in a shell with ``awooop`` on PATH and no checkout.
+
+What a command cannot have as written is replaced, and each replacement is listed with its
+step: the web's address (a free port, not 8000, so this runs beside a ``make run``; the
+example hosts awooop.example.com, db and redis) and the example ids and placeholders the
+docs show (``a6610ada-…``, ``<run_id>``, ``<p>``). Variables a reader is assumed to hold
+(``$RUN``, ``$OPERATOR_TOKEN``, ``$TELEGRAM_BOT_TOKEN``…) are set from what the commands
+before printed, or made for them (a run stuck in compensation, a waiting approval). A
+command named in the prose without its arguments is checked with ``--help``; make targets
+with ``make -n`` (running them is this suite, the benchmarks or twenty minutes of chaos).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from awooop import devstack, secrets
+from tests.support import db
+from tests.support import runs as test_runs
+from tests.support.processes import BIN, ROOT, wait_until
+
+pytestmark = pytest.mark.slow
+
+# --- What the docs show -------------------------------------------------------------------
+
+DOCS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
+SHELL_BLOCK = re.compile(r"^```(?:sh|bash|shell|console)\n(.*?)^```", re.S | re.M)
+ANY_BLOCK = re.compile(r"^```.*?^```", re.S | re.M)
+INLINE_SPAN = re.compile(r"`([^`\n]+(?:\n[^`\n]+)?)`")
+INLINE_COMMAND = re.compile(r"(?:[A-Z_]+=\S+ )*(?:\.venv/bin/)?(?:awooop|make) \S.*")
+
+
+def normal(command: str) -> str:
+    """A command with its line continuations joined and its whitespace collapsed."""
+    return " ".join(command.replace("\\\n", " ").split())
+
+
+def _cut_comment(line: str, quote: str | None) -> tuple[str, str | None]:
+    """``line`` without a trailing ``# comment`` (outside quotes); the quote still open."""
+    escaped = False
+    for i, c in enumerate(line):
+        if escaped:
+            escaped = False
+        elif c == "\\" and quote != "'":
+            escaped = True
+        elif quote:
+            if c == quote:
+                quote = None
+        elif c in "'\"":
+            quote = c
+        elif c == "#" and (i == 0 or line[i - 1].isspace()):
+            return line[:i].rstrip(), quote
+    return line.rstrip(), quote
+
+
+def block_commands(block: str) -> list[str]:
+    """The commands of a shell block, each as written (several lines when continued)."""
+    commands: list[str] = []
+    lines: list[str] = []
+    quote: str | None = None
+    for line in block.splitlines():
+        if not lines and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        code, quote = _cut_comment(line, quote)
+        lines.append(code)
+        if quote is None and not code.endswith("\\"):
+            commands.append("\n".join(lines))
+            lines = []
+    assert not lines, f"a command in the docs does not end: {lines}"
+    return commands
+
+
+def documented() -> dict[str, str]:
+    """Every documented command (normalised) -> its text as written (first occurrence)."""
+    found: dict[str, str] = {}
+    for doc in DOCS:
+        page = doc.read_text()
+        for block in SHELL_BLOCK.finditer(page):
+            for command in block_commands(block.group(1)):
+                found.setdefault(normal(command), command)
+        for span in INLINE_SPAN.finditer(ANY_BLOCK.sub("", page)):
+            command = normal(span.group(1))
+            if INLINE_COMMAND.fullmatch(command):
+                found.setdefault(command, command)
+    return found
+
+
+# --- Running them -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Done:
+    returncode: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        assert self.returncode == 0, f"exit {self.returncode}: {self.err}"
+        return json.loads(self.out)
+
+
+class Shell:
+    """A bash session: each command runs in a fresh bash, its exported variables carried
+    to the next (``set -a``, so ``TOKEN=$(…)`` is kept as a reader's shell keeps it)."""
+
+    _BASH_OWN = {"_", "SHLVL", "PWD", "OLDPWD", "__rc"}
+
+    def __init__(self, cwd: Path, env: dict[str, str], scratch: Path):
+        self.cwd = cwd
+        self.env = env
+        self._dump = scratch / f"env-{uuid.uuid4().hex}"
+
+    def __call__(self, command: str) -> Done:
+        script = f'set -a\n{command}\n__rc=$?\nenv -0 > "{self._dump}"\nexit $__rc\n'
+        done = subprocess.run(
+            ["bash", "-c", script],
+            cwd=self.cwd,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if self._dump.exists():
+            pairs = (item.partition("=") for item in self._dump.read_text().split("\0") if item)
+            self.env = {k: v for k, _, v in pairs if k not in self._BASH_OWN}
+            self._dump.unlink()
+        return Done(done.returncode, done.stdout, done.stderr)
+
+
+def user_env(**extra: str) -> dict[str, str]:
+    """A reader's environment: nothing of AwoooP's configuration, the venv's commands on
+    PATH (an activated venv, or the installed package)."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("AWOOOP_")
+        and k not in ("PROMETHEUS_MULTIPROC_DIR", "FLOWER_BASIC_AUTH")
+    }
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    return {**env, **extra}
+
+
+# --- The steps ------------------------------------------------------------------------------
+
+Check = Callable[[Done, dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class Step:
+    session: str  # "checkout", "deployment" or "make"
+    check: Check | None = None
+    # (documented text, what runs instead); "{name}" is filled from the session's context.
+    replace: tuple[tuple[str, str], ...] = ()
+    # Named in the prose without its arguments: its --help must work.
+    help_only: bool = False
+    # Run again until the check passes (a run finishing), for at most this long.
+    retry_for: float = 0.0
+
+
+def json_with(**expected: Any) -> Check:
+    def check(done: Done, ctx: dict[str, Any]) -> None:
+        answer = done.json()
+        for key, value in expected.items():
+            assert answer[key] == (value.format(**ctx) if isinstance(value, str) else value), answer
+
+    return check
+
+
+def out_has(*needles: str) -> Check:
+    def check(done: Done, ctx: dict[str, Any]) -> None:
+        assert done.returncode == 0, done.err
+        for needle in needles:
+            assert needle.format(**ctx) in done.out, done.out
+
+    return check
+
+
+def exported(name: str, pattern: str) -> Check:
+    def check(done: Done, ctx: dict[str, Any]) -> None:
+        assert done.returncode == 0, done.err
+        assert re.fullmatch(pattern, ctx["shell"].env.get(name, "")), name
+
+    return check
+
+
+def helps(done: Done, ctx: dict[str, Any]) -> None:
+    assert done.returncode == 0 and done.out.startswith("usage: awooop"), done.out + done.err
+
+
+def created_project(done: Done, ctx: dict[str, Any]) -> None:
+    answer = done.json()
+    assert answer["project_id"] == "ops" and len(answer["api_token"]) == 43
+    assert set(answer["secrets"]) == {"telegram", "alertmanager", "gitea", "line"}
+    ctx["ops"] = answer
+
+
+def stored(kind: str) -> Check:
+    return json_with(project_id="ops", stored=kind)
+
+
+def made_token(role: str) -> Check:
+    def check(done: Done, ctx: dict[str, Any]) -> None:
+        answer = done.json()
+        assert (answer["project_id"], answer["role"], len(answer["api_token"])) == ("ops", role, 43)
+
+    return check
+
+
+def routes(**expected: str) -> Check:
+    def check(done: Done, ctx: dict[str, Any]) -> None:
+        assert done.json()["routes"].items() >= expected.items()
+
+    return check
+
+
+def project_config(**expected: Any) -> Check:
+    def check(done: Done, ctx: dict[str, Any]) -> None:
+        assert done.json()["config"].items() >= expected.items()
+
+    return check
+
+
+def limits(**expected: int | None) -> Check:
+    def check(done: Done, ctx: dict[str, Any]) -> None:
+        answer = done.json()["limits"]
+        for key, value in expected.items():
+            assert answer.get(key) == value, answer
+
+    return check
+
+
+def first_event(done: Done, ctx: dict[str, Any]) -> None:
+    answer = done.json()
+    assert answer["status"] == "PENDING", answer
+    ctx["run_id"] = answer["run_id"]
+
+
+def run_completed(done: Done, ctx: dict[str, Any]) -> None:
+    answer = done.json()
+    assert answer["run_id"] == ctx["run_id"]
+    assert (answer["status"], answer["attempt_count"]) == ("COMPLETED", 1), answer
+    assert answer["saga_steps"]
+
+
+def listed_runs(done: Done, ctx: dict[str, Any]) -> None:
+    assert ctx["shell"].env["RUN"] in [r["run_id"] for r in done.json()["runs"]]
+
+
+def the_run(done: Done, ctx: dict[str, Any]) -> None:
+    answer = done.json()
+    assert (answer["run_id"], answer["saga_status"]) == (
+        ctx["shell"].env["RUN"],
+        "MANUAL_INTERVENTION",
+    )
+
+
+def its_events(done: Done, ctx: dict[str, Any]) -> None:
+    kinds = {event["kind"] for event in done.json()["events"]}
+    assert "transition" in kinds, kinds
+
+
+def retried(done: Done, ctx: dict[str, Any]) -> None:
+    answer = done.json()
+    assert (answer["run_id"], answer["operation"], answer["applied"]) == (
+        ctx["shell"].env["RUN"],
+        "retry_compensation",
+        True,
+    ), answer
+    assert answer["version"] > int(ctx["shell"].env["VERSION"])
+
+
+def parked_listed(done: Done, ctx: dict[str, Any]) -> None:
+    assert {m["message_id"] for m in done.json()} == set(ctx["parked"])
+
+
+def revoked(done: Done, ctx: dict[str, Any]) -> None:
+    assert done.json() == {"credential_id": ctx["credential_id"], "revoked": True}
+
+
+def credentials_listed(done: Done, ctx: dict[str, Any]) -> None:
+    rows = done.json()
+    assert all("secret" not in key for row in rows for key in row)
+    viewer = [row for row in rows if row["role"] == "viewer"]
+    ctx["credential_id"] = viewer[0]["credential_id"]
+
+
+def emptied_metrics(done: Done, ctx: dict[str, Any]) -> None:
+    assert re.fullmatch(rf"removed \d+ metric file\(s\) from {ctx['metrics']}\n", done.out)
+    assert list(Path(ctx["metrics"]).glob("*.db")) == []
+
+
+def configuration_shown(done: Done, ctx: dict[str, Any]) -> None:
+    assert done.returncode == 0, done.err
+    lines = dict(line.partition("=")[::2] for line in done.out.splitlines())
+    assert lines["AWOOOP_SECRET_KEY"].split() == ["***", "#", "env", "file", ctx["env_file"]]
+    assert lines["AWOOOP_LEASE_TTL_SECONDS"].split() == ["300", "#", "default"]
+    assert f"awooop: using {ctx['env_file']}" in done.err
+
+
+def succeeds(done: Done, ctx: dict[str, Any]) -> None:
+    assert done.returncode == 0, done.err
+
+
+make_dry_run = succeeds
+
+
+DEPLOYMENT_HOST = (("https://awooop.example.com", "{base}"),)
+
+STEPS: dict[str, Step] = {
+    # --- README: make targets -------------------------------------------------------------
+    "make run": Step("make", make_dry_run),
+    "make test": Step("make", make_dry_run),
+    "make stop": Step("make", make_dry_run),
+    "make lint": Step("make", make_dry_run),
+    "make bench": Step("make", make_dry_run),
+    "make chaos": Step("make", make_dry_run),
+    "AWOOOP_CHAOS_SCALE=0.2 make chaos": Step("make", make_dry_run),
+    "make browser": Step("make", make_dry_run),
+    # --- README: a make run checkout ------------------------------------------------------
+    """TOKEN=$(python3 -c "import json; print(json.load(open('.awooop/demo-project.json'))"""
+    """['api_token'])")""": Step("checkout", exported("TOKEN", r"[\w-]{43}")),
+    """curl -s -X POST http://127.0.0.1:8000/v1/projects/demo/runs -H "Authorization: Bearer """
+    """$TOKEN" -H 'Idempotency-Key: first-event-1' -H 'Content-Type: application/json' -d """
+    """'{"summary": "disk almost full on db-1"}'""": Step(
+        "checkout", first_event, replace=(("http://127.0.0.1:8000", "{base}"),)
+    ),
+    """curl -s http://127.0.0.1:8000/v1/projects/demo/runs/<run_id> -H "Authorization: """
+    """Bearer $TOKEN\"""": Step(
+        "checkout",
+        run_completed,
+        replace=(("http://127.0.0.1:8000", "{base}"), ("<run_id>", "{run_id}")),
+        retry_for=30,
+    ),
+    ".venv/bin/awooop project create ops": Step("checkout", created_project),
+    ".venv/bin/awooop project routes ops alertmanager=demo-alertmanager api=noop-3": Step(
+        "checkout", routes(alertmanager="demo-alertmanager", api="noop-3")
+    ),
+    ".venv/bin/awooop workflows": Step("checkout", out_has("noop-3 v1", "demo-alertmanager")),
+    ".venv/bin/awooop project limits ops max_active_runs=100 ingress_per_minute=6000 "
+    "management_per_minute=60": Step(
+        "checkout",
+        limits(max_active_runs=100, ingress_per_minute=6000, management_per_minute=60),
+    ),
+    ".venv/bin/awooop project limits ops ingress_per_minute=none": Step(
+        "checkout", limits(max_active_runs=100, ingress_per_minute=None)
+    ),
+    "awooop project config <p> actions_url=https://…": Step(
+        "checkout",
+        project_config(actions_url="https://automation.example"),
+        replace=(("<p>", "ops"), ("https://…", "https://automation.example")),
+    ),
+    "awooop project create": Step("checkout", helps, help_only=True),
+    "awooop project token <p> --role viewer": Step(
+        "checkout", made_token("viewer"), replace=(("<p>", "ops"),)
+    ),
+    # `make run` runs it; here it would start embedded servers in the test's checkout.
+    "awooop dev up": Step("checkout", helps, help_only=True),
+    "awooop config": Step("checkout", configuration_shown),
+    # --- docs/operations.md: a deployment -------------------------------------------------
+    "export AWOOOP_DATABASE_URL=postgresql+psycopg2://awooop:…@db:5432/awooop": Step(
+        "deployment",
+        exported("AWOOOP_DATABASE_URL", r"postgresql\+psycopg2://.+"),
+        replace=(("postgresql+psycopg2://awooop:…@db:5432/awooop", "{database_url}"),),
+    ),
+    "export AWOOOP_BROKER_URL=redis://redis:6379/0": Step(
+        "deployment",
+        exported("AWOOOP_BROKER_URL", r"redis://.+"),
+        replace=(("redis://redis:6379/0", "{broker_url}"),),
+    ),
+    "export AWOOOP_SECRET_KEY=$(awooop dev key)": Step(
+        "deployment", exported("AWOOOP_SECRET_KEY", r"[\w-]{43}=")
+    ),
+    "export AWOOOP_PUBLIC_BASE_URL=https://awooop.example.com": Step(
+        "deployment", exported("AWOOOP_PUBLIC_BASE_URL", "https://awooop.example.com")
+    ),
+    "export PROMETHEUS_MULTIPROC_DIR=/var/lib/awooop/metrics": Step(
+        "deployment",
+        exported("PROMETHEUS_MULTIPROC_DIR", ".+"),
+        replace=(("/var/lib/awooop/metrics", "{metrics}"),),
+    ),
+    """export FLOWER_BASIC_AUTH="ops:$(python3 -c 'import secrets; """
+    """print(secrets.token_urlsafe(24))')\"""": Step(
+        "deployment", exported("FLOWER_BASIC_AUTH", r"ops:[\w-]{32}")
+    ),
+    "awooop migrate": Step("deployment", succeeds),
+    "awooop metrics reset": Step("deployment", emptied_metrics),
+    "awooop project create ops": Step("deployment", created_project),
+    "awooop project token ops --role viewer": Step("deployment", made_token("viewer")),
+    "awooop project routes ops alertmanager=alert-triage telegram=chatops line=chatops": Step(
+        "deployment", routes(alertmanager="alert-triage", telegram="chatops", line="chatops")
+    ),
+    "awooop project config ops actions_url=https://automation.example "
+    "approvers=telegram:777000111 notify_telegram_chat=-1001234567890": Step(
+        "deployment",
+        project_config(
+            actions_url="https://automation.example",
+            approvers={"telegram": ["777000111"], "line": []},
+            notify_telegram_chat="-1001234567890",
+        ),
+    ),
+    "printenv TELEGRAM_BOT_TOKEN | awooop project outbound ops telegram": Step(
+        "deployment", stored("telegram:bot")
+    ),
+    "awooop project limits ops max_active_runs=200 ingress_per_minute=6000 "
+    "management_per_minute=60": Step(
+        "deployment",
+        limits(max_active_runs=200, ingress_per_minute=6000, management_per_minute=60),
+    ),
+    "awooop project credentials ops": Step("deployment", credentials_listed),
+    "awooop project revoke ops <credential id>": Step(
+        "deployment", revoked, replace=(("<credential id>", "{credential_id}"),)
+    ),
+    "awooop project token": Step("deployment", helps, help_only=True),
+    "awooop project outbound": Step("deployment", helps, help_only=True),
+    "awooop project outbound …": Step("deployment", helps, help_only=True, replace=((" …", ""),)),
+    "awooop outbox list --status PARKED": Step("deployment", parked_listed),
+    "awooop outbox retry <message id>": Step(
+        "deployment",
+        json_with(message_id="{parked_0}", status="PENDING"),
+        replace=(("<message id>", "{parked_0}"),),
+    ),
+    """T="Authorization: Bearer $OPERATOR_TOKEN"; P=https://awooop.example.com/v1/projects/"""
+    """ops""": Step(
+        "deployment",
+        exported("P", r"http://127\.0\.0\.1:\d+/v1/projects/ops"),
+        replace=DEPLOYMENT_HOST,
+    ),
+    'curl -s -H "$T" "$P/interventions"': Step("deployment", listed_runs),
+    'curl -s -H "$T" "$P/runs?status=WAITING_APPROVAL,PENDING&limit=20"': Step(
+        "deployment", listed_runs
+    ),
+    'curl -s -H "$T" "$P/runs/$RUN"': Step("deployment", the_run),
+    'curl -s -H "$T" "$P/runs/$RUN/events"': Step("deployment", its_events),
+    "OPERATION=$(python3 -c 'import uuid; print(uuid.uuid4())')": Step(
+        "deployment", exported("OPERATION", r"[0-9a-f-]{36}")
+    ),
+    """curl -s -X POST -H "$T" -H 'Content-Type: application/json' -H "If-Match: \\"$VERSION"""
+    """\\"" -d "{\\"operation_id\\": \\"$OPERATION\\", \\"reason\\": \\"rollback fixed by """
+    """hand\\"}" "$P/runs/$RUN/retry-compensation\"""": Step("deployment", retried),
+    # --- docs/approvals.md ----------------------------------------------------------------
+    "awooop project config ops approvers=telegram:777000111,line:U4af4980629...": Step(
+        "deployment",
+        project_config(approvers={"telegram": ["777000111"], "line": ["U4af4980629..."]}),
+    ),
+    "awooop project config ops notify_telegram_chat=-1001234567890 "
+    "notify_url=https://hooks.example/awooop": Step(
+        "deployment",
+        project_config(
+            notify_telegram_chat="-1001234567890", notify_url="https://hooks.example/awooop"
+        ),
+    ),
+    "printenv LINE_CHANNEL_ACCESS_TOKEN | awooop project outbound ops line": Step(
+        "deployment", stored("line:access")
+    ),
+    "printenv GITEA_TOKEN | awooop project outbound ops gitea": Step(
+        "deployment", stored("gitea:token")
+    ),
+    "printenv WEBHOOK_SECRET | awooop project outbound ops webhook": Step(
+        "deployment", stored("webhook:signing")
+    ),
+    """curl -X POST https://awooop.example/v1/projects/ops/approvals/$APPROVAL_TOKEN -H """
+    """"Authorization: Bearer $OPERATOR_TOKEN" -H 'Content-Type: application/json' -d """
+    """'{"decision": "approve", "actor": "alice", "comment": "change window open", "run_id": """
+    """"a6610ada-184f-4133-a4cd-aba1256e5458", "step": "approve"}'""": Step(
+        "deployment",
+        json_with(status="approved", run_id="{approval_run}"),
+        replace=(
+            ("https://awooop.example", "{base}"),
+            ("a6610ada-184f-4133-a4cd-aba1256e5458", "{approval_run}"),
+        ),
+    ),
+    "awooop outbox retry ID": Step(
+        "deployment",
+        json_with(message_id="{parked_1}", status="PENDING"),
+        replace=((" ID", " {parked_1}"),),
+    ),
+    # --- docs/workflows.md ----------------------------------------------------------------
+    """curl -X POST http://127.0.0.1:8000/v1/projects/ops/runs/$RUN_ID/tool-results -H """
+    """"Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' -d '{"event_id": """
+    """"diag-42", "step": "diagnose", "status": "succeeded", "output": {"disk": "97%"}}'""": Step(
+        "deployment",
+        json_with(status="accepted"),
+        replace=(("http://127.0.0.1:8000", "{base}"),),
+    ),
+    "awooop workflows": Step("deployment", out_has("alert-triage v", "chatops v")),
+    "awooop project routes ops alertmanager=alert-triage": Step(
+        "deployment", routes(alertmanager="alert-triage")
+    ),
+    "awooop project config ops actions_url=https://automation.example": Step(
+        "deployment", project_config(actions_url="https://automation.example")
+    ),
+    "awooop project routes ops telegram=chatops line=chatops": Step(
+        "deployment", routes(telegram="chatops", line="chatops")
+    ),
+}
+
+
+@dataclass
+class Session:
+    name: str
+    shell: Shell
+    ctx: dict[str, Any] = field(default_factory=dict)
+    ran: set[str] = field(default_factory=set)
+
+    def __call__(self, command: str) -> Done:
+        step = STEPS[command]
+        assert step.session == self.name, f"{command!r} belongs to {step.session}"
+        text = documented()[command]
+        for written, instead in step.replace:
+            assert written in text, f"{written!r} is no longer in {command!r}"
+            text = text.replace(written, instead.format(**self.ctx))
+        if step.help_only:
+            text = f"{text} --help"
+        self.ctx["shell"] = self.shell
+
+        def attempt() -> Done | None:
+            done = self.shell(text)
+            if step.check is None:
+                return done
+            try:
+                step.check(done, self.ctx)
+            except (AssertionError, ValueError, KeyError):
+                if step.retry_for:
+                    return None
+                raise AssertionError(
+                    f"{command!r} as run:\n{text}\nexit {done.returncode}\n"
+                    f"stdout: {done.out[-2000:]}\nstderr: {done.err[-2000:]}"
+                ) from None
+            return done
+
+        if step.retry_for:
+            done = wait_until(attempt, step.retry_for, f"{command!r} to answer as documented")
+        else:
+            done = attempt()
+        assert isinstance(done, Done)
+        self.ran.add(command)
+        return done
+
+    def assert_ran_all(self) -> None:
+        mine = {command for command, step in STEPS.items() if step.session == self.name}
+        assert mine - self.ran == set(), f"steps of {self.name} never run"
+
+
+# --- The tests ------------------------------------------------------------------------------
+
+
+def test_every_documented_command_is_listed():
+    shown = set(documented())
+
+    assert sorted(shown - set(STEPS)) == [], "documented commands no test runs: add a Step"
+    assert sorted(set(STEPS) - shown) == [], "steps for commands the docs no longer show"
+
+
+def test_make_targets_the_docs_name_exist(tmp_path):
+    """``make -n``: each target exists and its recipe expands (nothing is run)."""
+    session = Session("make", Shell(ROOT, user_env(), tmp_path))
+    for command, step in STEPS.items():
+        if step.session == "make":
+            done = session.shell(command.replace("make ", "make -n ", 1))
+            make_dry_run(done, session.ctx)
+            session.ran.add(command)
+    session.assert_ran_all()
+
+
+@pytest.mark.timeout(300)
+def test_the_readme_works_in_a_make_run_checkout(stack, settings, tmp_path):
+    # Given a checkout as `make run` leaves it: the venv, the env file `awooop dev up`
+    # writes (here over the test's database and broker), the demo project, web and worker
+    checkout = tmp_path / "checkout"
+    (checkout / ".awooop").mkdir(parents=True)
+    (checkout / ".venv").symlink_to(ROOT / ".venv")
+    env_file = checkout / ".awooop" / "env"
+    devstack.write_env(
+        env_file,
+        {
+            "AWOOOP_DATABASE_URL": settings.database_url,
+            "AWOOOP_BROKER_URL": settings.broker_url,
+            "AWOOOP_SECRET_KEY": settings.secret_key,
+            "AWOOOP_BEAT_SCHEDULE_FILE": str(checkout / ".awooop" / "celerybeat-schedule"),
+            "FLOWER_BASIC_AUTH": "admin:development-only",
+            "PROMETHEUS_MULTIPROC_DIR": str(checkout / ".awooop" / "metrics"),
+        },
+    )
+    session = Session("checkout", Shell(checkout, user_env(), tmp_path))
+    demo = session.shell(".venv/bin/awooop dev demo")  # as `make run` does
+    assert demo.returncode == 0 and "Demo project credentials" in demo.out, demo.err
+    assert f"awooop: using {env_file}" in demo.err
+    stack.worker()
+    _, session.ctx["base"] = stack.web()
+    session.ctx["env_file"] = str(env_file)
+
+    # When a reader types the README's commands, Then each answers as the README says
+    session(
+        """TOKEN=$(python3 -c "import json; print(json.load(open('.awooop/demo-project.json'))"""
+        """['api_token'])")"""
+    )
+    first = (
+        """curl -s -X POST http://127.0.0.1:8000/v1/projects/demo/runs -H "Authorization: """
+        """Bearer $TOKEN" -H 'Idempotency-Key: first-event-1' -H 'Content-Type: """
+        """application/json' -d '{"summary": "disk almost full on db-1"}'"""
+    )
+    session(first)
+    run_id = session.ctx["run_id"]
+    # "the same request again -> 200 with "code": "E-IDEMPOTENT-001" and the same run_id"
+    again = session.shell(documented()[first].replace("http://127.0.0.1:8000", session.ctx["base"]))
+    answer = again.json()
+    assert (answer["run_id"], answer["code"]) == (run_id, "E-IDEMPOTENT-001")
+    session(
+        """curl -s http://127.0.0.1:8000/v1/projects/demo/runs/<run_id> -H "Authorization: """
+        """Bearer $TOKEN\""""
+    )
+    project = session(".venv/bin/awooop project create ops")
+    assert f"awooop: using {env_file}" in project.err  # says which file it used
+    for command in (
+        ".venv/bin/awooop project routes ops alertmanager=demo-alertmanager api=noop-3",
+        ".venv/bin/awooop workflows",
+        ".venv/bin/awooop project limits ops max_active_runs=100 ingress_per_minute=6000 "
+        "management_per_minute=60",
+        ".venv/bin/awooop project limits ops ingress_per_minute=none",
+        "awooop project config <p> actions_url=https://…",
+        "awooop project token <p> --role viewer",
+        "awooop project create",
+        "awooop dev up",
+        "awooop config",
+    ):
+        session(command)
+    session.assert_ran_all()
+
+
+@pytest.mark.timeout(300)
+def test_the_operations_approvals_and_workflows_docs_work_on_a_deployment(
+    stack, settings, engine, tmp_path
+):
+    deployment = tmp_path / "deployment"
+    deployment.mkdir()
+    metrics = tmp_path / "metrics"  # the directory the stack's processes write to
+    reader = user_env(
+        TELEGRAM_BOT_TOKEN="123456:doc-bot-token",
+        LINE_CHANNEL_ACCESS_TOKEN="doc-line-access-token",
+        GITEA_TOKEN="doc-gitea-token",
+        WEBHOOK_SECRET="doc-webhook-secret",
+    )
+    exports = [c for c in STEPS if c.startswith("export ")]
+
+    # The configuration operations.md shows is valid as written (its hosts do not exist here)
+    literal = Shell(deployment, dict(reader), tmp_path)
+    for command in exports:
+        assert literal(documented()[command]).returncode == 0
+    checked = literal("awooop config")
+    assert checked.returncode == 0, checked.err
+
+    # Configure (over the test's database and broker), migrate, start the processes
+    session = Session("deployment", Shell(deployment, dict(reader), tmp_path))
+    session.ctx.update(
+        database_url=settings.database_url, broker_url=settings.broker_url, metrics=metrics
+    )
+    for command in exports:
+        session(command)
+    session("awooop migrate")
+    session("awooop metrics reset")
+    stack.env["AWOOOP_SECRET_KEY"] = session.shell.env["AWOOOP_SECRET_KEY"]
+    stack.env["AWOOOP_PUBLIC_BASE_URL"] = session.shell.env["AWOOOP_PUBLIC_BASE_URL"]
+    stack.worker()
+    _, session.ctx["base"] = stack.web()
+
+    # Set up a project
+    session("awooop project create ops")
+    operator_token = session.ctx["ops"]["api_token"]
+    session.shell.env["OPERATOR_TOKEN"] = operator_token  # what the reader copied
+    for command in (
+        "awooop project token ops --role viewer",
+        "awooop project routes ops alertmanager=alert-triage telegram=chatops line=chatops",
+        "awooop project config ops actions_url=https://automation.example "
+        "approvers=telegram:777000111 notify_telegram_chat=-1001234567890",
+        "printenv TELEGRAM_BOT_TOKEN | awooop project outbound ops telegram",
+        "awooop project limits ops max_active_runs=200 ingress_per_minute=6000 "
+        "management_per_minute=60",
+        "awooop project credentials ops",
+        "awooop project revoke ops <credential id>",
+        "awooop project token",
+        "awooop project outbound",
+        "awooop project outbound …",
+    ):
+        session(command)
+
+    # Parked outbound messages (they park after failed sends; two are made here)
+    from awooop.outbound.messages import Message
+    from awooop.store import outbox
+    from awooop.tasks import runs as run_tasks  # (needs the broker's settings)
+
+    with engine.connect() as conn:
+        parked = outbox.add(
+            conn,
+            "ops",
+            None,
+            [Message("webhook", "run_outcome", {"url": "http://x", "body": {}})] * 2,
+        )
+        conn.execute(
+            text(
+                "UPDATE awooop_outbox SET status = 'PARKED', attempts = 8"
+                " WHERE message_id = ANY(:ids)"
+            ),
+            {"ids": parked},
+        )
+    session.ctx.update(parked=[str(m) for m in parked], parked_0=parked[0], parked_1=parked[1])
+    session("awooop outbox list --status PARKED")
+    session("awooop outbox retry <message id>")
+    session("awooop outbox retry ID")
+
+    # Steer a run stuck in compensation through the API (docs/operations.md "The API")
+    fixed = tmp_path / "rollback-fixed"
+    stuck = test_runs.admit(engine, "ops", "test-undo-needs-fix", {"fixed": str(fixed)})
+    run_tasks.enqueue([stuck])
+    wait_until(
+        lambda: db.run(engine, stuck)["saga_status"] == "MANUAL_INTERVENTION",
+        40,
+        "the run to stop for a person",
+    )
+    fixed.touch()  # "rollback fixed by hand"
+    session.shell.env["RUN"] = str(stuck)
+    session.shell.env["VERSION"] = str(db.run(engine, stuck)["version"])
+    for command in (
+        """T="Authorization: Bearer $OPERATOR_TOKEN"; P=https://awooop.example.com/v1/"""
+        """projects/ops""",
+        'curl -s -H "$T" "$P/interventions"',
+        'curl -s -H "$T" "$P/runs?status=WAITING_APPROVAL,PENDING&limit=20"',
+        'curl -s -H "$T" "$P/runs/$RUN"',
+        'curl -s -H "$T" "$P/runs/$RUN/events"',
+        "OPERATION=$(python3 -c 'import uuid; print(uuid.uuid4())')",
+        """curl -s -X POST -H "$T" -H 'Content-Type: application/json' -H "If-Match: """
+        """\\"$VERSION\\"" -d "{\\"operation_id\\": \\"$OPERATION\\", \\"reason\\": """
+        """\\"rollback fixed by hand\\"}" "$P/runs/$RUN/retry-compensation\"""",
+    ):
+        session(command)
+    wait_until(
+        lambda: db.run(engine, stuck)["saga_status"] == "COMPENSATED",
+        40,
+        "the retried compensation to finish",
+    )
+
+    # docs/approvals.md: configure, then decide an approval over the API
+    for command in (
+        "awooop project config ops approvers=telegram:777000111,line:U4af4980629...",
+        "awooop project config ops notify_telegram_chat=-1001234567890 "
+        "notify_url=https://hooks.example/awooop",
+        "printenv LINE_CHANNEL_ACCESS_TOKEN | awooop project outbound ops line",
+        "printenv GITEA_TOKEN | awooop project outbound ops gitea",
+        "printenv WEBHOOK_SECRET | awooop project outbound ops webhook",
+    ):
+        session(command)
+    waiting = test_runs.admit(engine, "ops", "test-approval")
+    run_tasks.enqueue([waiting])
+    wait_until(
+        lambda: db.run(engine, waiting)["status"] == "WAITING_APPROVAL",
+        40,
+        "the run to wait for approval",
+    )
+    # The token only ever leaves in the prompt (to the chat or the webhook): give it one.
+    approval_token = secrets.new_token()
+    with engine.begin() as conn:
+        conn.execute(
+            text("UPDATE awooop_approval SET token_hash = :hash WHERE run_id = :run_id"),
+            {"hash": secrets.sha256_hex(approval_token), "run_id": waiting},
+        )
+    session.shell.env["APPROVAL_TOKEN"] = approval_token
+    session.ctx["approval_run"] = str(waiting)
+    session(
+        """curl -X POST https://awooop.example/v1/projects/ops/approvals/$APPROVAL_TOKEN -H """
+        """"Authorization: Bearer $OPERATOR_TOKEN" -H 'Content-Type: application/json' -d """
+        """'{"decision": "approve", "actor": "alice", "comment": "change window open", """
+        """"run_id": "a6610ada-184f-4133-a4cd-aba1256e5458", "step": "approve"}'"""
+    )
+    wait_until(lambda: db.run(engine, waiting)["status"] == "COMPLETED", 40, "approved run")
+
+    # docs/workflows.md: a tool's result delivered over the API, then the routes it shows
+    tool_run = test_runs.admit(engine, "ops", "test-tool")
+    run_tasks.enqueue([tool_run])
+    wait_until(lambda: db.run(engine, tool_run)["status"] == "WAITING_TOOL", 40, "the tool call")
+    session.shell.env.update(RUN_ID=str(tool_run), TOKEN=operator_token)
+    session(
+        """curl -X POST http://127.0.0.1:8000/v1/projects/ops/runs/$RUN_ID/tool-results -H """
+        """"Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' -d """
+        """'{"event_id": "diag-42", "step": "diagnose", "status": "succeeded", "output": """
+        """{"disk": "97%"}}'"""
+    )
+    wait_until(lambda: db.run(engine, tool_run)["status"] == "COMPLETED", 40, "the tool run")
+    for command in (
+        "awooop workflows",
+        "awooop project routes ops alertmanager=alert-triage",
+        "awooop project config ops actions_url=https://automation.example",
+        "awooop project routes ops telegram=chatops line=chatops",
+    ):
+        session(command)
+    session.assert_ran_all()
