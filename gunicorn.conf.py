@@ -1,6 +1,7 @@
 """gunicorn settings for the `web` process (the benchmark's baseline app uses them too)."""
 
 from awooop.config import Settings
+from awooop.web.gunicorn_hooks import *  # noqa: F403 - JSON logs, metrics directory hooks
 
 _settings = Settings.from_env(required=())
 
@@ -13,6 +14,5 @@ keepalive = 5
 graceful_timeout = 10
 # Paths only — no query strings, no headers: a token must never reach a log line.
 accesslog = "-" if _settings.access_log else None
-access_log_format = '%(h)s "%(m)s %(U)s" %(s)s %(B)s %(M)sms'
 # ... and approval tokens cut out of those paths.
 logger_class = "awooop.web.access_log.RedactingLogger"

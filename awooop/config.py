@@ -121,6 +121,11 @@ class Settings:
     readiness_timeout_seconds: float = 2.0
     # /metrics: statement timeout of the gauges read from the database at scrape time.
     metrics_query_timeout_seconds: float = 2.0
+    # A Celery worker or beat with a port here serves its own metrics over HTTP (the metric
+    # files of its PROMETHEUS_MULTIPROC_DIR, which must then be its own); 0: no endpoint, its
+    # counters reach Prometheus through a web server sharing its directory (one host).
+    metrics_port: int = 0
+    metrics_address: str = "127.0.0.1"
     # Celery task events for Flower ("1"); "0" saves about 0.8 ms of worker CPU per run.
     task_events: int = 1
     # Comma-separated modules that register deployment workflows at process start.

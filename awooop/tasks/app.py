@@ -11,12 +11,15 @@ from celery.signals import worker_process_init, worker_ready
 from awooop import db, logs
 from awooop.config import get_settings
 from awooop.domain import workflow
+from awooop.tasks import observability
 from awooop.workflows import registry
 
 app = Celery(
     "awooop", include=["awooop.tasks.runs", "awooop.tasks.sweeps", "awooop.tasks.notifications"]
 )
 app.config_from_object("celeryconfig")
+# Metrics endpoint, sweep and beat counters, JSON logs (awooop.tasks.observability).
+observability.install(app)
 
 _settings = get_settings()
 logs.configure(_settings.log_level)
