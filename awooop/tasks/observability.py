@@ -142,15 +142,16 @@ def _pool_process_ended(pid: int | None = None, **_: Any) -> None:
 
 
 def _beat_started(sender: Any = None, **_: Any) -> None:
-    if _directory_taken:  # an embedded beat: its worker serves the directory
-        return
-    settings = get_settings()
-    try:
-        directory = _take_directory(settings)
-        if directory is not None:
-            _serve(settings, directory)
-    except ConfigError as exc:
-        raise _refuse(exc) from exc
+    # An embedded beat (`worker -B`) is its worker's child: the worker took the directory and
+    # serves it, sends counted here included.
+    if not _directory_taken:
+        settings = get_settings()
+        try:
+            directory = _take_directory(settings)
+            if directory is not None:
+                _serve(settings, directory)
+        except ConfigError as exc:
+            raise _refuse(exc) from exc
     signals.after_task_publish.connect(_beat_sent)
 
 
