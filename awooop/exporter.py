@@ -48,8 +48,8 @@ def start(directory: str, address: str, port: int) -> Endpoint:
         server, _ = start_http_server(port, addr=address, registry=registry)
     except OSError as exc:
         raise ConfigError(
-            f"AWOOOP_METRICS_PORT={port}: cannot listen on {address}:{port} "
-            f"({exc.strerror or exc}); give each worker and beat on a host a port of its own"
+            f"AWOOOP_METRICS_ADDRESS={address}, AWOOOP_METRICS_PORT={port}: cannot listen there "
+            f"({exc.strerror or exc}); each worker and beat on a host needs a port of its own"
         ) from exc
     # A forked child (a pool process) must not keep the listening socket open.
     os.register_at_fork(after_in_child=server.socket.close)

@@ -61,9 +61,11 @@ def test_a_worker_serves_the_counters_of_its_pool_processes_live_and_dead_on_its
     env, url = own_endpoint(tmp_path, "worker")
     stack.worker(env=env)
 
-    # When its pool process completes a run and is SIGKILLed, and the pool process that
-    # replaces it completes another
+    # When its pool process completes a run, is counted and is SIGKILLed, and the pool
+    # process that replaces it completes another
     first = run_to_completion(engine, project)
+    # (the segment is counted just after the run's last commit: wait for it before the kill)
+    wait_until(lambda: completed_segments(url) == 1, 20, "the first run on the endpoint")
     os.kill(pool_pid(engine, first), signal.SIGKILL)
     second = run_to_completion(engine, project)
     assert pool_pid(engine, second) != pool_pid(engine, first)
@@ -124,7 +126,7 @@ def test_a_worker_whose_metrics_port_is_taken_refuses_to_start(stack, tmp_path):
 
         wait_until(lambda: worker.popen.poll() is not None, 30, "the worker to exit")
     assert worker.popen.returncode != 0
-    assert f"AWOOOP_METRICS_PORT={env['AWOOOP_METRICS_PORT']}: cannot listen" in worker.log()
+    assert f"AWOOOP_METRICS_PORT={env['AWOOOP_METRICS_PORT']}: cannot listen there" in worker.log()
 
 
 def test_beat_and_the_maintenance_worker_count_sends_and_sweep_passes_on_their_own_ports(
