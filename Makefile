@@ -10,7 +10,7 @@ STATE := .awooop
 WITH_ENV := set -a && . $(STATE)/env && set +a &&
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install browser services migrate run stop test test-integration test-e2e lint bench chaos clean
+.PHONY: help install browser promtool services migrate run stop test test-integration test-e2e lint bench chaos clean
 
 help:
 	@echo "make run    set everything up and start web, workers, beat and flower"
@@ -43,6 +43,25 @@ browser:
 	else \
 		echo "chromium is not installed: the console's browser test will be skipped."; \
 		echo "Install it with: sudo apt-get install chromium"; \
+	fi
+
+# deploy/prometheus is checked with promtool (tests/unit/test_deploy.py), from Debian's
+# prometheus package. Installed here when missing and apt can be used (root; CI runs this);
+# the Prometheus server the package brings is never started here: a service the install
+# started is stopped and disabled.
+promtool:
+	@if command -v promtool >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing promtool (apt-get install prometheus; its server is not started)"; \
+		apt-get update -q >/dev/null && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+			prometheus >/dev/null || echo "warning: apt-get install prometheus failed"; \
+		if [ -d /run/systemd/system ]; then systemctl disable --now prometheus >/dev/null 2>&1; \
+		else invoke-rc.d prometheus stop >/dev/null 2>&1; \
+			update-rc.d prometheus disable >/dev/null 2>&1; fi; true; \
+	else \
+		echo "promtool is not installed: the deploy/ checks will be skipped."; \
+		echo "Install it with: sudo apt-get install --no-install-recommends prometheus"; \
 	fi
 
 services: install

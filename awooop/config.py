@@ -155,6 +155,11 @@ class Settings:
     readiness_timeout_seconds: float = 2.0
     # /metrics: statement timeout of the gauges read from the database at scrape time.
     metrics_query_timeout_seconds: float = 2.0
+    # A Celery worker or beat with a port here serves its own metrics over HTTP (the metric
+    # files of its PROMETHEUS_MULTIPROC_DIR, which must then be its own); 0: no endpoint, its
+    # counters reach Prometheus through a web server sharing its directory (one host).
+    metrics_port: int = 0
+    metrics_address: str = "127.0.0.1"
     # Celery task events for Flower; off saves about 0.8 ms of worker CPU per run.
     task_events: bool = True
     # Comma-separated modules that register deployment workflows at process start.
@@ -222,7 +227,7 @@ OTHER_VARIABLES = ("PROMETHEUS_MULTIPROC_DIR", "FLOWER_BASIC_AUTH")
 # --- Checking values ----------------------------------------------------------------------
 
 # Numbers must be positive, except these (0 means "never cache" / "do not retry").
-_MAY_BE_ZERO = frozenset({"auth_cache_seconds", "write_retries"})
+_MAY_BE_ZERO = frozenset({"auth_cache_seconds", "write_retries", "metrics_port"})
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -278,6 +283,8 @@ def _parse_value(name: str, kind: str, raw: str) -> Any:
             raise ValueError(f"={raw!r} is not a finite number")
         if name == "port" and not 1 <= number <= 65535:
             raise ValueError(f"={raw} is not a port number (1-65535)")
+        if name == "metrics_port" and not 0 <= number <= 65535:
+            raise ValueError(f"={raw} is not a port number (1-65535, or 0 for no endpoint)")
         if name in _MAY_BE_ZERO and number < 0:
             raise ValueError(f"={raw} must be 0 or more")
         if name not in _MAY_BE_ZERO and number <= 0:

@@ -12,6 +12,10 @@ writes while a worker drives a run carry the run's ids and its ``traceparent`` w
 handler passing them. A field given in ``extra`` wins over a bound one.
 
 Nothing secret is ever a field: no token, channel secret, request header or body.
+
+The servers' own lines are JSON too, one format per stream: Celery's and its libraries'
+(:func:`configure_root`, from the worker's and beat's logging set-up) and gunicorn's
+(:func:`gunicorn_logconfig`: its error log on stderr, its access log on stdout).
 """
 
 from __future__ import annotations
@@ -91,3 +95,47 @@ def configure(level: str = "INFO") -> None:
     logger.addHandler(handler)
     logger.setLevel(level)
     logger.propagate = False
+
+
+def configure_root(level: str | int = "INFO") -> None:
+    """Every other logger's lines — Celery's, kombu's, Python's warnings — as JSON on stderr:
+    the root logger gets one JSON handler in place of whatever it had."""
+    root = logging.getLogger()
+    for handler in root.handlers[:]:
+        root.removeHandler(handler)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    root.addHandler(handler)
+    root.setLevel(level)
+    logging.captureWarnings(True)
+
+
+def gunicorn_logconfig(access_log: bool) -> dict[str, object]:
+    """gunicorn's ``logconfig_dict``: its error log (and any library's lines) as JSON on
+    stderr, its access log as JSON on stdout — or nowhere when ``access_log`` is off."""
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"json": {"()": JsonFormatter}},
+        "handlers": {
+            "stderr": {
+                "class": "logging.StreamHandler",
+                "formatter": "json",
+                "stream": "ext://sys.stderr",
+            },
+            "stdout": {
+                "class": "logging.StreamHandler",
+                "formatter": "json",
+                "stream": "ext://sys.stdout",
+            },
+        },
+        "root": {"level": "INFO", "handlers": ["stderr"]},
+        "loggers": {
+            "gunicorn.error": {"level": "INFO", "handlers": ["stderr"], "propagate": False},
+            "gunicorn.access": {
+                "level": "INFO",
+                "handlers": ["stdout"] if access_log else [],
+                "propagate": False,
+            },
+        },
+    }

@@ -2,24 +2,34 @@
 
 Two kinds of numbers, gathered two ways:
 
-* **Events counted by the process that saw them** — admissions (web), claims, lease
-  renewals and step durations (workers), reaper recoveries and timer lateness (the
-  maintenance worker). gunicorn runs several web processes and Celery forks pool children,
-  so these use prometheus_client's multiprocess mode: with ``PROMETHEUS_MULTIPROC_DIR`` set,
-  every process writes its counters to memory-mapped files in that directory and the web
-  ``/metrics`` sums the files of all of them, including the Celery workers' — **provided
-  they share the directory, i.e. run on one host** (``make run``, a single VM, one pod with
-  several containers sharing a volume). Empty the directory before the processes start
-  (``awooop metrics reset``): counters then restart from zero, which Prometheus handles as
-  a counter reset. Without the variable each process keeps its own numbers and ``/metrics``
-  shows only the web process that answered the scrape.
-* **State read from the database at scrape time** — runs by status and the outbox backlog.
+* **Events counted by the process that saw them** — admissions and HTTP answers (web),
+  claims, lease renewals and step durations (workers), sweep passes, reaper recoveries and
+  timer lateness (the maintenance worker), schedule entries sent (beat). gunicorn runs
+  several web processes and Celery forks pool children, so these use prometheus_client's
+  multiprocess mode: with ``PROMETHEUS_MULTIPROC_DIR`` set, every process writes its
+  counters to memory-mapped files in that directory, and whoever serves the directory sums
+  the files of all of them. Two ways to serve them (see :mod:`awooop.metric_files`):
+
+  - **one host**: web, workers and beat share the directory and the web ``/metrics`` sums
+    them all, the Celery processes' included (``make run``, a single VM, one pod with
+    several containers sharing a volume). Empty it before the processes start
+    (``awooop metrics reset``).
+  - **several hosts**: each worker and beat serves its own directory on its own port
+    (``AWOOOP_METRICS_PORT``, :mod:`awooop.exporter`) and empties it when it starts; the
+    web's ``/metrics`` then serves the web's counters and the database gauges.
+
+  Counters restart from zero with their processes, which Prometheus handles as a counter
+  reset. Without the variable each process keeps its own numbers and ``/metrics`` shows only
+  the web process that answered the scrape.
+* **State read from the database at scrape time** — runs by status, the intervention queue
+  and the outbox backlog.
   PostgreSQL is the source of truth, so these are right whichever process or host serves
   the scrape and need no cooperation from the workers; the queries run only when Prometheus
   scrapes, never on the admission or claim path.
 
 Labels are low-cardinality by construction: channel, result, outcome, status, timer kind,
-workflow and step names (a deployment's fixed set). Never a run id, project id or worker id.
+workflow, step, sweep and task names, Flask endpoint names and HTTP status codes (a
+deployment's fixed set). Never a run id, project id, worker id or URL path.
 
 Incrementing a counter is a lock and a write to a memory-mapped file: no I/O, no round trip.
 """
@@ -28,7 +38,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from prometheus_client import (
@@ -45,7 +55,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from awooop import config, db
+from awooop import config, db, metric_files
 from awooop.domain import states
 from awooop.store import monitoring
 
@@ -112,6 +122,39 @@ RUN_SEGMENTS = Counter(
     "not_claimed (a duplicate or stale nudge).",
     ["outcome"],
 )
+HTTP_RESPONSES = Counter(
+    "awooop_http_responses_total",
+    "HTTP answers of the web process, by Flask endpoint (ingress.webhook, ingress.create_run, "
+    "runs_api.…; 'unmatched' for an unknown path) and status code.",
+    ["endpoint", "code"],
+)
+SWEEP_PASSES = Counter(
+    "awooop_sweep_passes_total",
+    "Maintenance task runs, by sweep (reap, fire_due_timers, resend_orphans, "
+    "send_due_notifications, prune_dedupe, …) and outcome: succeeded, failed (raised; the "
+    "next scheduled pass tries again), expired (not started before the next one was due).",
+    ["sweep", "outcome"],
+)
+SWEEP_OUTCOMES = ("succeeded", "failed", "expired")
+BEAT_SENT = Counter(
+    "awooop_beat_sent_total",
+    "Schedule entries beat sent to the broker, by task name.",
+    ["task"],
+)
+
+
+def zero_known_series(sweeps: Iterable[str] = ()) -> None:
+    """Create the worker counters' known label sets at 0, so the first increment is a
+    change Prometheus can see (``increase()`` never sees a series appear at 1)."""
+    for outcome in ("renewed", "lost", "error"):
+        LEASE_RENEWALS.labels(outcome)
+    for detected_by in ("renewal", "write"):
+        LEASE_LOSSES.labels(detected_by)
+    for outcome in ("requeued", "failed"):
+        REAPER_RECOVERIES.labels(outcome)
+    for sweep in sweeps:
+        for outcome in SWEEP_OUTCOMES:
+            SWEEP_PASSES.labels(sweep, outcome)
 
 
 # --- read from the database at scrape time --------------------------------------------
@@ -124,6 +167,15 @@ class DatabaseCollector(Collector):
         self._engine = engine
         self._timeout = timeout_seconds
 
+    def describe(self) -> Iterator[Metric]:
+        """The families :meth:`collect` may yield (names and types, no samples)."""
+        yield GaugeMetricFamily("awooop_metrics_database_up", "")
+        yield GaugeMetricFamily("awooop_runs", "", labels=["status"])
+        yield GaugeMetricFamily("awooop_interventions", "")
+        yield GaugeMetricFamily("awooop_outbox_backlog", "")
+        yield GaugeMetricFamily("awooop_outbox_parked", "")
+        yield GaugeMetricFamily("awooop_outbox_oldest_pending_age_seconds", "")
+
     def collect(self) -> Iterator[Metric]:
         up = GaugeMetricFamily(
             "awooop_metrics_database_up",
@@ -132,6 +184,7 @@ class DatabaseCollector(Collector):
         try:
             with db.transaction(self._engine) as conn:
                 snap = monitoring.snapshot(conn, self._timeout)
+                interventions = monitoring.interventions(conn)
         except SQLAlchemyError as exc:
             log.warning(
                 "could not read database gauges",
@@ -148,6 +201,11 @@ class DatabaseCollector(Collector):
         for status in states.RUN_STATUSES:
             runs.add_metric([status], snap.runs_by_status.get(status, 0))
         yield runs
+        yield GaugeMetricFamily(
+            "awooop_interventions",
+            "Runs waiting for a person (saga MANUAL_INTERVENTION), read from the database.",
+            value=interventions,
+        )
         if snap.outbox is not None:
             yield GaugeMetricFamily(
                 "awooop_outbox_backlog",
@@ -180,13 +238,5 @@ def render(engine: Engine, timeout_seconds: float) -> bytes:
 
 def reset(directory: str | Path) -> int:
     """Delete the metric files in ``directory`` (before the processes start); returns how many.
-
-    Only prometheus_client's ``*.db`` files are removed, so a mistaken path loses nothing else.
-    """
-    path = Path(directory)
-    path.mkdir(parents=True, exist_ok=True)
-    removed = 0
-    for file in path.glob("*.db"):
-        file.unlink(missing_ok=True)
-        removed += 1
-    return removed
+    Refused while a process uses it (:func:`awooop.metric_files.reset`)."""
+    return metric_files.reset(directory)

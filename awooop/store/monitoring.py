@@ -35,6 +35,13 @@ WHERE status IN ('PENDING', 'PARKED')
 )
 
 
+# The manual-intervention queue's size, from its partial index (saga_status =
+# 'MANUAL_INTERVENTION'): its cost grows with the queue, not with retained runs.
+_INTERVENTIONS = text(
+    "SELECT count(*) FROM awooop_run_state WHERE saga_status = 'MANUAL_INTERVENTION'"
+)
+
+
 def ping(conn: Connection) -> None:
     """One round trip; raises when the database does not answer."""
     conn.execute(_PING).scalar_one()
@@ -64,3 +71,9 @@ def snapshot(conn: Connection, timeout_seconds: float) -> Snapshot:
         row = conn.execute(_OUTBOX_BACKLOG).one()
         outbox = OutboxBacklog(int(row.pending), int(row.parked), float(row.oldest_pending_age))
     return Snapshot(runs_by_status=runs, outbox=outbox)
+
+
+def interventions(conn: Connection) -> int:
+    """Runs waiting for a person (saga MANUAL_INTERVENTION), all projects. Call inside the
+    transaction :func:`snapshot` set its statement timeout in."""
+    return int(conn.execute(_INTERVENTIONS).scalar_one())

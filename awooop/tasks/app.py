@@ -9,11 +9,14 @@ from celery import Celery
 from celery.signals import beat_init, celeryd_init, worker_process_init, worker_ready
 
 from awooop import config, db, logs
+from awooop.tasks import observability
 
 app = Celery(
     "awooop", include=["awooop.tasks.runs", "awooop.tasks.sweeps", "awooop.tasks.notifications"]
 )
 app.config_from_object("celeryconfig")
+# Metrics endpoint, sweep and beat counters, JSON logs (awooop.tasks.observability).
+observability.install(app)
 
 # Invalid settings, a workflow module that does not exist, or a workflow whose lease is shorter
 # than three renewals: the process stops here with one line naming the variable.

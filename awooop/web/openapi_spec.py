@@ -561,7 +561,8 @@ def _paths() -> dict[str, Any]:
     )
     paths["/metrics"] = _unauthenticated(
         "metrics",
-        "Prometheus metrics of every process on this host",
+        "Prometheus metrics: the web processes' counters, the gauges read from the database, "
+        "and the counters of workers and beat sharing this host's metrics directory",
         {
             "200": {
                 "description": "Prometheus text exposition format.",

@@ -9,8 +9,10 @@ from __future__ import annotations
 import dataclasses
 import time
 
+from celery import Celery
 from sqlalchemy import create_engine, text
 
+from awooop import metrics as awooop_metrics
 from awooop.config import Settings
 from awooop.domain.workflow import Step, StepContext, Workflow
 from awooop.engine import lease, runner, sweeps
@@ -272,3 +274,80 @@ def test_timer_lateness_is_observed_by_timer_kind(engine, project, settings):
     assert [t.kind for t in fired] == ["retry"]
     assert metrics.local("awooop_timer_lateness_seconds_count", kind="retry") - before == 1
     assert metrics.local("awooop_timer_lateness_seconds_sum", kind="retry") >= 0
+
+
+def test_http_answers_are_counted_by_endpoint_and_status_code(client, project, settings):
+    def count(endpoint: str, code: str) -> float:
+        return metrics.local("awooop_http_responses_total", endpoint=endpoint, code=code)
+
+    answers = [
+        ("ingress.create_run", "202"),
+        ("ingress.create_run", "401"),
+        ("unmatched", "404"),
+        ("ingress.create_run", "503"),
+    ]
+    before = {answer: count(*answer) for answer in answers}
+
+    path, headers, body = requests.api(project, key="counted")
+    assert client.post(path, headers=headers, data=body).status_code == 202
+    wrong = {**headers, "Authorization": "Bearer wrong"}
+    assert client.post(path, headers=wrong, data=body).status_code == 401
+    assert client.get("/nowhere").status_code == 404
+    down = create_app(_unreachable_database(settings)).test_client()
+    assert down.post(path, headers=headers, data=body).status_code == 503
+
+    assert {answer: count(*answer) - before[answer] for answer in answers} == {
+        answer: 1 for answer in answers
+    }
+
+
+def test_the_intervention_gauge_counts_runs_waiting_for_a_person(client, engine, project, settings):
+    halted = test_runs.admit(engine, project["project_id"], "test-halt")
+    runner.execute(engine, settings, halted)
+    test_runs.admit(engine, project["project_id"])  # pending: not waiting for a person
+
+    body = client.get("/metrics").get_data(as_text=True)
+
+    assert metrics.sample(body, "awooop_interventions") == 1
+    assert metrics.sample(body, "awooop_runs", status="WAITING_APPROVAL") == 1
+
+
+def test_the_database_collector_describes_every_family_it_collects(engine):
+    collector = awooop_metrics.DatabaseCollector(engine, 2.0)
+
+    collected = {(family.name, family.type) for family in collector.collect()}
+    described = {(family.name, family.type) for family in collector.describe()}
+
+    assert ("awooop_interventions", "gauge") in collected
+    assert collected == described
+
+
+def test_sweep_task_runs_are_counted_by_sweep_and_outcome():
+    import awooop.tasks.app  # noqa: F401 - connects the counting signal receivers
+
+    app = Celery("sweep-outcomes", set_as_current=False)
+
+    @app.task(name="awooop.sweeps.test_quiet")
+    def quiet() -> int:
+        return 0
+
+    @app.task(name="awooop.sweeps.test_broken")
+    def broken() -> int:
+        raise RuntimeError("the sweep's statement failed")
+
+    @app.task(name="awooop.runs.test_not_a_sweep")
+    def not_a_sweep() -> int:
+        return 0
+
+    def count(sweep: str, outcome: str) -> float:
+        return metrics.local("awooop_sweep_passes_total", sweep=sweep, outcome=outcome)
+
+    quiet.apply()
+    quiet.apply()
+    broken.apply()
+    not_a_sweep.apply()
+
+    assert (count("test_quiet", "succeeded"), count("test_quiet", "failed")) == (2, 0)
+    assert (count("test_broken", "succeeded"), count("test_broken", "failed")) == (0, 1)
+    assert count("awooop.runs.test_not_a_sweep", "succeeded") == 0
+    assert count("test_not_a_sweep", "succeeded") == 0

@@ -82,18 +82,27 @@ class Stack:
         self.log_dir = log_dir
         self.processes: list[Process] = []
 
-    def _start(self, name: str, argv: list[str]) -> Process:
-        process = Process(name, argv, self.env, self.log_dir)
+    def _start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Process:
+        process = Process(name, argv, {**self.env, **(env or {})}, self.log_dir)
         self.processes.append(process)
         return process
 
-    def worker(self, name: str = "worker", queues: str = "runs") -> Process:
+    def worker(
+        self,
+        name: str = "worker",
+        queues: str = "runs",
+        env: dict[str, str] | None = None,
+        ready: bool = True,
+    ) -> Process:
+        """A Celery worker (``env`` added to the stack's environment); waits until it is
+        ready unless ``ready`` is False."""
         process = self._start(
             name,
             [
                 str(BIN / "celery"),
                 "-A",
                 "awooop.tasks.app",
+                "--quiet",
                 "worker",
                 "-Q",
                 queues,
@@ -106,23 +115,27 @@ class Stack:
                 "--without-mingle",
                 "--without-gossip",
             ],
+            env,
         )
-        process.wait_for_log("ready.")
+        if ready:
+            process.wait_for_log("ready.")
         return process
 
-    def beat(self) -> Process:
+    def beat(self, env: dict[str, str] | None = None) -> Process:
         process = self._start(
             "beat",
             [
                 str(BIN / "celery"),
                 "-A",
                 "awooop.tasks.app",
+                "--quiet",
                 "beat",
                 "--loglevel",
                 "INFO",
                 "-s",
                 str(self.log_dir / "celerybeat-schedule"),
             ],
+            env,
         )
         process.wait_for_log("beat: Starting")
         return process

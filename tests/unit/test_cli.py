@@ -66,7 +66,8 @@ def test_metrics_reset_deletes_only_metric_files(capsys, tmp_path):
     code = cli.main(["metrics", "reset", "--dir", str(tmp_path)])
 
     assert code == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt"]
+    # (awooop.lock stays: the lock processes of the directory share, awooop.metric_files)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["awooop.lock", "keep.txt"]
     assert "removed 2 metric file(s)" in capsys.readouterr().out
 
 

@@ -1,0 +1,162 @@
+"""Each worker and beat serves its own metrics (``AWOOOP_METRICS_PORT``), as on a host of its
+own: real Celery workers and beat, each with a metrics directory of its own, scraped on their
+own ports — never through a web server."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import requests as http
+
+from awooop.tasks import runs as run_tasks
+from awooop.tasks import sweeps as sweep_tasks
+from tests.support import db, metrics
+from tests.support import runs as test_runs
+from tests.support.processes import free_port, wait_until
+
+pytestmark = pytest.mark.slow
+
+
+def own_endpoint(tmp_path: Path, name: str) -> tuple[dict[str, str], str]:
+    """The environment of a process serving its own directory on a free port, and its URL."""
+    port = free_port()
+    env = {
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / f"{name}-metrics"),
+        "AWOOOP_METRICS_PORT": str(port),
+    }
+    return env, f"http://127.0.0.1:{port}/metrics"
+
+
+def scrape(url: str) -> str:
+    return http.get(url, timeout=10).text
+
+
+def completed_segments(url: str) -> float | None:
+    return metrics.sample(scrape(url), "awooop_run_segments_total", outcome="completed")
+
+
+def run_to_completion(engine, project) -> str:
+    run_id = test_runs.admit(engine, project["project_id"])
+    run_tasks.enqueue([run_id])
+    wait_until(lambda: db.run(engine, run_id)["status"] == "COMPLETED", 30, "the run to complete")
+    return str(run_id)
+
+
+def pool_pid(engine, run_id: str) -> int:
+    """The pid of the pool process that ran the run (its worker id is host:pid:nonce)."""
+    return int(db.run(engine, run_id)["worker_id"].split(":")[1])
+
+
+def test_a_worker_serves_the_counters_of_its_pool_processes_live_and_dead_on_its_own_port(
+    stack, engine, project, tmp_path
+):
+    # Given a web server and a worker with a metrics directory each, the worker serving its own
+    stack.env["PROMETHEUS_MULTIPROC_DIR"] = str(tmp_path / "web-metrics")
+    _, base = stack.web()
+    env, url = own_endpoint(tmp_path, "worker")
+    stack.worker(env=env)
+
+    # When its pool process completes a run, is counted and is SIGKILLed, and the pool
+    # process that replaces it completes another
+    first = run_to_completion(engine, project)
+    # (the segment is counted just after the run's last commit: wait for it before the kill)
+    wait_until(lambda: completed_segments(url) == 1, 20, "the first run on the endpoint")
+    os.kill(pool_pid(engine, first), signal.SIGKILL)
+    second = run_to_completion(engine, project)
+    assert pool_pid(engine, second) != pool_pid(engine, first)
+
+    # Then the worker's endpoint counts both runs, the dead process's included
+    wait_until(lambda: completed_segments(url) == 2, 20, "both runs on the worker's endpoint")
+    text = scrape(url)
+    assert metrics.sample(text, "awooop_claim_latency_seconds_count") == 2
+    assert metrics.sample(text, "awooop_lease_losses_total", detected_by="write") == 0
+    # ...and the web's /metrics serves the database's view, none of the worker's counters
+    web_text = http.get(base + "/metrics", timeout=10).text
+    assert metrics.sample(web_text, "awooop_runs", status="COMPLETED") == 2
+    assert metrics.sample(web_text, "awooop_run_segments_total", outcome="completed") is None
+    assert metrics.sample(web_text, "awooop_claim_latency_seconds_count") == 0
+
+
+def test_a_restarted_worker_empties_its_directory_and_counts_from_zero(
+    stack, engine, project, tmp_path
+):
+    env, url = own_endpoint(tmp_path, "worker")
+    worker = stack.worker(env=env)
+    run_to_completion(engine, project)
+    wait_until(lambda: completed_segments(url) == 1, 20, "the run on the worker's endpoint")
+    worker.stop()
+    old_files = {p.name for p in Path(env["PROMETHEUS_MULTIPROC_DIR"]).glob("*.db")}
+
+    restarted = stack.worker("restarted", env=env)  # same directory, same port
+
+    text = scrape(url)
+    assert metrics.sample(text, "awooop_run_segments_total", outcome="completed") is None
+    # the known series exist from the start, at zero
+    assert metrics.sample(text, "awooop_reaper_recoveries_total", outcome="requeued") == 0
+    new_files = {p.name for p in Path(env["PROMETHEUS_MULTIPROC_DIR"]).glob("*.db")}
+    assert old_files and not (old_files & new_files)
+    assert all(name.endswith(f"_{restarted.popen.pid}.db") for name in new_files)
+
+
+def test_a_second_process_cannot_serve_a_directory_in_use(stack, tmp_path):
+    env, _ = own_endpoint(tmp_path, "worker")
+    stack.worker(env=env)
+
+    intruder = stack.worker(
+        "intruder", env={**env, "AWOOOP_METRICS_PORT": str(free_port())}, ready=False
+    )
+
+    wait_until(lambda: intruder.popen.poll() is not None, 30, "the second worker to exit")
+    assert intruder.popen.returncode != 0
+    assert "needs a directory of its own" in intruder.log()
+
+
+def test_a_worker_whose_metrics_port_is_taken_refuses_to_start(stack, tmp_path):
+    env, _ = own_endpoint(tmp_path, "worker")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", int(env["AWOOOP_METRICS_PORT"])))
+        taken.listen()
+
+        worker = stack.worker(env=env, ready=False)
+
+        wait_until(lambda: worker.popen.poll() is not None, 30, "the worker to exit")
+    assert worker.popen.returncode != 0
+    assert f"AWOOOP_METRICS_PORT={env['AWOOOP_METRICS_PORT']}: cannot listen there" in worker.log()
+
+
+def test_beat_and_the_maintenance_worker_count_sends_and_sweep_passes_on_their_own_ports(
+    stack, tmp_path
+):
+    # Given a sweep message that expired before a worker could take it
+    sweep_tasks.fire_due_timers.apply_async(
+        queue="maintenance", expires=datetime.now(UTC) - timedelta(seconds=1)
+    )
+    maintenance_env, maintenance_url = own_endpoint(tmp_path, "maintenance")
+    beat_env, beat_url = own_endpoint(tmp_path, "beat")
+
+    # When the maintenance worker and beat run, each serving its own metrics
+    stack.worker("maintenance", queues="maintenance", env=maintenance_env)
+    stack.beat(env=beat_env)
+
+    # Then beat counts what it sent, the maintenance worker each pass and the expired one
+    def sent() -> float:
+        text = scrape(beat_url)
+        task = "awooop.sweeps.fire_due_timers"
+        return metrics.sample(text, "awooop_beat_sent_total", task=task) or 0
+
+    def passes(outcome: str) -> float:
+        text = scrape(maintenance_url)
+        sweep = {"sweep": "fire_due_timers", "outcome": outcome}
+        return metrics.sample(text, "awooop_sweep_passes_total", **sweep) or 0
+
+    wait_until(lambda: sent() >= 3, 30, "beat to count three timer sweeps sent")
+    wait_until(lambda: passes("succeeded") >= 3, 30, "three timer sweep passes")
+    assert passes("expired") == 1
+    assert passes("failed") == 0
+    assert "awooop_sweep_passes_total{" not in scrape(beat_url)
+    assert "awooop_beat_sent_total{" not in scrape(maintenance_url)
