@@ -95,8 +95,9 @@ def test_worker_sigkill_storm_loses_and_repeats_nothing(chaos_stack, figures):
     killer.join(timeout=window + 300)
     assert not killer.is_alive()
 
-    # Every run terminal within lease + reaper + 30 s of the last kill.
-    recovered_in = checks.wait_terminal(stack.engine, None, BOUND_AFTER_LAST_KILL)
+    # Every run terminal within lease + reaper + 30 s of the last kill (asserted below; the
+    # wait goes on past the bound so that a miss is measured and reported, not just seen).
+    recovered_in = checks.wait_terminal(stack.engine, None, BOUND_AFTER_LAST_KILL + 120)
     since_last_kill = time.monotonic() - last_kill[0]
     total = time.monotonic() - started
 
