@@ -27,10 +27,14 @@ with ``make -n`` (running them is this suite, the benchmarks or twenty minutes o
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import shutil
+import signal
 import subprocess
+import urllib.request
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -134,6 +138,7 @@ class Shell:
     def __init__(self, cwd: Path, env: dict[str, str], scratch: Path):
         self.cwd = cwd
         self.env = env
+        self.scratch = scratch
         self._dump = scratch / f"env-{uuid.uuid4().hex}"
 
     def __call__(self, command: str) -> Done:
@@ -182,6 +187,9 @@ class Step:
     help_only: bool = False
     # Run again until the check passes (a run finishing), for at most this long.
     retry_for: float = 0.0
+    # A long-running process (a worker, beat): started in the background, checked to serve
+    # its metrics on the port the context names, then stopped.
+    serves_metrics_on: str = ""
 
 
 def json_with(**expected: Any) -> Check:
@@ -332,6 +340,8 @@ make_dry_run = succeeds
 
 
 DEPLOYMENT_HOST = (("https://awooop.example.com", "{base}"),)
+# The docs' "every interface" address, served on loopback here.
+ALL_INTERFACES = ("0.0.0.0", "127.0.0.1")  # noqa: S104 - a string replaced, nothing bound
 
 STEPS: dict[str, Step] = {
     # --- README: make targets -------------------------------------------------------------
@@ -519,6 +529,38 @@ STEPS: dict[str, Step] = {
     "awooop project routes ops telegram=chatops line=chatops": Step(
         "deployment", routes(telegram="chatops", line="chatops")
     ),
+    # --- README / operations.md: metrics on several hosts -----------------------------------
+    "export PROMETHEUS_MULTIPROC_DIR=/run/awooop/metrics-worker": Step(
+        "host", succeeds, replace=(("/run/awooop", "{run_dir}"),)
+    ),
+    "export AWOOOP_METRICS_PORT=9101 AWOOOP_METRICS_ADDRESS=0.0.0.0": Step(
+        "host", succeeds, replace=(("9101", "{port_9101}"), ALL_INTERFACES)
+    ),
+    "celery -A awooop.tasks.app --quiet worker -Q runs,notifications --loglevel INFO -E": Step(
+        "host", serves_metrics_on="port_9101"
+    ),
+    **{
+        f"PROMETHEUS_MULTIPROC_DIR=/run/awooop/metrics-{name} AWOOOP_METRICS_PORT={port} "
+        f"AWOOOP_METRICS_ADDRESS=0.0.0.0 celery -A awooop.tasks.app --quiet {argv}": Step(
+            "host",
+            replace=(
+                ("/run/awooop", "{run_dir}"),
+                (str(port), f"{{port_{port}}}"),
+                ALL_INTERFACES,
+            ),
+            serves_metrics_on=f"port_{port}",
+        )
+        for name, port, argv in (
+            ("worker", 9101, "worker -Q runs,notifications --loglevel INFO -E"),
+            ("maintenance", 9102, "worker -Q maintenance --loglevel INFO -E"),
+            ("beat", 9103, "beat --loglevel INFO"),
+        )
+    },
+    # --- README / operations.md: the alert rules ------------------------------------------
+    "make promtool": Step("make", make_dry_run),
+    "promtool check config deploy/prometheus/prometheus.yml": Step("deploy", succeeds),
+    "promtool check rules deploy/prometheus/awooop-alerts.yml": Step("deploy", succeeds),
+    "promtool test rules deploy/prometheus/awooop-alerts.test.yml": Step("deploy", succeeds),
 }
 
 
@@ -539,6 +581,10 @@ class Session:
         if step.help_only:
             text = f"{text} --help"
         self.ctx["shell"] = self.shell
+        if step.serves_metrics_on:
+            self._serves_metrics(text, self.ctx[step.serves_metrics_on])
+            self.ran.add(command)
+            return Done(0, "", "")
 
         def attempt() -> Done | None:
             done = self.shell(text)
@@ -562,6 +608,40 @@ class Session:
         assert isinstance(done, Done)
         self.ran.add(command)
         return done
+
+    def _serves_metrics(self, text: str, port: int) -> None:
+        """Start ``text`` as a reader would (in the session's environment), wait until it
+        serves AwoooP's metrics on ``port``, then stop it (SIGTERM to its process group)."""
+        log = self.shell.scratch / f"process-{uuid.uuid4().hex}.log"
+        with open(log, "w") as out:
+            process = subprocess.Popen(
+                ["bash", "-c", text],
+                cwd=self.shell.cwd,
+                env=self.shell.env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        try:
+
+            def serving() -> bool:
+                assert process.poll() is None, f"{text!r} exited:\n{log.read_text()[-3000:]}"
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+                        return b"awooop_" in r.read()
+                except OSError:
+                    return False
+
+            wait_until(serving, 60, f"{text!r} to serve its metrics on :{port}")
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=10)
 
     def assert_ran_all(self) -> None:
         mine = {command for command, step in STEPS.items() if step.session == self.name}
@@ -667,7 +747,9 @@ def test_the_operations_approvals_and_workflows_docs_work_on_a_deployment(
         GITEA_TOKEN="doc-gitea-token",
         WEBHOOK_SECRET="doc-webhook-secret",
     )
-    exports = [c for c in STEPS if c.startswith("export ")]
+    exports = [
+        c for c, step in STEPS.items() if c.startswith("export ") and step.session == "deployment"
+    ]
 
     # The configuration operations.md shows is valid as written (its hosts do not exist here)
     literal = Shell(deployment, dict(reader), tmp_path)
@@ -818,4 +900,42 @@ def test_the_operations_approvals_and_workflows_docs_work_on_a_deployment(
         "awooop project routes ops telegram=chatops line=chatops",
     ):
         session(command)
+    session.assert_ran_all()
+
+
+@pytest.mark.timeout(300)
+def test_the_per_host_metrics_commands_start_processes_that_serve_them(settings, tmp_path):
+    # Given a host configured as the deployment docs say (over the test's database and
+    # broker), with free ports and a scratch directory standing in for the documented ones
+    from tests.support.processes import free_port
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    env = user_env(
+        AWOOOP_DATABASE_URL=settings.database_url,
+        AWOOOP_BROKER_URL=settings.broker_url,
+        AWOOOP_SECRET_KEY=settings.secret_key,
+        AWOOOP_BEAT_SCHEDULE_FILE=str(tmp_path / "celerybeat-schedule"),
+    )
+    session = Session("host", Shell(tmp_path, env, tmp_path))
+    session.ctx.update(run_dir=run_dir, port_9101=free_port(), port_9102=free_port())
+    session.ctx["port_9103"] = free_port()
+
+    # When each documented command is run, Then each process serves its own metrics
+    for command, step in STEPS.items():
+        if step.session == "host":
+            session(command)
+    session.assert_ran_all()
+
+
+def test_the_documented_promtool_checks_pass():
+    if shutil.which("promtool") is None:
+        message = "promtool is not installed: run `make promtool` (as root on Debian)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    session = Session("deploy", Shell(ROOT, user_env(), ROOT / ".awooop"))
+    for command, step in STEPS.items():
+        if step.session == "deploy":
+            session(command)
     session.assert_ran_all()
