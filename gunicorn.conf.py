@@ -1,18 +1,6 @@
-"""gunicorn settings for the `web` process (the benchmark's baseline app uses them too)."""
+"""gunicorn reads ``./gunicorn.conf.py`` by default; the settings ship in the package as
+``awooop.web.gunicorn_conf`` (``gunicorn -c python:awooop.web.gunicorn_conf ...``), so an
+installed wheel has them too. This file keeps ``gunicorn -c gunicorn.conf.py`` working in a
+checkout (the tests and the benchmark use it)."""
 
-from awooop.config import Settings
-
-_settings = Settings.from_env(required=())
-
-bind = f"127.0.0.1:{_settings.port}"
-workers = _settings.web_workers
-worker_class = "gthread"
-threads = _settings.web_threads
-backlog = 2048
-keepalive = 5
-graceful_timeout = 10
-# Paths only — no query strings, no headers: a token must never reach a log line.
-accesslog = "-" if _settings.access_log else None
-access_log_format = '%(h)s "%(m)s %(U)s" %(s)s %(B)s %(M)sms'
-# ... and approval tokens cut out of those paths.
-logger_class = "awooop.web.access_log.RedactingLogger"
+from awooop.web.gunicorn_conf import *  # noqa: F403

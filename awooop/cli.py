@@ -23,6 +23,7 @@ from awooop.models.project import API_TOKEN_ROLES, CHANNEL_TYPES, PROJECT_ID_PAT
 from awooop.workflows import registry
 
 PROJECT_ID = re.compile(PROJECT_ID_PATTERN)
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 DEMO_PROJECT = "demo"
 PROJECT_CONFIG_KEYS = (
     "actions_url",
@@ -277,8 +278,11 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     from alembic.config import Config
 
     settings = _settings("database_url")
-    config = Config(str(Path(__file__).resolve().parent.parent / "alembic.ini"))
-    config.set_main_option("sqlalchemy.url", settings.database_url)
+    # The migrations ship inside the package, so an installed wheel migrates without the
+    # repository's alembic.ini (which points at the same directory).
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.attributes["url"] = settings.database_url
     if args.revision.startswith("-") or args.direction == "down":
         command.downgrade(config, args.revision)
     else:
