@@ -18,8 +18,9 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 help:
 	@echo "make run    set everything up and start web, workers, beat and flower"
 	@echo "make test   set everything up and run the whole test suite"
-	@echo "make stop   stop the embedded PostgreSQL and Redis"
+	@echo "make stop   stop this checkout's make run processes and its embedded PostgreSQL and Redis"
 	@echo "make lint   ruff + mypy"
+	@echo "make browser       install Debian's chromium for the console's browser test (apt, root)"
 	@echo "make bench  admission and end-to-end benchmarks (writes docs/benchmarks.md)"
 	@echo "make chaos  fault-injection scenarios on a stack of their own (writes docs/reliability.md)"
 
@@ -33,8 +34,8 @@ $(BIN)/awooop: pyproject.toml constraints.txt
 install: $(BIN)/awooop
 
 # The ops console's browser test drives Debian's chromium through Playwright (no browser
-# download). Installed here when missing and apt can be used (root); otherwise the test skips
-# locally (and fails under CI=true) and this says how to install it.
+# download). Only this target installs it (when missing and apt can be used, as root; CI asks
+# for it); make test never does. Without it the test skips locally and fails under CI=true.
 CHROMIUM := /usr/bin/chromium
 browser:
 	@if [ -x $(CHROMIUM) ]; then :; \
@@ -57,16 +58,17 @@ migrate: services
 run: migrate
 	$(WITH_ENV) $(BIN)/awooop dev demo
 	$(WITH_ENV) $(BIN)/awooop metrics reset
-	$(WITH_ENV) $(BIN)/honcho start -f Procfile
+	$(WITH_ENV) $(BIN)/awooop dev run Procfile
 
+# Only what this checkout started: the honcho recorded by `awooop dev run` (which stops the
+# Procfile's processes), then the embedded PostgreSQL and Redis.
 stop:
-	-@pkill -f 'honcho start -f Procfile' 2>/dev/null || true
 	@if [ -x $(BIN)/awooop ]; then $(BIN)/awooop dev down; fi
 
-test: services browser
+test: services
 	$(WITH_ENV) $(BIN)/pytest
 
-test-integration: services browser
+test-integration: services
 	$(WITH_ENV) $(BIN)/pytest tests/integration tests/e2e tests/migrations
 
 lint: install

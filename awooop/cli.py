@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
+import shutil
 import sys
 import uuid
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from sqlalchemy import Engine
 
@@ -308,15 +311,37 @@ def cmd_metrics_reset(args: argparse.Namespace) -> int:
     return 0
 
 
+def _without_password(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@")))
+
+
 def cmd_dev_up(args: argparse.Namespace) -> int:
     from awooop import devstack
 
     values = devstack.up(args.state_dir)
     for key in ("AWOOOP_DATABASE_URL", "AWOOOP_BROKER_URL"):
         embedded = values.get(key.replace("AWOOOP_", "AWOOOP_EMBEDDED_")) == values[key]
-        print(f"{key}={values[key]}  ({'embedded' if embedded else 'configured'})")
-    print(f"environment written to {args.state_dir / 'env'}")
+        url = _without_password(values[key])
+        print(f"{key}={url}  ({'embedded' if embedded else 'configured'})")
+    print(f"environment written to {args.state_dir / 'env'} (passwords included)")
     return 0
+
+
+def cmd_dev_run(args: argparse.Namespace) -> int:
+    """Become honcho running the Procfile, recorded so that `awooop dev down` stops it."""
+    from awooop import devstack
+
+    honcho = shutil.which("honcho") or shutil.which("honcho", path=str(Path(sys.executable).parent))
+    if honcho is None:
+        raise UsageError("honcho is not installed (pip install -e '.[dev]', or make install)")
+    if not Path(args.procfile).is_file():
+        raise UsageError(f"no Procfile at {args.procfile}")
+    devstack.record_runner(devstack.Paths(args.state_dir))
+    sys.stdout.flush()
+    os.execv(honcho, [honcho, "start", "-f", args.procfile])  # noqa: S606 - fixed argv
 
 
 def cmd_dev_down(args: argparse.Namespace) -> int:
@@ -527,7 +552,19 @@ def build_parser() -> argparse.ArgumentParser:
     dev_sub.add_parser(
         "up", help="start embedded PostgreSQL/Redis unless AWOOOP_*_URL is set; write env file"
     ).set_defaults(func=cmd_dev_up)
-    dev_sub.add_parser("down", help="stop the embedded services").set_defaults(func=cmd_dev_down)
+    run = dev_sub.add_parser(
+        "run",
+        help="run the Procfile's processes under honcho (make run); dev down stops them",
+        description="Records this process (pid and start time) in honcho.pid in the state "
+        "directory, then becomes `honcho start -f PROCFILE`. `awooop dev down` stops exactly "
+        "that honcho (which stops its processes), whatever else runs on the machine.",
+    )
+    run.add_argument("procfile", nargs="?", default="Procfile")
+    run.set_defaults(func=cmd_dev_run)
+    dev_sub.add_parser(
+        "down",
+        help="stop what `dev run` and `dev up` started here: the processes, PostgreSQL, Redis",
+    ).set_defaults(func=cmd_dev_down)
     dev_sub.add_parser(
         "key", help="print a new AWOOOP_SECRET_KEY (a Fernet key) for a deployment"
     ).set_defaults(func=cmd_dev_key)
