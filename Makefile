@@ -13,7 +13,7 @@ STATE := .awooop
 WITH_ENV := set -a && . $(STATE)/env && set +a &&
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install browser services migrate run stop test test-integration test-e2e lint bench chaos clean
+.PHONY: help install browser services migrate run stop test test-integration test-e2e test-wheel lint bench chaos clean
 
 help:
 	@echo "make run    set everything up and start web, workers, beat and flower"
@@ -21,6 +21,7 @@ help:
 	@echo "make stop   stop this checkout's make run processes and its embedded PostgreSQL and Redis"
 	@echo "make lint   ruff + mypy"
 	@echo "make browser       install Debian's chromium for the console's browser test (apt, root)"
+	@echo "make test-wheel    build the wheel, install it with no extras and run one event through it"
 	@echo "make bench  admission and end-to-end benchmarks (writes docs/benchmarks.md)"
 	@echo "make chaos  fault-injection scenarios on a stack of their own (writes docs/reliability.md)"
 
@@ -71,9 +72,13 @@ test: services
 test-integration: services
 	$(WITH_ENV) $(BIN)/pytest tests/integration tests/e2e tests/migrations
 
+# The package as a user installs it: see .ci/wheel-tier (its own venv, database and Redis DB).
+test-wheel:
+	.ci/wheel-tier
+
 lint: install
-	$(BIN)/ruff check awooop tests bench celeryconfig.py gunicorn.conf.py
-	$(BIN)/ruff format --check awooop tests bench celeryconfig.py gunicorn.conf.py
+	$(BIN)/ruff check awooop tests bench celeryconfig.py gunicorn.conf.py .ci/wheel_tier.py
+	$(BIN)/ruff format --check awooop tests bench celeryconfig.py gunicorn.conf.py .ci/wheel_tier.py
 	$(BIN)/mypy
 
 bench: migrate
