@@ -321,7 +321,10 @@ def _without_password(url: str) -> str:
 def cmd_dev_up(args: argparse.Namespace) -> int:
     from awooop import devstack
 
-    values = devstack.up(args.state_dir)
+    try:
+        values = devstack.up(args.state_dir)
+    except devstack.NotInstalled as exc:
+        raise UsageError(str(exc)) from None
     for key in ("AWOOOP_DATABASE_URL", "AWOOOP_BROKER_URL"):
         embedded = values.get(key.replace("AWOOOP_", "AWOOOP_EMBEDDED_")) == values[key]
         url = _without_password(values[key])

