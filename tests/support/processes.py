@@ -87,7 +87,7 @@ class Stack:
         self.processes.append(process)
         return process
 
-    def worker(self, name: str = "worker", queues: str = "runs") -> Process:
+    def worker(self, name: str = "worker", queues: str = "runs", loglevel: str = "INFO") -> Process:
         process = self._start(
             name,
             [
@@ -102,7 +102,7 @@ class Stack:
                 "--concurrency",
                 "1",
                 "--loglevel",
-                "INFO",
+                loglevel,
                 "--without-mingle",
                 "--without-gossip",
             ],
