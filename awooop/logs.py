@@ -139,3 +139,39 @@ def gunicorn_logconfig(access_log: bool) -> dict[str, object]:
             },
         },
     }
+
+
+# Celery's own lines about each sweep pass: beat sending it, the maintenance worker receiving
+# it and its result. Passes run every few seconds, so at INFO these lines would bury the web's,
+# the runs' and the errors; a pass that changed something logs its own awooop line
+# (``timers_fired``, ``orphans_resent``, ``run_reaped``, ...), and a failed pass keeps its level.
+SWEEP_TASK_PREFIX = "awooop.sweeps."
+_CELERY_TASK_LOGGERS = ("celery.beat", "celery.worker.strategy", "celery.app.trace")
+
+
+def _names_a_sweep(record: logging.LogRecord) -> bool:
+    data = getattr(record, "data", None)  # celery.app.trace and the worker's strategy
+    if isinstance(data, Mapping):
+        return str(data.get("name", "")).startswith(SWEEP_TASK_PREFIX)
+    args = record.args if isinstance(record.args, tuple) else ()  # celery.beat
+    return any(isinstance(a, str) and a.startswith(SWEEP_TASK_PREFIX) for a in args)
+
+
+class SweepPassesAtDebug(logging.Filter):
+    """Logs Celery's INFO lines about ``awooop.sweeps.*`` tasks at DEBUG instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.INFO or not _names_a_sweep(record):
+            return True
+        if not logging.getLogger(record.name).isEnabledFor(logging.DEBUG):
+            return False
+        record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
+        return True
+
+
+def quiet_sweep_passes() -> None:
+    """Install :class:`SweepPassesAtDebug` on Celery's task loggers (idempotent)."""
+    for name in _CELERY_TASK_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, SweepPassesAtDebug) for f in logger.filters):
+            logger.addFilter(SweepPassesAtDebug())

@@ -408,10 +408,9 @@ def machine_info(db_url: str, broker_url: str) -> dict[str, str]:
             "status",
             "--porcelain",
             "--",
-            "awooop",
+            "awooop",  # awooop/migrations and awooop/web/gunicorn_conf.py included
             "celeryconfig.py",
             "gunicorn.conf.py",
-            "migrations",
         ],
         capture_output=True,
         text=True,

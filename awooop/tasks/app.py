@@ -1,4 +1,11 @@
-"""The Celery application (``celery -A awooop.tasks.app ...``)."""
+"""The Celery application (``celery -A awooop.tasks.app ...``).
+
+Importing this module reads no setting. Celery reads ``celeryconfig`` the first time it needs
+its configuration (``config_from_object`` is lazy), which needs only ``AWOOOP_BROKER_URL``:
+``celery -A awooop.tasks.app inspect ping`` asks for nothing else. A worker or beat checks the
+whole configuration when it starts (:class:`Loader`), before it connects anywhere, and exits
+with the message naming the variable.
+"""
 
 from __future__ import annotations
 
@@ -6,32 +13,43 @@ import logging
 import signal
 
 from celery import Celery
+from celery.loaders.app import AppLoader
 from celery.signals import beat_init, celeryd_init, worker_process_init, worker_ready
 
 from awooop import config, db, logs
 from awooop.tasks import observability
 
+
+class Loader(AppLoader):
+    """Celery's loader, plus what a worker or beat does when it starts (``on_worker_init``)."""
+
+    def on_worker_init(self) -> None:
+        # Invalid settings, a workflow module that does not exist, or a workflow whose lease is
+        # shorter than three renewals: the process stops here, before it connects anywhere,
+        # with one line naming the variable (exit status 2).
+        settings = config.settings_or_exit()
+        logs.configure(settings.log_level)
+        logs.quiet_sweep_passes()
+
+
 app = Celery(
-    "awooop", include=["awooop.tasks.runs", "awooop.tasks.sweeps", "awooop.tasks.notifications"]
+    "awooop",
+    loader=Loader,
+    include=["awooop.tasks.runs", "awooop.tasks.sweeps", "awooop.tasks.notifications"],
 )
 app.config_from_object("celeryconfig")
 # Metrics endpoint, sweep and beat counters, JSON logs (awooop.tasks.observability).
 observability.install(app)
 
-# Invalid settings, a workflow module that does not exist, or a workflow whose lease is shorter
-# than three renewals: the process stops here with one line naming the variable.
-_settings = config.settings_or_exit()
-logs.configure(_settings.log_level)
-
 
 @celeryd_init.connect
 def _log_worker_settings(**_: object) -> None:
-    config.log_settings(_settings, "worker")
+    config.log_settings(config.get_settings(), "worker")
 
 
 @beat_init.connect
 def _log_beat_settings(**_: object) -> None:
-    config.log_settings(_settings, "beat")
+    config.log_settings(config.get_settings(), "beat")
 
 
 @worker_process_init.connect

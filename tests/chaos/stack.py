@@ -361,7 +361,15 @@ class ChaosStack:
                 env["AWOOOP_BEAT_SCHEDULE_FILE"] = str(
                     self.log_dir / f"celerybeat-schedule{suffix}"
                 )
-                argv = [str(BIN / "celery"), "-A", "awooop.tasks.app", "beat", "--loglevel", "INFO"]
+                # DEBUG: where beat logs each sweep it sends (scenario 6 counts them).
+                argv = [
+                    str(BIN / "celery"),
+                    "-A",
+                    "awooop.tasks.app",
+                    "beat",
+                    "--loglevel",
+                    "DEBUG",
+                ]
                 self.beats.append(self._start(f"beat{suffix}", argv, env))
         if web:
             port = free_port()

@@ -1,9 +1,10 @@
 """The ops console in a real browser: headless Debian chromium driven by Playwright, against
 real gunicorn, Celery worker, maintenance worker and beat processes.
 
-Chromium comes from Debian (``make browser`` installs it; ``make test`` runs that first) and
-Playwright drives it through ``executable_path``, so no browser is downloaded. Without either,
-the test skips locally and fails under ``CI=true``. With ``AWOOOP_SCREENSHOTS=1`` it saves the
+Chromium comes from Debian (``make browser`` installs it; ``make test`` never installs
+anything, CI asks for it) and Playwright drives it through ``executable_path``, so no browser is
+downloaded. Without either, the test skips locally, saying how to get it, and fails under
+``CI=true``. With ``AWOOOP_SCREENSHOTS=1`` it saves the
 pages it visits to ``docs/screenshots/``.
 """
 
@@ -36,7 +37,11 @@ def _require_browser() -> None:
     except ImportError:
         problems.append("the playwright package is not installed (make install)")
     if not CHROMIUM.exists():
-        problems.append(f"no chromium at {CHROMIUM} (make browser: apt-get install chromium)")
+        problems.append(
+            f"no chromium at {CHROMIUM}: install Debian's with `make browser` (apt-get install "
+            "chromium, as root) or `sudo apt-get install chromium`, or set AWOOOP_CHROMIUM to "
+            "a chromium binary"
+        )
     if problems:
         message = "the console's browser test cannot run: " + "; ".join(problems)
         if IN_CI:

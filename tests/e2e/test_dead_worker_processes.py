@@ -167,7 +167,8 @@ def test_a_live_worker_whose_step_outlives_several_lease_ttls_is_never_taken_ove
     )
     stack.worker("worker-a")
     stack.worker("worker-b")
-    maintenance = stack.worker("maintenance", queues="maintenance")
+    # (at DEBUG, where Celery's line about each sweep pass is logged)
+    maintenance = stack.worker("maintenance", queues="maintenance", loglevel="DEBUG")
     stack.beat()
 
     # When its step runs for four lease TTLs (and four dead-after thresholds)

@@ -93,6 +93,7 @@ class Stack:
         queues: str = "runs",
         env: dict[str, str] | None = None,
         ready: bool = True,
+        loglevel: str = "INFO",
     ) -> Process:
         """A Celery worker (``env`` added to the stack's environment); waits until it is
         ready unless ``ready`` is False."""
@@ -111,7 +112,7 @@ class Stack:
                 "--concurrency",
                 "1",
                 "--loglevel",
-                "INFO",
+                loglevel,
                 "--without-mingle",
                 "--without-gossip",
             ],

@@ -242,3 +242,15 @@ def test_metrics_reset_finds_the_directory_in_the_env_file(capsys, bare_env):
     assert code == 0 and [f.name for f in metrics.iterdir()] == ["awooop.lock"]
     assert f"removed 1 metric file(s) from {metrics}" in out
     assert f"awooop: using {path}" in err
+
+
+def test_dev_up_prints_the_service_urls_without_their_passwords(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("AWOOOP_DATABASE_URL", "postgresql+psycopg2://u:db-secret@127.0.0.1:1/d")
+    monkeypatch.setenv("AWOOOP_BROKER_URL", "redis://:broker-secret@127.0.0.1:1/0")
+
+    assert cli.main(["dev", "--state-dir", str(tmp_path), "up"]) == 0
+
+    out = capsys.readouterr().out
+    assert "AWOOOP_DATABASE_URL=postgresql+psycopg2://u:***@127.0.0.1:1/d  (configured)" in out
+    assert "AWOOOP_BROKER_URL=redis://:***@127.0.0.1:1/0  (configured)" in out
+    assert "secret" not in out

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections.abc import Iterator
 
 import psycopg2
 import pytest
-from sqlalchemy import create_engine, exc
+from sqlalchemy import Engine, create_engine, exc
 
 from awooop.config import Settings
 from awooop.engine import fenced
@@ -29,21 +30,30 @@ def _failing(calls: list[int]):
     return statement
 
 
-def test_a_transient_error_is_retried_then_given_up():
+@pytest.fixture
+def engine() -> Iterator[Engine]:
+    """A stand-in engine (the statements fail before using it), closed after the test: an
+    unclosed sqlite3 connection is a ResourceWarning, an error, on Python 3.13."""
+    engine = create_engine("sqlite://")
+    yield engine
+    engine.dispose()
+
+
+def test_a_transient_error_is_retried_then_given_up(engine):
     calls: list[int] = []
     with pytest.raises(fenced.GaveUp):
-        fenced.write(create_engine("sqlite://"), SETTINGS, _failing(calls), "record")
+        fenced.write(engine, SETTINGS, _failing(calls), "record")
     assert len(calls) == 4  # the first try and three retries
 
 
-def test_a_write_whose_lease_is_lost_is_not_retried():
+def test_a_write_whose_lease_is_lost_is_not_retried(engine):
     calls: list[int] = []
     with pytest.raises(fenced.GaveUp):
-        fenced.write(create_engine("sqlite://"), SETTINGS, _failing(calls), "record", lambda: True)
+        fenced.write(engine, SETTINGS, _failing(calls), "record", lambda: True)
     assert len(calls) == 1
 
 
-def test_a_write_that_is_wrong_is_not_retried():
+def test_a_write_that_is_wrong_is_not_retried(engine):
     calls: list[int] = []
 
     def statement(conn):
@@ -51,7 +61,7 @@ def test_a_write_that_is_wrong_is_not_retried():
         raise exc.ProgrammingError("UPDATE …", {}, psycopg2.ProgrammingError("syntax error"))
 
     with pytest.raises(exc.ProgrammingError):
-        fenced.write(create_engine("sqlite://"), SETTINGS, statement, "record")
+        fenced.write(engine, SETTINGS, statement, "record")
     assert calls == [1]
 
 

@@ -66,3 +66,62 @@ def test_a_binding_in_one_thread_is_not_seen_by_another(lines):
 
     (line,) = lines()
     assert "run_id" not in line
+
+
+# Celery's own lines about sweep passes (every few seconds) are DEBUG; a run's lines and any
+# failure keep their level. The records are made by Celery's own logging calls.
+
+
+@pytest.fixture
+def celery_lines() -> Iterator[Callable[[int], list[tuple[str, str]]]]:
+    """(level, message) of what Celery's task loggers emit, given the loggers' level."""
+    from celery.app import trace
+
+    logs.quiet_sweep_passes()
+    names = ("celery.app.trace", "celery.beat")
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    saved = {name: logging.getLogger(name).level for name in names}
+
+    def emit(level: int) -> list[tuple[str, str]]:
+        for name in names:
+            logging.getLogger(name).setLevel(level)
+            logging.getLogger(name).addHandler(handler)
+        stream.seek(0)
+        stream.truncate()
+        context = {"id": "t-1", "runtime": 0.01, "return_value": 0}
+        trace.info(trace.LOG_SUCCESS, {**context, "name": "awooop.sweeps.fire_due_timers"})
+        trace.info(trace.LOG_SUCCESS, {**context, "name": "awooop.runs.execute"})
+        trace.logger.error(
+            trace.LOG_FAILURE,
+            {"id": "t-2", "name": "awooop.sweeps.reap", "description": "raised", "exc": "boom"},
+        )
+        beat = logging.getLogger("celery.beat")
+        beat.info("Scheduler: Sending due task %s (%s)", "fire-due-timers", "awooop.sweeps.x")
+        beat.info("beat: Starting...")
+        for name in names:
+            logging.getLogger(name).removeHandler(handler)
+        return [tuple(line.split(" ", 1)) for line in stream.getvalue().splitlines() if line]
+
+    yield emit
+    for name, level in saved.items():
+        logging.getLogger(name).setLevel(level)
+
+
+def test_celerys_lines_about_sweep_passes_are_left_out_at_info(celery_lines):
+    assert celery_lines(logging.INFO) == [
+        ("INFO", "Task awooop.runs.execute[t-1] succeeded in 0.01s: 0"),
+        ("ERROR", "Task awooop.sweeps.reap[t-2] raised: boom"),
+        ("INFO", "beat: Starting..."),
+    ]
+
+
+def test_celerys_lines_about_sweep_passes_are_shown_at_debug(celery_lines):
+    assert celery_lines(logging.DEBUG) == [
+        ("DEBUG", "Task awooop.sweeps.fire_due_timers[t-1] succeeded in 0.01s: 0"),
+        ("INFO", "Task awooop.runs.execute[t-1] succeeded in 0.01s: 0"),
+        ("ERROR", "Task awooop.sweeps.reap[t-2] raised: boom"),
+        ("DEBUG", "Scheduler: Sending due task fire-due-timers (awooop.sweeps.x)"),
+        ("INFO", "beat: Starting..."),
+    ]

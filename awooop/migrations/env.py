@@ -1,7 +1,8 @@
 """Alembic environment: targets awooop.models.metadata.
 
 The URL is, in order: a connection handed in by the caller (``config.attributes
-["connection"]``, used by tests), ``-x url=...``, or ``AWOOOP_DATABASE_URL``.
+["connection"]``, used by tests), a URL handed in by the caller (``config.attributes["url"]``,
+used by ``awooop migrate``), ``-x url=...``, or ``AWOOOP_DATABASE_URL``.
 """
 
 from alembic import context
@@ -13,6 +14,8 @@ config = context.config
 
 
 def _url() -> str:
+    if config.attributes.get("url"):
+        return str(config.attributes["url"])
     url = context.get_x_argument(as_dictionary=True).get("url")
     if url:
         return url

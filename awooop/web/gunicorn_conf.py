@@ -1,0 +1,30 @@
+"""gunicorn settings for the `web` process: ``gunicorn -c python:awooop.web.gunicorn_conf
+'awooop.web.app:create_app()'`` (the benchmark's baseline app uses them too).
+
+Command-line options win over these, e.g. ``-b 0.0.0.0:8000`` to listen beyond loopback.
+(Module-level names here are gunicorn settings: "config" is one, hence no ``import config``.)
+"""
+
+from awooop import logs
+from awooop.config import settings_or_exit
+from awooop.web.gunicorn_hooks import child_exit, on_starting  # noqa: F401 - gunicorn hooks
+
+# Read and checked here, in gunicorn's master, before any worker starts: invalid settings stop
+# the web process with one line naming the variable (exit status 2).
+_settings = settings_or_exit()
+
+bind = f"127.0.0.1:{_settings.port}"
+workers = _settings.web_workers
+worker_class = "gthread"
+threads = _settings.web_threads
+backlog = 2048
+keepalive = 5
+graceful_timeout = 10
+# gunicorn's own lines as JSON: its error log on stderr, its access log on stdout.
+logconfig_dict = logs.gunicorn_logconfig(access_log=_settings.access_log)
+# Paths only — no query strings, no headers: a token must never reach a log line.
+accesslog = "-" if _settings.access_log else None
+# The line's message; its fields carry method, path, status, size and time apart.
+access_log_format = "%(m)s %(U)s %(s)s %(M)sms"
+# ... and approval tokens cut out of those paths.
+logger_class = "awooop.web.access_log.RedactingLogger"
