@@ -96,8 +96,8 @@ test-wheel:
 	.ci/wheel-tier
 
 lint: install
-	$(BIN)/ruff check awooop tests bench celeryconfig.py gunicorn.conf.py .ci/wheel_tier.py
-	$(BIN)/ruff format --check awooop tests bench celeryconfig.py gunicorn.conf.py .ci/wheel_tier.py
+	$(BIN)/ruff check awooop tests bench migrations celeryconfig.py gunicorn.conf.py .ci/wheel_tier.py
+	$(BIN)/ruff format --check awooop tests bench migrations celeryconfig.py gunicorn.conf.py .ci/wheel_tier.py
 	$(BIN)/mypy
 
 bench: migrate

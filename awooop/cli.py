@@ -30,7 +30,14 @@ from awooop.models.project import API_TOKEN_ROLES, CHANNEL_TYPES, PROJECT_ID_PAT
 from awooop.workflows import registry
 
 PROJECT_ID = re.compile(PROJECT_ID_PATTERN)
-MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+# The Alembic scripts: in an installed wheel the package awooop.migrations, in a checkout
+# (where an editable install maps that package to it) the top-level migrations/ directory.
+_PACKAGED_MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+MIGRATIONS = (
+    _PACKAGED_MIGRATIONS
+    if _PACKAGED_MIGRATIONS.is_dir()
+    else Path(__file__).resolve().parent.parent / "migrations"
+)
 DEMO_PROJECT = "demo"
 PROJECT_CONFIG_KEYS = (
     "actions_url",

@@ -408,7 +408,8 @@ def machine_info(db_url: str, broker_url: str) -> dict[str, str]:
             "status",
             "--porcelain",
             "--",
-            "awooop",  # awooop/migrations and awooop/web/gunicorn_conf.py included
+            "awooop",  # awooop/web/gunicorn_conf.py included
+            "migrations",
             "celeryconfig.py",
             "gunicorn.conf.py",
         ],

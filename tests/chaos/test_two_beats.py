@@ -139,9 +139,7 @@ def test_two_beats_fire_each_timer_once_and_wake_each_run_once(chaos_stack, figu
             "timers_expected": len(expected_timers),
             "timers_by_kind": dict(collections.Counter(r["kind"] for r in timer_rows)),
             # Resolver polls are retry timers too: told apart by their ids.
-            "timers_resolver_polls": sum(
-                ":unsure:retry:" in r["timer_id"] for r in timer_rows
-            ),
+            "timers_resolver_polls": sum(":unsure:retry:" in r["timer_id"] for r in timer_rows),
             "timers_by_state": dict(sorted(states.items())),
             "timers_fired_more_than_once": len(fired_more_than_once),
             "timers_never_fired": len(never_fired),
