@@ -11,9 +11,16 @@ each worker process takes one message at a time.
 
 from kombu import Queue
 
-from awooop.config import Settings
+import sys
 
-_settings = Settings.from_env(required=("broker_url",))
+from awooop.config import ConfigError, Settings
+
+try:
+    _settings = Settings.from_env(required=("broker_url",))
+except ConfigError as exc:
+    # Only a celery command reads this module: one line naming the variable, no traceback.
+    print(f"awooop: configuration error: {exc}", file=sys.stderr, flush=True)
+    raise SystemExit(2) from None
 
 broker_url = _settings.broker_url
 broker_connection_retry_on_startup = True

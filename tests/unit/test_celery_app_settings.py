@@ -66,8 +66,11 @@ def test_a_command_that_needs_the_broker_names_its_missing_url():
 def test_worker_and_beat_refuse_to_start_without_the_database_url(program):
     result = celery(program, AWOOOP_BROKER_URL=UNREACHABLE_BROKER)
 
-    assert result.returncode == 1
-    assert "awooop: error: AWOOOP_DATABASE_URL is not set" in result.stderr
+    assert (
+        result.returncode == 2
+    )  # one line naming the variable, as every process (awooop.config.settings_or_exit)
+    assert "awooop: configuration error: AWOOOP_DATABASE_URL and" in result.stderr
+    assert "are not set" in result.stderr
     assert "Traceback" not in result.stderr
 
 
@@ -86,12 +89,15 @@ def test_a_worker_refuses_a_workflow_lease_shorter_than_three_renewals(tmp_path)
         "worker",
         AWOOOP_BROKER_URL=UNREACHABLE_BROKER,
         AWOOOP_DATABASE_URL="postgresql+psycopg2://nobody@127.0.0.1:1/none",
-        AWOOOP_SECRET_KEY="not-used-before-the-check",
+        AWOOOP_SECRET_KEY="wfrdj3IrHwxgqVj8Zlq1sS0WhKjVZwXG4m3t8RgvJqM=",
         AWOOOP_HEARTBEAT_INTERVAL_SECONDS="30",
         AWOOOP_WORKFLOW_MODULES="short_lease",
         PYTHONPATH=str(tmp_path),
     )
 
-    assert result.returncode == 1
-    assert "awooop: error: workflow short-lease v1: lease_ttl_seconds=60" in result.stderr
+    assert result.returncode == 2
+    assert (
+        "awooop: configuration error: workflow short-lease v1: lease_ttl_seconds=60"
+        in result.stderr
+    )
     assert "Traceback" not in result.stderr
