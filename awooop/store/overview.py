@@ -10,13 +10,14 @@ Each statement is bounded, whatever the number of runs a project has kept:
 - the outbox backlog counts unsent messages up to a cap by their partial index
   (``ix_awooop_outbox_project_unsent``).
 
-Times are the database's: the window ends at ``now()``.
+Times are the database's: the window ends at ``now()``. Times come back in UTC, whatever
+the session's time zone (the console shows and filters in UTC).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Connection, text
@@ -110,7 +111,7 @@ class Finished:
 
 @dataclass(frozen=True)
 class FinishedWindow:
-    start: datetime  # the first minute's start
+    start: datetime  # the first minute's start (UTC, as every time here)
     now: datetime
     minutes: int
     rows: list[Finished]
@@ -141,11 +142,12 @@ def finished(conn: Connection, project_id: str, minutes: int) -> FinishedWindow:
     minute, status and failure code."""
     result = conn.execute(_FINISHED, {"project_id": project_id, "minutes": minutes}).all()
     rows = [
-        Finished(r.minute, r.status, r.failure_code, int(r.n))
+        Finished(r.minute.astimezone(UTC), r.status, r.failure_code, int(r.n))
         for r in result
         if r.minute is not None
     ]
-    return FinishedWindow(start=result[0].start, now=result[0].now, minutes=minutes, rows=rows)
+    start, now = result[0].start.astimezone(UTC), result[0].now.astimezone(UTC)
+    return FinishedWindow(start=start, now=now, minutes=minutes, rows=rows)
 
 
 def interventions(conn: Connection, project_id: str, cap: int) -> Interventions:

@@ -130,6 +130,11 @@ def test_the_first_page_after_sign_in_is_the_overview(client, project):
     assert page.status_code == 200
     assert "<h1>Overview</h1>" in text(page)
     assert 'aria-current="page">Overview</a>' in text(page)
+    # the CSP stays script-free and style-free: the chart needs neither
+    policy = page.headers["Content-Security-Policy"]
+    assert "default-src 'none'" in policy and "style-src 'self'" in policy
+    assert "<script" not in text(page) and "style=" not in text(page)
+    assert "<style" not in text(page) and not re.search(r"\son[a-z]+=", text(page))
 
 
 def test_runs_by_status_show_the_projects_runs_now_and_finished_in_the_window(
@@ -199,6 +204,27 @@ def test_the_chart_has_one_bar_per_minute_with_runs_stacked_by_outcome_and_failu
     assert listed(client, shown[five][1][0]["href"]) == run_ids(seeded["done_5"])
     assert listed(client, shown[five][1][1]["href"]) == run_ids(seeded["fail_5"])
     assert listed(client, shown[thirty][1][1]["href"]) == run_ids(seeded["fail_30"])
+
+
+def test_the_chart_and_its_links_are_in_utc_whatever_the_sessions_time_zone(
+    client, engine, project, database_url
+):
+    from sqlalchemy.engine import make_url
+
+    # A database whose sessions run at UTC+05:45, where minutes fall on other hours
+    name = make_url(database_url).database
+    with engine.connect() as conn:
+        conn.execute(sql(f"ALTER DATABASE \"{name}\" SET timezone = 'Asia/Kathmandu'"))
+    engine.dispose()
+    done = seed.runs(engine, project["project_id"], "COMPLETED", 2, finished_ago=7)
+    login(client, project["project_id"], project["api_token"])
+
+    page = text(client.get("/console/"))
+
+    ((total, segments),) = bars(page).values()
+    assert list(bars(page)) == [minute_of(done[0][1])] and total == 2
+    assert listed(client, segments[0]["href"]) == run_ids(done)
+    assert "UTC+" not in page and "+05:45" not in page
 
 
 def test_failure_codes_in_the_legend_link_to_their_runs(client, project, seeded):
