@@ -60,7 +60,6 @@ class Bar:
     width: float
     total: int
     segments: list[Segment]
-    title: str
 
 
 @dataclass(frozen=True)
@@ -167,11 +166,9 @@ def chart(window: store.FinishedWindow, runs_url: RunsUrl) -> Chart:
             segments.append(
                 Segment(s.css, n, round(y, 2), round(height, 2), runs_url(**query), s.label)
             )
-        parts = ", ".join(f"{seg.count} {seg.label.lower()}" for seg in segments)
-        title = f"{minute:%H:%M} UTC: {parts}"
         total = sum(seg.count for seg in segments)
         bars_x = round(c.left + i * slot + 0.5, 2)
-        c.bars.append(Bar(minute, bars_x, round(max(slot - 1, 1), 2), total, segments, title))
+        c.bars.append(Bar(minute, bars_x, round(max(slot - 1, 1), 2), total, segments))
     ticks = (0, y_max // 2, y_max) if y_max % 2 == 0 else (0, y_max)
     c.y_ticks = [(round(c.bottom - v * scale, 2), v) for v in ticks]
     step = next((s for s in _STEPS if window.minutes / s <= 8), _STEPS[-1])
