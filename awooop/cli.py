@@ -27,6 +27,7 @@ from awooop import config, db, secrets
 from awooop.config import STATE_DIR, ConfigError, Settings
 from awooop.domain import limits as project_limits
 from awooop.models.project import API_TOKEN_ROLES, CHANNEL_TYPES, PROJECT_ID_PATTERN
+from awooop.outbound import signing
 from awooop.workflows import registry
 
 PROJECT_ID = re.compile(PROJECT_ID_PATTERN)
@@ -54,7 +55,10 @@ OUTBOUND_CREDENTIALS = {
     "telegram": ("telegram:bot", "the bot token from @BotFather (123456:ABC...)"),
     "line": ("line:access", "the channel access token"),
     "gitea": ("gitea:token", "an API token of the bot user"),
-    "webhook": ("webhook:signing", "the secret receivers check X-AwoooP-Signature with"),
+    "webhook": (
+        "webhook:signing",
+        "the Standard Webhooks signing secret (whsec_<base64>; --generate makes one)",
+    ),
 }
 
 
@@ -214,9 +218,13 @@ def cmd_project_outbound(args: argparse.Namespace) -> int:
 
     _check_project_id(args.project_id)
     credential_type, _ = OUTBOUND_CREDENTIALS[args.channel]
-    secret = sys.stdin.readline().strip()
+    if args.generate and args.channel != "webhook":
+        raise UsageError("--generate makes webhook signing secrets only")
+    secret = signing.new_secret() if args.generate else sys.stdin.readline().strip()
     if not secret:
         raise UsageError("give the credential on standard input (never as an argument)")
+    if args.channel == "webhook":
+        _check_webhook_secret(secret)
     settings = _settings("database_url", "secret_key")
     with db.transaction(_engine(settings)) as conn:
         if not projects.project_exists(conn, args.project_id):
@@ -227,8 +235,23 @@ def cmd_project_outbound(args: argparse.Namespace) -> int:
             credential_type,
             secret_encrypted=secrets.SecretBox(settings.secret_key).encrypt(secret),
         )
-    print(json.dumps({"project_id": args.project_id, "stored": credential_type}))
+    stored: dict[str, str] = {"project_id": args.project_id, "stored": credential_type}
+    if args.generate:
+        stored["secret"] = secret  # shown once: give it to the receiver
+    print(json.dumps(stored))
     return 0
+
+
+def _check_webhook_secret(secret: str) -> None:
+    """New webhook secrets use the Standard Webhooks format, so receivers can hand them to
+    the scheme's libraries as they are."""
+    hint = "make one with `awooop project outbound <project> webhook --generate`"
+    if not secret.startswith(signing.PREFIX):
+        raise UsageError(f"a webhook signing secret looks like whsec_<base64>; {hint}")
+    try:
+        signing.key_of(secret)
+    except signing.BadSecret as exc:
+        raise UsageError(f"{exc}; {hint}") from None
 
 
 def cmd_outbox_list(args: argparse.Namespace) -> int:
@@ -524,6 +547,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     outbound.add_argument("project_id")
     outbound.add_argument("channel", choices=sorted(OUTBOUND_CREDENTIALS))
+    outbound.add_argument(
+        "--generate",
+        action="store_true",
+        help="webhook only: make a new whsec_ signing secret instead of reading one, store "
+        "it and print it once (for the receiver)",
+    )
     outbound.set_defaults(func=cmd_project_outbound)
     credentials = project_sub.add_parser(
         "credentials",

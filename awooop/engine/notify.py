@@ -71,7 +71,13 @@ def send(engine: Engine, settings: Settings, message_id: uuid.UUID) -> Sent:
     secrets: tuple[str, ...] = tuple(keys) + ((token,) if token else ())
     try:
         call = adapters.build(
-            message.channel, str(message.message_id), message.payload, token, keys, settings
+            message.channel,
+            str(message.message_id),
+            message.payload,
+            token,
+            keys,
+            settings,
+            timestamp=message.attempted_at,
         )
         # A deadline on the whole send, shorter than the hold (see outbound.transport).
         answer = transport.post(call, settings.outbox_send_timeout_seconds)

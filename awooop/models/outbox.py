@@ -30,6 +30,14 @@ class OutboxMessage(Base):
             postgresql_where=text("status = 'PENDING'"),
         ),
         Index("ix_awooop_outbox_run", "run_id"),
+        # A project's backlog (the console's overview, the run list's outbox filter).
+        Index(
+            "ix_awooop_outbox_project_unsent",
+            "project_id",
+            "status",
+            "created_at",
+            postgresql_where=text("status IN ('PENDING', 'PARKED')"),
+        ),
     )
 
     message_id: Mapped[uuid.UUID] = mapped_column(

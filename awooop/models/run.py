@@ -68,6 +68,13 @@ class RunState(Base):
             "run_id",
             postgresql_where=text("saga_status = 'MANUAL_INTERVENTION'"),
         ),
+        # The console's overview: a project's runs finished in the last hours.
+        Index(
+            "ix_awooop_run_state_project_finished",
+            "project_id",
+            "finished_at",
+            postgresql_where=text("finished_at IS NOT NULL"),
+        ),
         # The migration sets fillfactor = 70: room on each page, so step records (which
         # change no indexed column) are HOT updates that rewrite no index.
     )

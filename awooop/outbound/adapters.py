@@ -1,6 +1,7 @@
 """Provider calls for outbox messages: Telegram Bot API, LINE Messaging API, Gitea, and a
-generic signed webhook. Each adapter turns a message into a :class:`ProviderCall`; sending
-and retrying is :mod:`awooop.engine.notify`'s. Base URLs come from the settings (Telegram,
+generic webhook signed with the Standard Webhooks scheme (:mod:`awooop.outbound.signing`).
+Each adapter turns a message into a :class:`ProviderCall`; sending and retrying is
+:mod:`awooop.engine.notify`'s. Base URLs come from the settings (Telegram,
 LINE) or the project (Gitea, webhook), so tests point them at a local fake provider.
 """
 
@@ -10,8 +11,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from awooop import secrets as crypto
 from awooop.config import Settings
+from awooop.outbound import signing
 from awooop.outbound.messages import APPROVE_PREFIX, REJECT_PREFIX
 
 # LINE's buttons template allows 160 characters of text.
@@ -35,7 +36,12 @@ class ProviderCall:
 
 
 def _telegram(
-    message_id: str, payload: dict[str, Any], token: str | None, keys: list[str], s: Settings
+    message_id: str,
+    payload: dict[str, Any],
+    token: str | None,
+    keys: list[str],
+    s: Settings,
+    timestamp: int,
 ) -> ProviderCall:
     bot_id = str(payload.get("bot_id", "0"))
     # A project may run several bots: the token whose numeric prefix is the bot id, else the
@@ -64,7 +70,12 @@ def _telegram(
 
 
 def _line(
-    message_id: str, payload: dict[str, Any], token: str | None, keys: list[str], s: Settings
+    message_id: str,
+    payload: dict[str, Any],
+    token: str | None,
+    keys: list[str],
+    s: Settings,
+    timestamp: int,
 ) -> ProviderCall:
     if not keys:
         raise CannotSend("no LINE channel access token is configured for this project")
@@ -98,7 +109,12 @@ def _line(
 
 
 def _gitea(
-    message_id: str, payload: dict[str, Any], token: str | None, keys: list[str], s: Settings
+    message_id: str,
+    payload: dict[str, Any],
+    token: str | None,
+    keys: list[str],
+    s: Settings,
+    timestamp: int,
 ) -> ProviderCall:
     if not keys:
         raise CannotSend("no Gitea API token is configured for this project")
@@ -108,7 +124,12 @@ def _gitea(
 
 
 def _webhook(
-    message_id: str, payload: dict[str, Any], token: str | None, keys: list[str], s: Settings
+    message_id: str,
+    payload: dict[str, Any],
+    token: str | None,
+    keys: list[str],
+    s: Settings,
+    timestamp: int,
 ) -> ProviderCall:
     if not keys:
         raise CannotSend("no webhook signing secret is configured for this project")
@@ -117,13 +138,14 @@ def _webhook(
         body["approval_token"] = token
         if payload.get("decide_url"):
             body["decide_url"] = f"{payload['decide_url']}/{token}"
-    call = ProviderCall(payload["url"], body, secrets=(keys[0],) + ((token,) if token else ()))
-    # Receivers check X-AwoooP-Signature (hex HMAC-SHA256 of the raw body) and drop repeats
-    # by X-AwoooP-Delivery.
-    signature = crypto.hmac_sha256(keys[0], call.encoded()).hex()
-    call.headers.update(
-        {"X-AwoooP-Signature": f"sha256={signature}", "X-AwoooP-Delivery": message_id}
-    )
+    call = ProviderCall(payload["url"], body, secrets=tuple(keys) + ((token,) if token else ()))
+    # Standard Webhooks (webhook-id = the message id, stable across retries; the attempt's
+    # timestamp; a v1 signature per active secret) and, for one more release, the legacy
+    # X-AwoooP-Signature / X-AwoooP-Delivery.
+    try:
+        call.headers.update(signing.headers(message_id, timestamp, call.encoded(), keys))
+    except signing.BadSecret as exc:
+        raise CannotSend(f"the webhook signing secret is unusable: {exc}") from None
     return call
 
 
@@ -144,11 +166,15 @@ def build(
     token: str | None,
     keys: list[str],
     settings: Settings,
+    *,
+    timestamp: int,
 ) -> ProviderCall:
+    """The provider call of one send attempt; ``timestamp`` is the attempt's time (whole
+    seconds since the epoch, by the database clock), which signed webhooks carry."""
     adapter = ADAPTERS.get(channel)
     if adapter is None:
         raise CannotSend(f"no outbound adapter for {channel!r}")
     try:
-        return adapter(message_id, payload, token, keys, settings)
+        return adapter(message_id, payload, token, keys, settings, timestamp)
     except KeyError as exc:
         raise CannotSend(f"the {channel} message lacks {exc}") from None

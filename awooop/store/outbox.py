@@ -66,7 +66,7 @@ WHERE o.message_id = (
     FOR UPDATE SKIP LOCKED
 )
 RETURNING o.message_id, o.project_id, o.run_id, o.channel, o.purpose, o.payload, o.sealed,
-          o.attempts
+          o.attempts, CAST(floor(extract(epoch FROM now())) AS bigint) AS attempted_at
 """
 )
 
@@ -81,6 +81,7 @@ class Claimed:
     payload: dict[str, Any]
     sealed: str | None
     attempts: int  # including this one
+    attempted_at: int  # the database clock at the claim, whole seconds since the epoch
 
 
 def claim(conn: Connection, message_id: uuid.UUID, hold_seconds: float) -> Claimed | None:

@@ -24,6 +24,12 @@ version, created_at, updated_at, finished_at
 """
 
 
+# The outbox statuses a run list can be filtered by (the backlog: unsent messages), and the
+# longest failure code (awooop_run_state.failure_code).
+OUTBOX_FILTER_STATUSES = ("PENDING", "PARKED")
+MAX_FAILURE_CODE = 64
+
+
 @dataclass(frozen=True)
 class RunFilters:
     statuses: tuple[str, ...] = ()
@@ -32,6 +38,11 @@ class RunFilters:
     channel: str | None = None
     created_from: datetime | None = None  # inclusive
     created_until: datetime | None = None  # exclusive
+    finished_from: datetime | None = None  # inclusive
+    finished_until: datetime | None = None  # exclusive
+    failure_code: str | None = None
+    # Only runs with an outbox message in this status (PENDING or PARKED: the backlog).
+    outbox: str | None = None
 
 
 @dataclass(frozen=True)
@@ -42,11 +53,9 @@ class RunPosition:
     run_id: uuid.UUID
 
 
-# Newest first. Served by ix_awooop_run_state_project_status when a status is given.
-_LIST_RUNS = text(
-    f"""
-SELECT {_SUMMARY_COLUMNS}
-FROM awooop_run_state
+# Newest first. Served by ix_awooop_run_state_project_status when a status is given, by
+# ix_awooop_run_state_project_finished for a finish-time range.
+_LIST_RUNS_WHERE = """
 WHERE project_id = :project_id
   AND (CAST(:statuses AS text[]) IS NULL OR status = ANY(CAST(:statuses AS text[])))
   AND (CAST(:saga_statuses AS text[]) IS NULL
@@ -55,9 +64,34 @@ WHERE project_id = :project_id
   AND (CAST(:channel AS text) IS NULL OR channel_type = :channel)
   AND (CAST(:created_from AS timestamptz) IS NULL OR created_at >= :created_from)
   AND (CAST(:created_until AS timestamptz) IS NULL OR created_at < :created_until)
+  AND (CAST(:finished_from AS timestamptz) IS NULL OR finished_at >= :finished_from)
+  AND (CAST(:finished_until AS timestamptz) IS NULL OR finished_at < :finished_until)
+  AND (CAST(:failure_code AS text) IS NULL OR failure_code = :failure_code)
   AND (CAST(:after_created_at AS timestamptz) IS NULL
        OR (created_at, run_id) < (CAST(:after_created_at AS timestamptz),
                                   CAST(:after_run_id AS uuid)))
+"""
+_LIST_RUNS = text(
+    f"""
+SELECT {_SUMMARY_COLUMNS}
+FROM awooop_run_state
+{_LIST_RUNS_WHERE}
+ORDER BY created_at DESC, run_id DESC
+LIMIT :limit
+"""
+)
+# The runs with an unsent message (the outbox backlog): a plain AND of the IN, which the
+# planner turns into a join starting from ix_awooop_outbox_project_unsent — under an
+# ``(:outbox IS NULL OR …)`` it would stay a filter over every run of the project.
+_LIST_RUNS_WITH_OUTBOX = text(
+    f"""
+SELECT {_SUMMARY_COLUMNS}
+FROM awooop_run_state
+{_LIST_RUNS_WHERE}
+  AND run_id IN (
+        SELECT o.run_id FROM awooop_outbox o
+        WHERE o.project_id = :project_id AND o.status = :outbox
+          AND o.status IN ('PENDING', 'PARKED'))
 ORDER BY created_at DESC, run_id DESC
 LIMIT :limit
 """
@@ -73,7 +107,7 @@ def list_runs(
 ) -> list[dict[str, Any]]:
     """Up to ``limit`` of the project's runs, newest first, after ``after``."""
     rows = conn.execute(
-        _LIST_RUNS,
+        _LIST_RUNS if filters.outbox is None else _LIST_RUNS_WITH_OUTBOX,
         {
             "project_id": project_id,
             "statuses": list(filters.statuses) or None,
@@ -82,6 +116,10 @@ def list_runs(
             "channel": filters.channel,
             "created_from": filters.created_from,
             "created_until": filters.created_until,
+            "finished_from": filters.finished_from,
+            "finished_until": filters.finished_until,
+            "failure_code": filters.failure_code,
+            "outbox": filters.outbox,
             "after_created_at": after.created_at if after else None,
             "after_run_id": after.run_id if after else None,
             "limit": limit,

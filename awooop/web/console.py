@@ -2,6 +2,9 @@
 
 - ``GET|POST /console/login`` — sign in with a project id and a ``viewer``, ``operator`` or
   ``admin`` API token; ``POST /console/logout``.
+- ``GET /console/`` — the overview: runs by status now, runs finished per minute over the
+  last three hours with their failure codes (an inline SVG chart), the intervention queue
+  and the outbox backlog, each linked to the run list filtered to its runs.
 - ``GET /console/runs`` — the project's runs with the runs API's filters and cursor pages.
 - ``GET /console/interventions`` — runs waiting for a person (saga MANUAL_INTERVENTION).
 - ``GET /console/runs/{run_id}`` — the run: step journal as a timeline, audit trail,
@@ -53,8 +56,9 @@ from awooop.config import Settings
 from awooop.domain import states
 from awooop.models.project import CHANNEL_TYPES
 from awooop.store import approvals, outbox, queries
+from awooop.store import overview as store_overview
 from awooop.store import runs as store_runs
-from awooop.web import context, management_api, params, roles
+from awooop.web import context, management_api, overview, params, roles
 
 log = logging.getLogger("awooop.web.console")
 
@@ -72,7 +76,21 @@ _SESSION_KEY_LABEL = b"awooop ops console session cookie v1"
 PAGE_SIZE = 50
 EVENTS_PAGE_SIZE = 200
 MESSAGES_SHOWN = 100
-_FILTERS = ("status", "saga_status", "workflow", "channel", "created_from", "created_until")
+_FILTERS = (
+    "status",
+    "saga_status",
+    "workflow",
+    "channel",
+    "created_from",
+    "created_until",
+    "finished_from",
+    "finished_until",
+    "failure_code",
+    "outbox",
+)
+# The overview: runs finished per minute over this many minutes; counts stop at the cap.
+OVERVIEW_MINUTES = 180
+OVERVIEW_CAP = 10_000
 
 # URL segment -> engine operation, as in the JSON API.
 OPERATIONS = management_api.OPERATIONS
@@ -150,6 +168,23 @@ def _when(value: Any) -> str:
             value = value.astimezone(UTC)
         return value.strftime("%Y-%m-%d %H:%M:%S UTC")
     return str(value)
+
+
+@blueprint.app_template_filter("duration")
+def _duration(value: timedelta | None) -> str:
+    """A wait as people say it: ``45 s``, ``12 min``, ``3 h 05 min``, ``2 d 4 h``."""
+    if value is None:
+        return ""
+    seconds = max(0, int(value.total_seconds()))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes = seconds // 60
+    if minutes < 60:
+        return f"{minutes} min"
+    hours = minutes // 60
+    if hours < 48:
+        return f"{hours} h {minutes % 60:02d} min"
+    return f"{hours // 24} d {hours % 24} h"
 
 
 @blueprint.app_template_filter("pretty")
@@ -267,7 +302,7 @@ def _require(allowed: frozenset[str]) -> roles.Caller:
 
 def _safe_next(target: str | None) -> str:
     """Where to go after signing in: a console page of this site, nothing else."""
-    default = url_for(".runs")
+    default = url_for(".home")
     if not target or "\\" in target or not target.isprintable():
         return default
     parts = urlsplit(target)
@@ -343,7 +378,22 @@ def logout() -> HttpResponse:
 
 @blueprint.get("/")
 def home() -> HttpResponse:
-    return _secure(redirect(url_for(".runs"), code=303))
+    """The overview: runs by status now, runs finished per minute and their failure codes,
+    the intervention queue and the outbox backlog, each linked to the runs it counts."""
+    caller: roles.Caller = g.caller
+    params.check_known(_given(request.args), ())
+    project_id = caller.project_id
+    with context.engine().connect() as conn:
+        active = store_overview.active_counts(conn, project_id, OVERVIEW_CAP)
+        window = store_overview.finished(conn, project_id, OVERVIEW_MINUTES)
+        queue = store_overview.interventions(conn, project_id, OVERVIEW_CAP)
+        backlog = store_overview.outbox_backlog(conn, project_id, OVERVIEW_CAP)
+
+    def runs_url(**query: Any) -> str:
+        return url_for(".runs", **query)
+
+    values = overview.page(active, window, queue, backlog, OVERVIEW_CAP, runs_url)
+    return _page("console/overview.html", **values)
 
 
 # --- Lists ----------------------------------------------------------------------------------
@@ -375,6 +425,10 @@ def _run_filters(args: MultiDict[str, str]) -> queries.RunFilters:
         channel=params.choice(args, "channel", CHANNEL_TYPES),
         created_from=_time(args, "created_from"),
         created_until=_time(args, "created_until"),
+        finished_from=_time(args, "finished_from"),
+        finished_until=_time(args, "finished_until"),
+        failure_code=params.text_value(args, "failure_code", queries.MAX_FAILURE_CODE),
+        outbox=params.choice(args, "outbox", queries.OUTBOX_FILTER_STATUSES),
     )
 
 
@@ -387,6 +441,7 @@ def runs() -> HttpResponse:
         "statuses": states.RUN_STATUSES,
         "saga_statuses": states.SAGA_STATUSES,
         "channels": CHANNEL_TYPES,
+        "outbox_statuses": queries.OUTBOX_FILTER_STATUSES,
     }
     try:
         filters = _run_filters(args)

@@ -19,6 +19,7 @@ from awooop.channels import api as api_channel
 from awooop.channels.base import MAX_EVENT_ID_LENGTH, MAX_JSON_DEPTH
 from awooop.domain import states
 from awooop.models.project import CHANNEL_TYPES, PROJECT_ID_PATTERN
+from awooop.store import queries
 from awooop.web import openapi_schemas, params
 from awooop.web.management_api import OPERATIONS
 from awooop.web.openapi_schemas import Schema
@@ -148,11 +149,11 @@ def _csv(name: str, values: tuple[str, ...], what: str) -> Schema:
     }
 
 
-def _time(name: str, what: str) -> Schema:
+def _time(name: str, what: str, event: str = "created") -> Schema:
     return {
         "name": name,
         "in": "query",
-        "description": f"Runs created {what} (ISO 8601 with a UTC offset).",
+        "description": f"Runs {event} {what} (ISO 8601 with a UTC offset).",
         "schema": {"type": "string", "format": "date-time"},
     }
 
@@ -328,6 +329,25 @@ def _list_runs() -> dict[str, Any]:
                 },
                 _time("created_from", "at or after this instant"),
                 _time("created_until", "before this instant"),
+                _time("finished_from", "at or after this instant", "finished"),
+                _time("finished_until", "before this instant", "finished"),
+                {
+                    "name": "failure_code",
+                    "in": "query",
+                    "description": "Only runs that failed with this code (e.g. E-STEP-001).",
+                    "schema": {
+                        "type": "string",
+                        "minLength": 1,
+                        "maxLength": queries.MAX_FAILURE_CODE,
+                    },
+                },
+                {
+                    "name": "outbox",
+                    "in": "query",
+                    "description": "Only runs with an outbox message in this status: "
+                    "PENDING (waiting to be sent) or PARKED (given up).",
+                    "schema": {"type": "string", "enum": list(queries.OUTBOX_FILTER_STATUSES)},
+                },
                 _LIMIT,
                 _cursor("runs"),
             ],

@@ -1,8 +1,10 @@
 """The runs API for people: lists with filters, the audit trail, the intervention queue.
 
 - ``GET /v1/projects/{p}/runs`` — the project's runs, newest first; filters ``status``,
-  ``saga_status`` (comma-separated), ``workflow``, ``channel``, ``created_from`` (inclusive),
-  ``created_until`` (exclusive); ``limit`` (1-200, default 50) and ``cursor``.
+  ``saga_status`` (comma-separated), ``workflow``, ``channel``, ``created_from`` /
+  ``finished_from`` (inclusive), ``created_until`` / ``finished_until`` (exclusive),
+  ``failure_code``, ``outbox`` (PENDING or PARKED: runs with such messages); ``limit``
+  (1-200, default 50) and ``cursor``.
 - ``GET /v1/projects/{p}/runs/{run_id}/events`` — the run's audit trail in ``seq`` order.
 - ``GET /v1/projects/{p}/interventions`` — runs waiting for a person, oldest first.
 
@@ -33,6 +35,10 @@ _LIST_PARAMETERS = (
     "channel",
     "created_from",
     "created_until",
+    "finished_from",
+    "finished_until",
+    "failure_code",
+    "outbox",
     "limit",
     "cursor",
 )
@@ -77,6 +83,10 @@ def list_runs(project_id: str) -> Response:
         channel=params.choice(args, "channel", CHANNEL_TYPES),
         created_from=params.timestamp(args, "created_from"),
         created_until=params.timestamp(args, "created_until"),
+        finished_from=params.timestamp(args, "finished_from"),
+        finished_until=params.timestamp(args, "finished_until"),
+        failure_code=params.text_value(args, "failure_code", queries.MAX_FAILURE_CODE),
+        outbox=params.choice(args, "outbox", queries.OUTBOX_FILTER_STATUSES),
     )
     limit = params.limit(args)
     after = params.run_position(params.decode_cursor(args, "runs"))

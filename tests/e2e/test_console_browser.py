@@ -10,9 +10,12 @@ pages it visits to ``docs/screenshots/``.
 
 from __future__ import annotations
 
+import math
 import os
+import random
 import uuid
 from collections.abc import Iterator
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,7 @@ import pytest
 from awooop.tasks import runs as run_tasks
 from tests.conftest import IN_CI
 from tests.support import db
+from tests.support import overview as seed
 from tests.support import runs as test_runs
 from tests.support.processes import ROOT, wait_until
 
@@ -70,6 +74,16 @@ def screenshot(page: Any, name: str) -> None:
         page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
 
 
+def sign_in(page: Any, base: str, project: dict) -> None:
+    """Open the console, be sent to sign in, sign in: the overview is the first page."""
+    page.goto(f"{base}/console/")
+    assert page.url.startswith(f"{base}/console/login")
+    page.get_by_label("Project id").fill(project["project_id"])
+    page.get_by_label("API token").fill(project["api_token"])
+    page.get_by_role("button", name="Sign in").click()
+    page.get_by_role("heading", name="Overview").wait_for()
+
+
 def run_state(engine, run_id) -> tuple[str, str]:
     row = db.run(engine, run_id)
     return row["status"], row["saga_status"]
@@ -104,12 +118,12 @@ def test_an_operator_retries_a_stuck_run_in_the_browser_and_sees_it_complete(
     )
     short = str(stuck)[:8]
 
-    # When an operator signs in...
-    page.goto(f"{base}/console/")
-    assert page.url.startswith(f"{base}/console/login")
-    page.get_by_label("Project id").fill(pid)
-    page.get_by_label("API token").fill(project["api_token"])
-    page.get_by_role("button", name="Sign in").click()
+    # When an operator signs in, the overview shows the stuck run at the head of the queue...
+    sign_in(page, base, project)
+    queue = page.locator("section.overview-queue")
+    assert queue.locator("[data-count]").inner_text() == "1"
+    assert queue.get_by_role("link", name=short).is_visible()
+    page.get_by_role("navigation").get_by_role("link", name="Runs").click()
     page.get_by_role("heading", name="Runs").wait_for()
     assert page.locator("table.list tbody tr").count() == 5
     screenshot(page, "console-runs")
@@ -153,3 +167,115 @@ def test_an_operator_retries_a_stuck_run_in_the_browser_and_sees_it_complete(
     assert action["actor"].startswith("api-token:")
     assert action["detail"] == {"operation": "retry_resolution", "reason": "disk checked by hand"}
     assert uuid.UUID(action["actor"].removeprefix("api-token:"))
+
+
+def three_hours_of_history(engine, project_id: str) -> dict[str, list]:
+    """Runs finished over the last three hours — a steady flow of completions, a burst of
+    expired approvals, scattered retries given up — and some unfinished ones now."""
+    rnd = random.Random(7)
+    finished: dict[str, list] = {}
+    for ago in range(1, 176):  # a margin: the window moves on if a minute passes meanwhile
+        flow = int(6 + 4 * math.sin(ago / 17) + rnd.random() * 3)
+        finished.setdefault("COMPLETED", []).extend(
+            seed.runs(engine, project_id, "COMPLETED", flow, finished_ago=ago)
+        )
+        if rnd.random() < 0.18:
+            finished.setdefault("E-STEP-002", []).extend(
+                seed.runs(
+                    engine, project_id, "FAILED", 1, finished_ago=ago, failure_code="E-STEP-002"
+                )
+            )
+        if 40 < ago < 55:
+            finished.setdefault("E-APPROVAL-002", []).extend(
+                seed.runs(
+                    engine,
+                    project_id,
+                    "FAILED",
+                    rnd.randint(2, 5),
+                    finished_ago=ago,
+                    failure_code="E-APPROVAL-002",
+                )
+            )
+        if rnd.random() < 0.05:
+            finished.setdefault("CANCELLED", []).extend(
+                seed.runs(engine, project_id, "CANCELLED", 1, finished_ago=ago)
+            )
+    seed.runs(engine, project_id, "PENDING", 7)
+    seed.runs(engine, project_id, "RUNNING", 4)
+    seed.runs(engine, project_id, "WAITING_APPROVAL", 3)
+    (stuck,) = seed.runs(
+        engine,
+        project_id,
+        "WAITING_APPROVAL",
+        saga_status="MANUAL_INTERVENTION",
+        waiting_minutes=47,
+        workflow="alert-triage",
+        current_step="remediate",
+        failure_reason="step remediate: outcome unknown after 3 resolver polls",
+    )
+    seed.outbox(engine, project_id, stuck[0], "PENDING", 2)
+    seed.outbox(engine, project_id, stuck[0], "PARKED", 1)
+    return finished
+
+
+def test_the_overview_draws_its_chart_under_the_csp_and_each_bar_opens_its_runs(
+    page, stack, engine, project
+):
+    # Given three hours of finished runs and a web process (no worker: nothing moves)
+    finished = three_hours_of_history(engine, project["project_id"])
+    _, base = stack.web()
+    refused: list[str] = []
+    page.on(
+        "console",
+        lambda m: refused.append(m.text) if "Content Security Policy" in m.text else None,
+    )
+
+    # When an operator signs in
+    sign_in(page, base, project)
+
+    # Then the numbers are the seeded ones...
+    stats = {
+        a.get_attribute("data-status"): a.locator(".stat-n").inner_text()
+        for a in page.locator("a.stat").all()
+    }
+    assert stats == {
+        "PENDING": "7",
+        "RUNNING": "4",
+        "WAITING_TOOL": "0",
+        "WAITING_APPROVAL": "4",
+        "RESUMED": "0",
+        "COMPLETED": f"{len(finished['COMPLETED']):,}",
+        "FAILED": str(len(finished["E-STEP-002"]) + len(finished["E-APPROVAL-002"])),
+        "CANCELLED": str(len(finished["CANCELLED"])),
+    }
+    # ...the chart is drawn: bars with their colours from the stylesheet (the CSP lets no
+    # inline style or script in, and the browser reported no refusal)
+    bars = page.locator("svg.chart g.bar")
+    minutes = {r[1].astimezone(UTC).strftime("%H:%M") for r in finished["COMPLETED"]}
+    assert bars.count() == len(minutes)
+    legend = page.locator("ul.legend li", has_text="E-APPROVAL-002").locator("rect")
+    css = legend.get_attribute("class")
+    burst = page.locator(f"svg.chart rect.{css}").first
+    box = burst.bounding_box()
+    assert box is not None and box["height"] > 0 and box["width"] > 0
+    fill = burst.evaluate("e => getComputedStyle(e).fill")
+    assert fill == legend.evaluate("e => getComputedStyle(e).fill") != "rgb(0, 0, 0)"
+    assert refused == []
+    screenshot(page, "console-overview")
+
+    # When the operator clicks the burst's first bar segment
+    minute = burst.evaluate("e => e.closest('g.bar').dataset.minute")
+    count = int(burst.get_attribute("data-count") or 0)
+    burst.click()
+    page.get_by_role("heading", name="Runs").wait_for()
+
+    # Then the run list shows exactly that minute's expired approvals
+    rows = page.locator("table.list tbody tr")
+    assert rows.count() == count
+    expected = {
+        str(run_id)[:8]
+        for run_id, at in finished["E-APPROVAL-002"]
+        if at.astimezone(UTC).strftime("%H:%M") == minute
+    }
+    assert {r.locator("td").nth(1).inner_text() for r in rows.all()} == expected
+    assert {r.locator("td").nth(9).inner_text() for r in rows.all()} == {"E-APPROVAL-002"}

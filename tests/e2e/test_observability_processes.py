@@ -354,7 +354,8 @@ def test_no_approval_token_or_outbound_credential_reaches_a_log_or_a_task_messag
         "line access token": approvals_setup.LINE_ACCESS_TOKEN,
         "gitea token": approvals_setup.GITEA_TOKEN,
         "webhook signing secret": approvals_setup.WEBHOOK_SECRET,
-        "webhook signature": prompt.headers["X-AwoooP-Signature"].partition("=")[2],
+        "webhook signature": prompt.headers["webhook-signature"].partition(",")[2],
+        "legacy webhook signature": prompt.headers["X-AwoooP-Signature"].partition("=")[2],
     }
     logs = {p.name: p.log() for p in stack.processes}
     decisions = [line for line in json_lines(web) if "/approvals/" in line.get("path", "")]

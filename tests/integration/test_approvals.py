@@ -300,11 +300,14 @@ def test_api_approval_through_the_signed_webhook_prompt(
     import hashlib
     import hmac
 
+    from standardwebhooks import Webhook
+
     run_id = start_from_api(app_client, hook_project, engine, out_settings)
     setup.drain(engine, out_settings)
     (hook,) = provider.to("/hook")
+    assert Webhook(setup.WEBHOOK_SECRET).verify(hook.body, hook.headers) == hook.json
     expected = hmac.new(setup.WEBHOOK_SECRET.encode(), hook.body, hashlib.sha256).hexdigest()
-    assert hook.headers["X-AwoooP-Signature"] == f"sha256={expected}"
+    assert hook.headers["X-AwoooP-Signature"] == f"sha256={expected}"  # deprecated
     assert hook.json["type"] == "approval.requested"
     assert (hook.json["run_id"], hook.json["action"]) == (str(run_id), "restart-db")
 

@@ -85,7 +85,7 @@ def test_sign_in_with_an_operator_token_opens_the_page_asked_for(client, engine,
 def test_sign_in_never_redirects_off_the_console(client, project, target):
     response = login(client, project["project_id"], project["api_token"], target)
 
-    assert response.headers["Location"] == "/console/runs"
+    assert response.headers["Location"] == "/console/"
 
 
 @pytest.mark.parametrize("which", ["wrong token", "unknown project", "another project's token"])

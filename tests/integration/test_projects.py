@@ -142,6 +142,49 @@ def test_project_outbound_stores_the_credential_encrypted_from_stdin(
     assert empty[0] == 2 and "standard input" in empty[2]
 
 
+def test_project_outbound_webhook_generates_or_takes_only_whsec_signing_secrets(
+    capsys, monkeypatch, settings, engine
+):
+    import io
+
+    from standardwebhooks import Webhook
+
+    from awooop.outbound import signing
+    from awooop.secrets import SecretBox
+
+    run(capsys, monkeypatch, settings, "project", "create", "ops")
+    # A free-form or malformed secret is refused and nothing is stored
+    for given in ("not-a-whsec-secret", "whsec_c2hvcnQ="):
+        monkeypatch.setattr("sys.stdin", io.StringIO(given + "\n"))
+        code, _, err = run(capsys, monkeypatch, settings, "project", "outbound", "ops", "webhook")
+        assert code == 2 and "--generate" in err
+    # --generate makes one, stores it and prints it once
+    code, out, _ = run(
+        capsys, monkeypatch, settings, "project", "outbound", "ops", "webhook", "--generate"
+    )
+    printed = json.loads(out)
+    assert code == 0 and printed["stored"] == "webhook:signing"
+    assert signing.key_of(printed["secret"]) and Webhook(printed["secret"])
+    # ...and a whsec_ secret from standard input is taken as it is
+    given = signing.new_secret()
+    monkeypatch.setattr("sys.stdin", io.StringIO(given + "\n"))
+    code, out, _ = run(capsys, monkeypatch, settings, "project", "outbound", "ops", "webhook")
+    assert code == 0 and "secret" not in json.loads(out)
+    with engine.connect() as conn:
+        stored = conn.execute(
+            text(
+                "SELECT secret_encrypted FROM awooop_credential"
+                " WHERE channel_type = 'webhook:signing' ORDER BY created_at"
+            )
+        ).scalars()
+        box = SecretBox(settings.secret_key)
+        assert [box.decrypt(s) for s in stored] == [printed["secret"], given]
+    code, _, err = run(
+        capsys, monkeypatch, settings, "project", "outbound", "ops", "telegram", "--generate"
+    )
+    assert code == 2 and "webhook" in err
+
+
 def test_outbox_list_and_retry_a_parked_message(capsys, monkeypatch, settings, engine):
     from awooop.outbound.messages import Message
     from awooop.store import outbox

@@ -91,6 +91,30 @@ def test_list_filters_by_status_saga_status_workflow_channel_and_time(
     assert listed(created_until=created.isoformat()) == {str(pending)}
     future = (datetime.now(UTC) + timedelta(days=1)).isoformat().replace("+00:00", "Z")
     assert listed(created_from=future) == set()
+    finished = db.run(engine, done)["finished_at"]
+    assert listed(finished_from=finished.isoformat()) == {str(done)}
+    assert listed(finished_until=finished.isoformat()) == set()
+    assert listed(status="WAITING_APPROVAL", failure_code="E-SAGA-001") == {str(halted)}
+    assert listed(failure_code="E-STEP-001") == set()
+
+
+def test_list_filters_by_unsent_outbox_messages(client, engine, project, viewer):
+    from tests.support import overview as seed
+
+    pid = project["project_id"]
+    (waiting, _), (parked, _), (sent, _) = seed.runs(engine, pid, "COMPLETED", 3, finished_ago=1)
+    seed.outbox(engine, pid, waiting, "PENDING")
+    seed.outbox(engine, pid, parked, "PARKED")
+    seed.outbox(engine, pid, sent, "SENT")
+
+    def listed(**query):
+        response = client.get(url(project, "/runs"), headers=viewer, query_string=query)
+        assert response.status_code == 200, response.json
+        return {r["run_id"] for r in response.json["runs"]}
+
+    assert listed(outbox="PENDING") == {str(waiting)}
+    assert listed(outbox="PARKED") == {str(parked)}
+    assert listed() == {str(waiting), str(parked), str(sent)}
 
 
 def test_list_shows_summaries_without_input_or_journal(client, engine, project, viewer):
@@ -117,6 +141,9 @@ def test_list_shows_summaries_without_input_or_journal(client, engine, project, 
         {"limit": "-1"},
         {"created_from": "yesterday"},
         {"created_from": "2026-11-29T10:00:00"},  # no UTC offset: ambiguous
+        {"finished_until": "2026-11-29T10:00:00"},
+        {"failure_code": "E" * 65},
+        {"outbox": "SENT"},
         {"cursor": "not-a-cursor"},
         {"cursor": "eyJrIjoicnVucyJ9"},  # a cursor without a position
         {"cursor": "eyJrIjoiZXZlbnRzIiwicyI6MX0"},  # an audit-trail cursor

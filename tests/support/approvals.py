@@ -16,7 +16,8 @@ from awooop.store import projects
 BOT_TOKEN = "123456:TEST-bot-token-do-not-log"
 LINE_ACCESS_TOKEN = "line-access-token-do-not-log"
 GITEA_TOKEN = "gitea-token-do-not-log"
-WEBHOOK_SECRET = "webhook-signing-secret-do-not-log"
+# Standard Webhooks format: whsec_ + base64 of the 32-byte key b"webhook signing key, do not log!".
+WEBHOOK_SECRET = "whsec_d2ViaG9vayBzaWduaW5nIGtleSwgZG8gbm90IGxvZyE="
 
 
 def provider_settings(settings: Settings, provider_url: str) -> Settings:

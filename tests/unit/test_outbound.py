@@ -10,6 +10,7 @@ from awooop.outbound import adapters, messages
 from awooop.web.access_log import redact_path
 
 TOKEN = "A" * 43
+NOW = 1_764_000_000
 
 
 def test_reply_targets_follow_the_event_and_the_project_config():
@@ -66,7 +67,9 @@ def test_gitea_prompt_never_carries_the_token():
         decide_url=None,
     )
     assert prompt.sealed is None
-    call = adapters.build("gitea", "m1", prompt.payload, None, ["gitea-token"], Settings())
+    call = adapters.build(
+        "gitea", "m1", prompt.payload, None, ["gitea-token"], Settings(), timestamp=NOW
+    )
     assert call.url == "https://g/api/v1/repos/o/r/issues/1/comments"
     assert call.headers == {"Authorization": "token gitea-token"}
 
@@ -74,12 +77,14 @@ def test_gitea_prompt_never_carries_the_token():
 def test_adapters_refuse_to_send_without_a_credential():
     for channel in ("telegram", "line", "gitea", "webhook"):
         with pytest.raises(adapters.CannotSend):
-            adapters.build(channel, "m1", {"text": "x"}, None, [], Settings())
+            adapters.build(channel, "m1", {"text": "x"}, None, [], Settings(), timestamp=NOW)
 
 
 def test_the_bot_token_is_chosen_by_bot_id():
     payload = {"method": "send", "bot_id": "222", "chat_id": 1, "text": "hi"}
-    call = adapters.build("telegram", "m", payload, None, ["111:a", "222:b"], Settings())
+    call = adapters.build(
+        "telegram", "m", payload, None, ["111:a", "222:b"], Settings(), timestamp=NOW
+    )
     assert call.url == "https://api.telegram.org/bot222:b/sendMessage"
     assert call.secrets == ("222:b",)
 
@@ -96,6 +101,7 @@ def test_access_log_paths_lose_approval_tokens(path, logged):
 
 
 def test_the_webhook_prompt_carries_the_token_and_its_decide_url_signed():
+    import base64
     import hashlib
     import hmac
     import json
@@ -111,11 +117,29 @@ def test_the_webhook_prompt_carries_the_token_and_its_decide_url_signed():
         decide_url="https://awooop.example/v1/projects/ops/approvals",
     )
     assert prompt.sealed == "sealed" and TOKEN not in json.dumps(prompt.payload)
+    secret = "whsec_" + base64.b64encode(b"k" * 32).decode()
 
-    call = adapters.build("webhook", "m1", prompt.payload, TOKEN, ["s3cret"], Settings())
+    call = adapters.build(
+        "webhook", "m1", prompt.payload, TOKEN, [secret], Settings(), timestamp=NOW
+    )
 
     assert call.body["approval_token"] == TOKEN
     assert call.body["decide_url"] == f"https://awooop.example/v1/projects/ops/approvals/{TOKEN}"
-    expected = hmac.new(b"s3cret", call.encoded(), hashlib.sha256).hexdigest()
-    assert call.headers == {"X-AwoooP-Signature": f"sha256={expected}", "X-AwoooP-Delivery": "m1"}
-    assert call.secrets == ("s3cret", TOKEN)
+    signed = b"m1.%d.%s" % (NOW, call.encoded())
+    v1 = base64.b64encode(hmac.new(b"k" * 32, signed, hashlib.sha256).digest()).decode()
+    legacy = hmac.new(secret.encode(), call.encoded(), hashlib.sha256).hexdigest()
+    assert call.headers == {
+        "webhook-id": "m1",
+        "webhook-timestamp": str(NOW),
+        "webhook-signature": f"v1,{v1}",
+        "X-AwoooP-Signature": f"sha256={legacy}",
+        "X-AwoooP-Delivery": "m1",
+    }
+    assert call.secrets == (secret, TOKEN)
+
+
+def test_a_webhook_with_an_unusable_whsec_secret_cannot_be_sent():
+    payload = {"url": "https://hooks.example/x", "body": {"type": "run.finished"}}
+    for secret in ("whsec_not base64!", "whsec_" + "QUFB" * 4):  # bad base64; 12 bytes
+        with pytest.raises(adapters.CannotSend, match="signing secret is unusable"):
+            adapters.build("webhook", "m1", payload, None, [secret], Settings(), timestamp=NOW)
