@@ -30,9 +30,9 @@ from awooop import db
 from awooop.config import Settings
 from awooop.store import projects
 from tests.chaos import workflows
-from tests.chaos.netproxy import PartitionProxy
 from tests.chaos.providers import Provider
 from tests.chaos.recorder import Recorder
+from tests.support.netproxy import FaultProxy
 from tests.support.processes import BIN, ROOT, Process, free_port, wait_until
 
 # Short timings so recovery fits in seconds (checked as a deployment would: the heartbeat
@@ -71,7 +71,7 @@ def children_of(pid: int) -> list[int]:
 class Worker:
     """A Celery worker (parent + prefork pool) in its own process group.
 
-    ``proxy``: the :class:`PartitionProxy` its database connections go through, if any.
+    ``proxy``: the :class:`FaultProxy` its database connections go through, if any.
     ``pids_seen``: every pid of its processes observed so far (parents and children of all
     its generations) — journal entries name the process in ``worker_id``.
     """
@@ -82,7 +82,7 @@ class Worker:
         name: str,
         queues: str,
         concurrency: int,
-        proxy: PartitionProxy | None = None,
+        proxy: FaultProxy | None = None,
     ) -> None:
         self.stack = stack
         self.name = name
@@ -273,7 +273,7 @@ class ChaosStack:
         self.log_dir = log_dir
         self.engine: Engine = db.make_engine(self.database_url, pool_size=4, role=db.SWEEPS)
         self.processes: list[Process] = []
-        self.proxies: list[PartitionProxy] = []
+        self.proxies: list[FaultProxy] = []
         self.workers: dict[str, Worker] = {}
         self.web: Process | None = None
         self.beats: list[Process] = []
@@ -335,7 +335,7 @@ class ChaosStack:
         """Start everything at once, then wait until each is ready.
 
         ``proxied``: workers whose database connections go through their own
-        :class:`PartitionProxy` (``stack.workers[name].proxy``).
+        :class:`FaultProxy` (``stack.workers[name].proxy``).
         ``beats``: how many beat processes (``beat``, ``beat-2``, …; ``self.beats``), each
         with its own schedule file — two beats is a deployment mistake AwoooP must survive
         (every sweep is sent twice). ``maintenance_workers``: how many maintenance workers
@@ -345,7 +345,7 @@ class ChaosStack:
         for name in workers:
             proxy = None
             if name in proxied:
-                proxy = PartitionProxy("127.0.0.1", pg_port)
+                proxy = FaultProxy("127.0.0.1", pg_port)
                 self.proxies.append(proxy)
             self.workers[name] = Worker(self, name, "runs,notifications", concurrency, proxy)
         if maintenance:

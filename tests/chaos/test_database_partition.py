@@ -1,6 +1,6 @@
 """Scenario 5 — a database that stops answering one worker.
 
-``worker-b`` reaches PostgreSQL through a :class:`~tests.chaos.netproxy.PartitionProxy`.
+``worker-b`` reaches PostgreSQL through a :class:`~tests.support.netproxy.FaultProxy`.
 While it is in the middle of slow steps, the proxy stops forwarding — on every connection,
 open or new, and without closing any (no RST, no FIN: what a network partition looks like;
 the kernel still acknowledges what the worker sends). The partition lasts longer than the
