@@ -21,9 +21,9 @@ def runs_by_host(engine: Engine, run_ids: Iterable[str] | None = None) -> dict[s
     ids = None if run_ids is None else set(run_ids)
     last = {}
     for entry in checks.succeeded_entries(engine):
-        if entry["phase"] == "forward" and entry["step"] == "report":
-            if ids is None or entry["run_id"] in ids:
-                last[entry["run_id"]] = host_of(entry["worker_id"])
+        wanted = ids is None or entry["run_id"] in ids
+        if wanted and entry["phase"] == "forward" and entry["step"] == "report":
+            last[entry["run_id"]] = host_of(entry["worker_id"])
     return dict(sorted(collections.Counter(last.values()).items()))
 
 
