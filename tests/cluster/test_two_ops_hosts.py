@@ -37,9 +37,7 @@ def _db_now(stack) -> object:
 
 
 @pytest.mark.timeout(900)
-def test_timers_and_sweeps_keep_running_with_one_ops_host_cut_off_and_fire_once(
-    cluster, figures
-):
+def test_timers_and_sweeps_keep_running_with_one_ops_host_cut_off_and_fire_once(cluster, figures):
     figures.scenario("6", "Beat on two hosts, one cut off")
     cluster.route(api=workflows.TIMERS_NAME)
     checks.install_timer_audit(cluster.engine)

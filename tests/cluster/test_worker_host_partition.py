@@ -150,8 +150,6 @@ def run_partition(stack, figures) -> None:
 
 
 @pytest.mark.timeout(1200)
-def test_partitioned_worker_host_is_taken_over_and_its_late_writes_are_refused(
-    cluster, figures
-):
+def test_partitioned_worker_host_is_taken_over_and_its_late_writes_are_refused(cluster, figures):
     figures.scenario("2", "A worker host partitioned from the database (link down)")
     run_partition(cluster.start(), figures)
