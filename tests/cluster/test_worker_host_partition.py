@@ -37,7 +37,7 @@ BACK_TO_WORK_BOUND = 120.0
 
 def run_partition(stack, figures) -> None:
     """The scenario on a started stack (also scenario 7 on RabbitMQ)."""
-    cut, other = stack.worker("w1"), stack.worker("w2")
+    cut = stack.worker("w1")
     host = stack.network["w1"]
     pids_before = (cut.pid, cut.generation)
     provider = stack.provider(threads=4, redelivery_share=0.0)
