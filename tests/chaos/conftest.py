@@ -25,7 +25,6 @@ Assertions come from PostgreSQL and the recorder (:mod:`tests.chaos.checks`).
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Iterator
 
 import pytest
@@ -34,7 +33,9 @@ from tests.chaos import report, stack
 from tests.chaos.recorder import Recorder
 from tests.chaos.services import Services
 from tests.chaos.stack import ChaosStack
+from tests.support import suites
 from tests.support.processes import ROOT
+from tests.support.suites import pytest_runtest_makereport  # noqa: F401 - a hook
 
 TEMPLATE = "chaos_template"
 LOGS = ROOT / ".awooop" / "chaos" / "logs"
@@ -42,34 +43,15 @@ _SESSION_RESULTS: list[dict] = []
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "chaos: a fault-injection scenario (make chaos)")
-    # SIGTERM (a CI timeout, `kill`) unwinds like Ctrl-C, so the fixtures still stop every
-    # server and process this suite started.
-    signal.signal(signal.SIGTERM, _interrupt)
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+    suites.configure(config, "chaos", "a fault-injection scenario (make chaos)")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if "tests/chaos/" in item.nodeid:
-            item.add_marker(pytest.mark.chaos)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
-    rep = yield
-    setattr(item, f"rep_{rep.when}", rep)
-    return rep
+    suites.mark(items, "tests/chaos/", "chaos")
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    if _SESSION_RESULTS:
-        written = report.write_docs(_SESSION_RESULTS)
-        if written:
-            print(f"\nchaos: figures of scenarios {', '.join(written)} written to {report.DOC}")
+    suites.write_figures(report.CHAOS, _SESSION_RESULTS)
 
 
 @pytest.fixture(scope="session")
@@ -93,21 +75,17 @@ def recorder() -> Iterator[Recorder]:
 def chaos_stack(
     chaos_services: Services, recorder: Recorder, request: pytest.FixtureRequest
 ) -> Iterator[ChaosStack]:
-    def failed() -> bool:
-        rep = getattr(request.node, "rep_call", None)
-        return rep is not None and rep.failed
-
     with stack.scenario(
-        ChaosStack, chaos_services, TEMPLATE, recorder, LOGS / request.node.name, failed
+        ChaosStack,
+        chaos_services,
+        TEMPLATE,
+        recorder,
+        LOGS / request.node.name,
+        lambda: suites.failed(request),
     ) as chaos:
         yield chaos
 
 
 @pytest.fixture
 def figures(request: pytest.FixtureRequest) -> Iterator[report.Figures]:
-    figures = report.Figures()
-    yield figures
-    rep = getattr(request.node, "rep_call", None)
-    _SESSION_RESULTS.append(
-        figures.finish(bool(rep is not None and rep.passed), request.node.nodeid)
-    )
+    yield from suites.figures(request, report.CHAOS, _SESSION_RESULTS)

@@ -33,7 +33,7 @@ from sqlalchemy import Engine, create_engine, text
 from awooop import cli, db, secrets
 from awooop.config import Settings
 from awooop.store import projects
-from tests.chaos import workflows
+from tests.chaos import checks, workflows
 from tests.chaos.providers import Provider
 from tests.chaos.recorder import Recorder
 from tests.support.netproxy import FaultProxy
@@ -408,6 +408,14 @@ class ChaosStack:
 
     def worker(self, name: str) -> Worker:
         return self.workers[name]
+
+    def wait_holding(self, worker: Worker, at_least: int = 2, timeout: float = 60) -> None:
+        """Wait until ``worker`` holds the lease of ``at_least`` runs."""
+        wait_until(
+            lambda: len(checks.held_by(self.engine, worker.worker_id_prefixes())) >= at_least,
+            timeout,
+            f"{worker.name} to hold {at_least} runs",
+        )
 
     def supervise(self, interval: float = 0.2) -> None:
         """From now on, start again at once any worker whose parent exited (killed or not),

@@ -5,11 +5,14 @@ hostname of the process that wrote it, and each cluster host has its own."""
 from __future__ import annotations
 
 import collections
+import time
 from collections.abc import Iterable
+from typing import Any
 
 from sqlalchemy import Engine
 
 from tests.chaos import checks
+from tests.chaos.providers import Delivery, Provider, api_event
 
 
 def host_of(worker_id: str | None) -> str:
@@ -49,3 +52,19 @@ def claims_by_host(engine: Engine) -> dict[str, int]:
         )
     )
     return dict(sorted(counts.items()))
+
+
+def back_to_work(
+    stack: Any, provider: Provider, host: str, since: float, bound: float
+) -> tuple[list[Delivery], float | None]:
+    """Deliver new runs, four at a time, until ``host`` completed a step of one; returns the
+    deliveries and how long after ``since`` that was (None: not within ``bound``)."""
+    fresh: list[Delivery] = []
+    while time.monotonic() < since + bound:
+        batch = [api_event(stack.project, stack.new_key("after"), {}) for _ in range(4)]
+        provider.deliver_all(batch)
+        fresh += batch
+        if steps_by_host(stack.engine, [d.run_id for d in fresh]).get(host):
+            return fresh, time.monotonic() - since
+        time.sleep(0.5)
+    return fresh, None

@@ -25,7 +25,6 @@ import contextlib
 import os
 import re
 import shutil
-import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,7 +37,9 @@ from tests.chaos.services import Services
 from tests.cluster import network as net
 from tests.cluster import rabbit as rabbitmq
 from tests.cluster.stack import ClusterStack
+from tests.support import suites
 from tests.support.processes import ROOT
+from tests.support.suites import pytest_runtest_makereport  # noqa: F401 - a hook
 
 IN_CI = os.environ.get("CI") == "true"
 TEMPLATE = "cluster_template"
@@ -51,34 +52,15 @@ _SESSION_RESULTS: list[dict] = []
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "cluster: a scenario of the cluster suite (make cluster)")
-    # SIGTERM (a CI timeout, `kill`) unwinds like Ctrl-C, so the fixtures still remove every
-    # namespace, link and process this suite made.
-    signal.signal(signal.SIGTERM, _interrupt)
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+    suites.configure(config, "cluster", "a scenario of the cluster suite (make cluster)")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if "tests/cluster/" in item.nodeid:
-            item.add_marker(pytest.mark.cluster)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
-    rep = yield
-    setattr(item, f"rep_{rep.when}", rep)
-    return rep
+    suites.mark(items, "tests/cluster/", "cluster")
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    if _SESSION_RESULTS:
-        written = SUITE.write_docs(_SESSION_RESULTS)
-        if written:
-            print(f"\ncluster: figures of scenarios {', '.join(written)} written to {SUITE.doc}")
+    suites.write_figures(SUITE, _SESSION_RESULTS)
 
 
 def _need(reason: str | None) -> None:
@@ -92,7 +74,7 @@ def _remove_stale_tmp() -> None:
     """Data directories of earlier runs whose process is gone."""
     for path in Path(tempfile.gettempdir()).glob(f"{_TMP_PREFIX}*"):
         match = re.match(rf"{_TMP_PREFIX}(\d+)-", path.name)
-        if match and not Path(f"/proc/{match.group(1)}").exists():
+        if match and not net.alive(int(match.group(1))):
             shutil.rmtree(path, ignore_errors=True)
 
 
@@ -151,10 +133,6 @@ def open_cluster(
     """``open_cluster(**options)``: a context manager giving a :class:`ClusterStack` with
     these options (``broker_url``, ``timings``); the ``cluster`` fixture is one with none."""
 
-    def failed() -> bool:
-        rep = getattr(request.node, "rep_call", None)
-        return rep is not None and rep.failed
-
     def open_cluster(**options) -> contextlib.AbstractContextManager[ClusterStack]:
         return stack.scenario(
             ClusterStack,
@@ -162,7 +140,7 @@ def open_cluster(
             TEMPLATE,
             recorder,
             LOGS / request.node.name,
-            failed,
+            lambda: suites.failed(request),
             network=network,
             **options,
         )
@@ -178,9 +156,4 @@ def cluster(open_cluster) -> Iterator[ClusterStack]:
 
 @pytest.fixture
 def figures(request: pytest.FixtureRequest) -> Iterator[report.Figures]:
-    figures = report.Figures(SUITE)
-    yield figures
-    rep = getattr(request.node, "rep_call", None)
-    _SESSION_RESULTS.append(
-        figures.finish(bool(rep is not None and rep.passed), request.node.nodeid)
-    )
+    yield from suites.figures(request, SUITE, _SESSION_RESULTS)

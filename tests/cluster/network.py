@@ -60,7 +60,8 @@ def supported() -> str | None:
     return None
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (an owner of names and directories of a run)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -86,13 +87,13 @@ def remove_stale() -> list[str]:
     for line in ip("netns", "list").stdout.splitlines():
         name = line.split()[0] if line.split() else ""
         match = re.fullmatch(rf"{re.escape(_NETNS_PREFIX)}(\d+)-\w+", name)
-        if match and not _alive(int(match.group(1))):
+        if match and not alive(int(match.group(1))):
             kill_netns_processes(name)
             ip("netns", "delete", name, check=False)
             removed.append(name)
     for line in ip("-o", "link", "show").stdout.splitlines():
         match = re.match(rf"\d+: ({re.escape(_LINK_PREFIX)}(\d+)-\w+)[@:]", line)
-        if match and not _alive(int(match.group(2))):
+        if match and not alive(int(match.group(2))):
             ip("link", "delete", match.group(1), check=False)
             removed.append(match.group(1))
     return removed

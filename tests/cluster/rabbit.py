@@ -17,6 +17,7 @@ import re
 import shutil
 import subprocess
 
+from tests.cluster import network
 from tests.support.netproxy import FaultProxy
 from tests.support.processes import listening
 
@@ -44,21 +45,11 @@ def unavailable() -> str | None:
     return None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def remove_stale() -> list[str]:
     removed = []
     for name in rabbitmqctl("list_vhosts", "name").split():
         match = re.fullmatch(rf"{re.escape(_PREFIX)}(\d+)-\d+", name)
-        if match and not _alive(int(match.group(1))):
+        if match and not network.alive(int(match.group(1))):
             rabbitmqctl("delete_vhost", name)
             removed.append(name)
     return removed

@@ -10,9 +10,12 @@ after 20 s); the reaper runs every 3 s, so a lease or liveness falsely lost woul
 on at once.
 
 While runs arrive at a steady rate for :data:`WINDOW` seconds, from PostgreSQL: everything
-completes; no false lease loss — every run was claimed exactly once, the reaper took no run
-back, no run needed a second attempt; ``w1`` did its part; no step completed twice; one
-effect per effect id at the recorder, none repeated.
+completes; no false lease loss — the reaper took no run back, and every claim of a run but
+its first follows that run's own worker handing it back (a step whose downstream call timed
+out in a stall is retried with back-off: the run goes back to PENDING and is claimed again);
+``w1`` did its part; no step completed twice; one effect per effect id at the recorder (a
+retried step's repeated call is deduplicated by its key, and only runs handed back repeat
+one).
 """
 
 from __future__ import annotations
@@ -78,6 +81,16 @@ def test_slow_and_stalling_links_complete_everything_without_false_lease_loss(
         reaped = checks.rows(
             stack.engine, "SELECT count(*) AS n FROM awooop_run_event WHERE trigger = 'reaper'"
         )[0]["n"]
+        handed_back = {
+            r["run_id"]: r["n"]
+            for r in checks.rows(
+                stack.engine,
+                "SELECT run_id::text, count(*) AS n FROM awooop_run_event WHERE trigger = 'worker'"
+                " AND from_status = 'RUNNING' AND to_status = 'PENDING' GROUP BY 1",
+            )
+        }
+        unexplained = {r: n for r, n in claims.items() if n != 1 + handed_back.get(r, 0)}
+        repeated_runs = {k.split(":", 1)[0] for k in stack.recorder.repeated()}
         by_host = cluster_checks.runs_by_host(stack.engine)
         doubles = checks.double_completions(stack.engine)
         effects = checks.effects(stack.engine, stack.recorder)
@@ -99,7 +112,10 @@ def test_slow_and_stalling_links_complete_everything_without_false_lease_loss(
                 "all_done_after_s": round(done_s, 1),
                 "runs_by_worker_host": by_host,
                 "claims_per_run_max": max(claims.values(), default=0),
+                "runs_handed_back_by_their_worker": len(handed_back),
+                "claims_not_after_a_hand_back": len(unexplained),
                 "runs_reaped": reaped,
+                "w1_lease_lost_reports": len(w1.actions("lease_lost")),
                 "attempts_histogram": checks.attempts_histogram(stack.engine),
                 "runs_by_status": counts,
                 "steps_completed_twice": len(doubles),
@@ -109,10 +125,9 @@ def test_slow_and_stalling_links_complete_everything_without_false_lease_loss(
         )
 
         assert counts == {"COMPLETED/COMPLETED": runs}
-        assert len(claims) == runs and set(claims.values()) == {1}, "a lease was lost"
+        assert len(claims) == runs and unexplained == {}, f"a lease was lost: {unexplained}"
         assert reaped == 0
-        assert checks.attempts_histogram(stack.engine) == {1: runs}
         assert by_host.get("w1", 0) > 0, "w1 did none of the work"
         assert doubles == []
         assert effects.missing == [] and effects.unknown == []
-        assert effects.repeated == {}
+        assert repeated_runs <= set(handed_back)

@@ -27,27 +27,12 @@ from tests.chaos import checks
 from tests.chaos.providers import api_event
 from tests.cluster import checks as cluster_checks
 from tests.cluster.conftest import SUITE
-from tests.support.processes import wait_until
 
 SLOW_RUNS = SUITE.scaled(8, least=6)
 SLOW_SECONDS = 4.0
 DURING = SUITE.scaled(200, least=40)  # runs admitted while w1 is cut from Redis
 CUT_AT_LEAST = 15.0
 BACK_TO_WORK_BOUND = 120.0
-
-
-def back_to_work(stack, provider, worker: str, since: float, bound: float) -> tuple[list, float]:
-    """Deliver new runs, four at a time, until ``worker``'s host completed a step of one;
-    returns the deliveries and how long after ``since`` that was (fails after ``bound``)."""
-    fresh: list = []
-    while time.monotonic() < since + bound:
-        batch = [api_event(stack.project, stack.new_key("after"), {}) for _ in range(4)]
-        provider.deliver_all(batch)
-        fresh += batch
-        if cluster_checks.steps_by_host(stack.engine, [d.run_id for d in fresh]).get(worker):
-            return fresh, time.monotonic() - since
-        time.sleep(0.5)
-    raise AssertionError(f"{worker} completed no new step {bound:.0f} s later")
 
 
 @pytest.mark.timeout(900)
@@ -65,11 +50,7 @@ def test_worker_cut_from_redis_finishes_its_runs_and_reconnects_by_itself(cluste
         for _ in range(SLOW_RUNS)
     ]
     provider.deliver_all(slow)
-    wait_until(
-        lambda: len(checks.held_by(stack.engine, cut.worker_id_prefixes())) >= 2,
-        60,
-        "w1 to hold two runs",
-    )
+    stack.wait_holding(cut, 2)
 
     # When it is cut from Redis (and only from Redis)
     links.partition()
@@ -93,7 +74,9 @@ def test_worker_cut_from_redis_finishes_its_runs_and_reconnects_by_itself(cluste
     # And when Redis is back (its frozen connections reset), w1 reconnects by itself
     links.heal(reset=True)
     healed_at = time.monotonic()
-    fresh, back_after = back_to_work(stack, provider, "w1", healed_at, BACK_TO_WORK_BOUND)
+    fresh, back_after = cluster_checks.back_to_work(
+        stack, provider, "w1", healed_at, BACK_TO_WORK_BOUND
+    )
     fresh_ids = [d.run_id for d in fresh]
     checks.wait_terminal(stack.engine, fresh_ids, 180)
     checks.wait_terminal(stack.engine, None, 120)
@@ -113,7 +96,7 @@ def test_worker_cut_from_redis_finishes_its_runs_and_reconnects_by_itself(cluste
             "steps_of_runs_admitted_during_cut_by_host": during_by_host,
             "cut_s": round(cut_s, 1),
             "redis_connections_reset_at_heal": links["redis"].reset_links,
-            "w1_back_to_work_after_heal_s": round(back_after, 1),
+            "w1_back_to_work_after_heal_s": back_after and round(back_after, 1),
             "new_runs_after_heal": len(fresh),
             "new_run_steps_by_host": cluster_checks.steps_by_host(stack.engine, fresh_ids),
             "w1_restarted": (cut.pid, cut.generation) != pids_before,
@@ -125,6 +108,7 @@ def test_worker_cut_from_redis_finishes_its_runs_and_reconnects_by_itself(cluste
     )
 
     assert held_finishers == {"w1": len(held)}, "w1 did not finish what it held"
+    assert back_after is not None, f"w1 completed no new step {BACK_TO_WORK_BOUND:.0f} s later"
     assert set(during_by_host) == {"w2"}, "w1 took work while cut from Redis"
     assert (cut.pid, cut.generation) == pids_before and cut.alive, "w1 was restarted"
     assert doubles == []
