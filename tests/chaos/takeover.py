@@ -80,10 +80,10 @@ def cut_mid_stream(
     time.sleep(0.5)  # a write already on its way lands now; nothing after it can
     held = checks.held_by(stack.engine, worker.worker_id_prefixes())
     assert held, f"{worker.name} held no run when it was cut off"
-    feeder.join(timeout=300)
-    all_runs = [d.run_id for d in stream]
     checks.wait_terminal(stack.engine, held, recovery_bound)
     taken_over_in = time.monotonic() - cut_at
+    feeder.join(timeout=300)
+    all_runs = [d.run_id for d in stream]
     checks.wait_terminal(stack.engine, all_runs, 300)
     time.sleep(max(0.0, cut_at + 2 * LEASE_TTL - time.monotonic()))
     before = checks.snapshot(stack.engine, all_runs)
