@@ -37,6 +37,7 @@ from tests.chaos.services import Services
 from tests.cluster import network as net
 from tests.cluster import rabbit as rabbitmq
 from tests.cluster.stack import ClusterStack
+from tests.cluster.suite import SUITE
 from tests.support import suites
 from tests.support.processes import ROOT
 from tests.support.suites import pytest_runtest_makereport  # noqa: F401 - a hook
@@ -44,9 +45,6 @@ from tests.support.suites import pytest_runtest_makereport  # noqa: F401 - a hoo
 IN_CI = os.environ.get("CI") == "true"
 TEMPLATE = "cluster_template"
 LOGS = ROOT / ".awooop" / "cluster" / "logs"
-SUITE = report.Suite(
-    "cluster", ROOT / "docs" / "cluster.md", "AWOOOP_CLUSTER_SCALE", "AWOOOP_CLUSTER_RESULTS"
-)
 _TMP_PREFIX = "awooop-cluster-"
 _SESSION_RESULTS: list[dict] = []
 

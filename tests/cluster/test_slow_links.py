@@ -29,7 +29,7 @@ import pytest
 from tests.chaos import checks
 from tests.chaos.providers import api_event
 from tests.cluster import checks as cluster_checks
-from tests.cluster.conftest import SUITE
+from tests.cluster.suite import SUITE
 
 WINDOW = SUITE.scaled(120, least=30)  # seconds of arrivals, delays and stalls
 RATE = 4.0  # runs per second

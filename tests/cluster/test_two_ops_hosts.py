@@ -26,7 +26,7 @@ import pytest
 from tests.chaos import checks, workflows
 from tests.chaos.providers import api_event
 from tests.cluster.checks import host_of
-from tests.cluster.conftest import SUITE
+from tests.cluster.suite import SUITE
 
 PHASE = max(20.0, 40.0 * SUITE.scale())  # seconds each: both up, ops cut off, both up
 RUNS_PER_PHASE = SUITE.scaled(60, least=12)

@@ -21,7 +21,7 @@ import pytest
 from tests.chaos import checks
 from tests.chaos.providers import api_event
 from tests.chaos.stack import TIMINGS
-from tests.cluster.conftest import SUITE
+from tests.cluster.suite import SUITE
 
 BEFORE = SUITE.scaled(50, least=20)
 DURING = SUITE.scaled(500, least=60)

@@ -19,7 +19,7 @@ import pytest
 from tests.chaos import checks
 from tests.chaos.providers import api_event
 from tests.cluster import checks as cluster_checks
-from tests.cluster.conftest import SUITE
+from tests.cluster.suite import SUITE
 
 RUNS = SUITE.scaled(2000, least=100)
 FAIR_SHARE = 0.35

@@ -26,7 +26,7 @@ import pytest
 from tests.chaos import checks
 from tests.chaos.providers import api_event
 from tests.cluster import checks as cluster_checks
-from tests.cluster.conftest import SUITE
+from tests.cluster.suite import SUITE
 
 SLOW_RUNS = SUITE.scaled(8, least=6)
 SLOW_SECONDS = 4.0

@@ -23,7 +23,7 @@ from tests.chaos import checks
 from tests.chaos.stack import LEASE_TTL, REAPER_INTERVAL
 from tests.chaos.takeover import cut_mid_stream
 from tests.cluster import checks as cluster_checks
-from tests.cluster.conftest import SUITE
+from tests.cluster.suite import SUITE
 
 STREAM = SUITE.scaled(400, least=60)
 SLOW_SHARE = 10  # one run in ten has a 1.5 s step
