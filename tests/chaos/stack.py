@@ -130,7 +130,9 @@ class Worker:
         self.generation += 1
         env = {**self.stack.env, **self.own_env}
         if self.proxy is not None:
-            env["AWOOOP_DATABASE_URL"] = self.stack.database_url_via(*self.proxy.address)
+            env["AWOOOP_DATABASE_URL"] = self.stack.database_url_via(
+                self.proxy.port, self.proxy.host
+            )
         argv = [
             str(BIN / "celery"),
             "-A",
