@@ -13,7 +13,7 @@ STATE := .awooop
 WITH_ENV := set -a && . $(STATE)/env && set +a &&
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install browser promtool services migrate run stop test test-integration test-e2e test-wheel lint bench chaos clean
+.PHONY: help install browser promtool services migrate run stop test test-integration test-e2e test-wheel lint bench chaos cluster clean
 
 help:
 	@echo "make run    set everything up and start web, workers, beat and flower"
@@ -24,6 +24,7 @@ help:
 	@echo "make test-wheel    build the wheel, install it with no extras and run one event through it"
 	@echo "make bench  admission and end-to-end benchmarks (writes docs/benchmarks.md)"
 	@echo "make chaos  fault-injection scenarios on a stack of their own (writes docs/reliability.md)"
+	@echo "make cluster  web, workers and beat on network-namespace hosts, with partitions (root)"
 
 $(BIN)/awooop: pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; assert (3, 11) <= sys.version_info[:2] <= (3, 13), "Python 3.11, 3.12 or 3.13 is required"'
@@ -108,6 +109,13 @@ bench: migrate
 # AWOOOP_CHAOS_SCALE=0.2 runs each scenario at a fifth of its size.
 chaos: install
 	$(BIN)/pytest tests/chaos -s -p no:cacheprovider $(CHAOS_ARGS)
+
+# The cluster suite makes hosts of Linux network namespaces (needs root and iproute2), runs
+# its own PostgreSQL and Redis on one of them and removes everything it made; RabbitMQ
+# scenarios use the machine's server at 127.0.0.1:5672. AWOOOP_CLUSTER_SCALE=0.2 runs each
+# scenario at a fifth of its size.
+cluster: install
+	$(BIN)/pytest tests/cluster -s -p no:cacheprovider $(CLUSTER_ARGS)
 
 clean: stop
 	rm -rf $(VENV) $(STATE)

@@ -44,6 +44,16 @@ task_send_sent_event = False
 worker_hijack_root_logger = False
 worker_redirect_stdouts = False
 
+# A worker's remote-control (pidbox) queue is not exclusive: after a partition RabbitMQ keeps
+# the dead connection until its heartbeat timeout, and a worker reconnecting meanwhile must be
+# able to declare its queue again (an exclusive one fails with 405 RESOURCE_LOCKED, which
+# stops the worker). It is still auto-deleted once unused (control_queue_expires).
+control_queue_exclusive = False
+# A lost broker connection does not cancel the runs a worker is executing: PostgreSQL is the
+# truth and a run completes without the broker; the unacked message is redelivered and its
+# claim is a no-op (Celery 6 changes this default).
+worker_cancel_long_running_tasks_on_connection_loss = False
+
 task_default_queue = "runs"
 task_queues = (
     Queue("runs"),

@@ -80,6 +80,12 @@ class Settings:
     worker_liveness_interval_seconds: float = 5.0
     worker_dead_after_seconds: float = 20.0
     worker_prune_after_seconds: float = 3600.0
+    # Sending a run's message after the commit (Redis broker): each try waits at most
+    # publish_timeout; after a failed try, sends are skipped for publish_retry seconds (the
+    # orphan sweep sends those runs' messages), so a broker that does not answer costs
+    # admission one short wait per interval, not one per request.
+    broker_publish_timeout_seconds: float = 1.0
+    broker_publish_retry_seconds: float = 5.0
     # Orphan sweep: claimable runs whose message was sent longer ago than this get it again.
     orphan_after_seconds: float = 120.0
     orphan_interval_seconds: float = 30.0

@@ -164,18 +164,21 @@ def project(settings: Settings, engine: Engine) -> dict:
     return cli.create_project(settings, f"p{uuid.uuid4().hex[:8]}")
 
 
-CHAOS = ROOT / "tests" / "chaos"
+# Suites that start servers, processes (and, for the cluster, network namespaces) of their
+# own and take minutes: `make chaos`, `make cluster`.
+OWN_SUITES = (ROOT / "tests" / "chaos", ROOT / "tests" / "cluster")
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """The fault-injection suite (``tests/chaos``, ``make chaos``) runs only when asked for
-    by path (``pytest tests/chaos``): it starts its own servers and takes minutes."""
-    if collection_path != CHAOS:
+    """The fault-injection suite (``tests/chaos``, ``make chaos``) and the cluster suite
+    (``tests/cluster``, ``make cluster``) run only when asked for by path (``pytest
+    tests/chaos``)."""
+    if collection_path not in OWN_SUITES:
         return None
     here = config.invocation_params.dir
     for arg in config.args:
         asked = (here / arg.split("::")[0]).resolve()
-        if asked == CHAOS or CHAOS in asked.parents:
+        if asked == collection_path or collection_path in asked.parents:
             return None
     return True
 

@@ -38,6 +38,8 @@ def enqueue(message_ids: Iterable[uuid.UUID | str]) -> int:
         return 0
     try:
         return publish.send_each(send, NOTIFICATIONS_QUEUE, ids)
+    except publish.Unavailable:
+        return 0  # logged when the push failed; the outbox sweep sends them
     except Exception:
         log.exception(
             "could not send notification tasks; the outbox sweep will",

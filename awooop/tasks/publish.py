@@ -9,6 +9,12 @@ pooled redis-py client. Any other broker transport goes through ``apply_async``.
 
 ``tests/integration/test_publish.py`` checks the envelope against what ``apply_async``
 produces, and the end-to-end tests prove that real workers consume it.
+
+A broker that does not answer (a partition: no error, no reset) must not hold admission:
+each push waits at most ``AWOOOP_BROKER_PUBLISH_TIMEOUT_SECONDS`` (no retries inside
+redis-py), and after a failed push the publisher raises :class:`Unavailable` at once for
+``AWOOOP_BROKER_PUBLISH_RETRY_SECONDS`` — the runs are committed, and the orphan sweep sends
+their messages (``tests/integration/test_broker_unavailable.py``).
 """
 
 from __future__ import annotations
@@ -18,11 +24,17 @@ import functools
 import json
 import os
 import socket
+import threading
+import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from awooop.config import get_settings
 
 _EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
 
@@ -70,17 +82,45 @@ def envelope(
     }
 
 
-class RedisPublisher:
-    """Pushes task messages straight onto a Redis-backed Celery queue."""
+class Unavailable(RuntimeError):
+    """The broker failed a moment ago; nothing was sent (the orphan sweep will send it)."""
 
-    def __init__(self, broker_url: str) -> None:
-        self._client = redis.Redis.from_url(broker_url)
+
+class RedisPublisher:
+    """Pushes task messages straight onto a Redis-backed Celery queue; each push waits at
+    most ``timeout`` seconds, and after a failed one pushes are refused with
+    :class:`Unavailable` for ``retry_seconds``."""
+
+    def __init__(
+        self,
+        broker_url: str,
+        timeout: float = 1.0,
+        retry_seconds: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._client = redis.Redis.from_url(
+            broker_url,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            retry=Retry(NoBackoff(), 0),  # one try: a failed push is the orphan sweep's
+        )
+        self._retry_seconds = retry_seconds
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._skip_until = 0.0
 
     def publish(self, task_name: str, queue: str, args_list: Iterable[list[Any]]) -> int:
         messages = [json.dumps(envelope(task_name, queue, args)) for args in args_list]
         if not messages:
             return 0
-        self._client.lpush(queue, *messages)
+        if self._clock() < self._skip_until:
+            raise Unavailable(f"the broker failed less than {self._retry_seconds:g} s ago")
+        try:
+            self._client.lpush(queue, *messages)
+        except redis.RedisError:
+            with self._lock:
+                self._skip_until = self._clock() + self._retry_seconds
+            raise
         return len(messages)
 
 
@@ -91,12 +131,18 @@ def is_redis_url(url: str) -> bool:
 @functools.cache
 def for_broker(url: str) -> RedisPublisher | None:
     """The process's publisher for ``url``; None when the broker is not Redis."""
-    return RedisPublisher(url) if is_redis_url(url) else None
+    if not is_redis_url(url):
+        return None
+    settings = get_settings()
+    return RedisPublisher(
+        url, settings.broker_publish_timeout_seconds, settings.broker_publish_retry_seconds
+    )
 
 
 def send_each(task: Any, queue: str, ids: list[str]) -> int:
     """One ``task(id)`` message per id on ``queue``: one pipelined LPUSH on Redis,
-    ``apply_async`` on any other broker. Raises what the broker raises."""
+    ``apply_async`` on any other broker. Raises what the broker raises, or
+    :class:`Unavailable` while a Redis broker's last push failed recently."""
     publisher = for_broker(task.app.conf.broker_url)
     if publisher is not None:
         return publisher.publish(task.name, queue, ([i] for i in ids))

@@ -43,6 +43,14 @@ def enqueue(run_ids: Iterable[uuid.UUID | str]) -> int:
         return 0
     try:
         return publish.send_each(execute, RUNS_QUEUE, ids)
+    except publish.Unavailable:
+        # Logged once, when the push failed; until the publisher tries again these runs
+        # wait for the orphan sweep.
+        log.debug(
+            "broker unavailable; the orphan sweep will send the run messages",
+            extra={"action": "enqueue_skipped", "run_ids": ids},
+        )
+        return 0
     except Exception:
         log.exception(
             "could not send run messages; the orphan sweep will re-send them",

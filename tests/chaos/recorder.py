@@ -7,7 +7,8 @@ not by AwoooP's own tables. It behaves like a downstream that honours the key â€
 key is answered 200 with ``"duplicate": true`` and is not a second effect â€” and reports both
 figures: raw calls, and distinct effects.
 
-It runs in the test process (a threaded HTTP server on 127.0.0.1). ``fail_next(n)`` answers
+It runs in the test process (a threaded HTTP server on 127.0.0.1, or on ``host``: the
+cluster suite binds it to its bridge address, where every host reaches it). ``fail_next(n)`` answers
 the next ``n`` calls 503 without recording an effect (a downstream hiccup the step retries).
 """
 
@@ -29,7 +30,7 @@ class Call:
 
 
 class Recorder:
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1") -> None:
         self._lock = threading.Lock()
         self.calls: list[Call] = []
         self.counts: collections.Counter[str] = collections.Counter()
@@ -67,8 +68,8 @@ class Recorder:
                 # A caller killed mid-request (the point of the suite) is not an error here.
                 pass
 
-        self._server = Server(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._server = Server((host, 0), Handler)
+        self.url = f"http://{host}:{self._server.server_address[1]}"
         self._thread = threading.Thread(
             target=self._server.serve_forever, daemon=True, name="recorder"
         )

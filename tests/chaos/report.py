@@ -14,6 +14,9 @@ scenario's block in ``docs/reliability.md``::
 A scenario with no block yet gets one appended before ``<!-- figures:end -->``. Blocks of
 scenarios that did not run (or failed) are left as they were: the file always shows each
 scenario's last passing full-size run.
+
+Another suite (``tests/cluster``) has a :class:`Suite` of its own: its size variable,
+results file and document.
 """
 
 from __future__ import annotations
@@ -31,19 +34,51 @@ DOC = ROOT / "docs" / "reliability.md"
 END_MARKER = "<!-- figures:end -->"
 
 
+class Suite:
+    """Where a fault suite's figures go: its size knob (``scale_env``), its results file
+    (``results_env``, default ``.awooop/<name>/results.jsonl``) and its document."""
+
+    def __init__(self, name: str, doc: Path, scale_env: str, results_env: str) -> None:
+        self.name = name
+        self.doc = doc
+        self.scale_env = scale_env
+        self.results_env = results_env
+
+    def results_path(self) -> Path:
+        default = ROOT / ".awooop" / self.name / "results.jsonl"
+        return Path(os.environ.get(self.results_env) or default)
+
+    def scale(self) -> float:
+        """Multiplies each scenario's size (CI may run a reduced one)."""
+        return float(os.environ.get(self.scale_env, "1") or 1)
+
+    def scaled(self, n: int, least: int = 1) -> int:
+        return max(least, round(n * self.scale()))
+
+    def append(self, entry: dict[str, Any]) -> None:
+        path = self.results_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as f:
+            f.write(json.dumps(entry, default=str, sort_keys=True) + "\n")
+
+    def write_docs(self, entries: list[dict[str, Any]]) -> list[str]:
+        return write_docs(entries, self.doc)
+
+
+CHAOS = Suite("chaos", DOC, "AWOOOP_CHAOS_SCALE", "AWOOOP_CHAOS_RESULTS")
+
+
 def results_path() -> Path:
-    return Path(
-        os.environ.get("AWOOOP_CHAOS_RESULTS", ROOT / ".awooop" / "chaos" / "results.jsonl")
-    )
+    return CHAOS.results_path()
 
 
 def scale() -> float:
     """``AWOOOP_CHAOS_SCALE``: multiplies each scenario's size (CI may run a reduced one)."""
-    return float(os.environ.get("AWOOOP_CHAOS_SCALE", "1") or 1)
+    return CHAOS.scale()
 
 
 def scaled(n: int, least: int = 1) -> int:
-    return max(least, round(n * scale()))
+    return CHAOS.scaled(n, least)
 
 
 class Figures(dict):
@@ -52,9 +87,24 @@ class Figures(dict):
     id: str = ""
     title: str = ""
 
+    def __init__(self, suite: Suite = CHAOS) -> None:
+        super().__init__()
+        self.suite = suite
+
     def scenario(self, scenario_id: str, title: str) -> Figures:
         self.id, self.title = scenario_id, title
         return self
+
+    def finish(self, passed: bool, nodeid: str) -> dict[str, Any]:
+        """Append this scenario's entry to its suite's results file and print its figures;
+        returns the entry."""
+        entry = self.entry(passed, nodeid)
+        self.suite.append(entry)
+        outcome = "passed" if passed else "FAILED"
+        print(f"\n{self.suite.name} scenario {self.id} ({outcome}): {self.title}")
+        for key, value in self.items():
+            print(f"  {key}: {value}")
+        return entry
 
     def entry(self, passed: bool, nodeid: str) -> dict[str, Any]:
         return {
@@ -62,7 +112,7 @@ class Figures(dict):
             "title": self.title,
             "test": nodeid,
             "passed": passed,
-            "scale": scale(),
+            "scale": self.suite.scale(),
             "at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "machine": f"{platform.machine()}, {os.cpu_count()} cores",
             "figures": dict(self),
@@ -70,10 +120,7 @@ class Figures(dict):
 
 
 def append(entry: dict[str, Any]) -> None:
-    path = results_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as f:
-        f.write(json.dumps(entry, default=str, sort_keys=True) + "\n")
+    CHAOS.append(entry)
 
 
 def render(entry: dict[str, Any]) -> str:

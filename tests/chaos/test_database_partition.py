@@ -1,6 +1,6 @@
 """Scenario 5 — a database that stops answering one worker.
 
-``worker-b`` reaches PostgreSQL through a :class:`~tests.chaos.netproxy.PartitionProxy`.
+``worker-b`` reaches PostgreSQL through a :class:`~tests.support.netproxy.FaultProxy`.
 While it is in the middle of slow steps, the proxy stops forwarding — on every connection,
 open or new, and without closing any (no RST, no FIN: what a network partition looks like;
 the kernel still acknowledges what the worker sends). The partition lasts longer than the
@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import collections
 import re
-import threading
-import time
 
 import pytest
 
 from tests.chaos import checks
 from tests.chaos.providers import api_event
 from tests.chaos.stack import LEASE_TTL, REAPER_INTERVAL
-from tests.support.processes import wait_until
+from tests.chaos.takeover import cut_mid_stream
 
 STREAM = 200  # runs delivered as fast as the web takes them: both workers stay busy
 SLOW_SHARE = 10  # one run in ten has a 1.5 s step
@@ -53,58 +51,20 @@ def test_partitioned_worker_is_taken_over_and_its_late_writes_are_refused(chaos_
     assert proxy is not None
     provider = stack.provider(threads=4, redelivery_share=0.0)
 
-    # Given worker-b in the middle of a stream of runs
-    stream = [
-        api_event(
-            stack.project, stack.new_key("stream"), {"slow": 1.5} if i % SLOW_SHARE == 0 else {}
-        )
-        for i in range(STREAM)
-    ]
-    feeder = threading.Thread(target=provider.deliver_all, args=(stream,), name="feeder")
-    feeder.start()
-    wait_until(
-        lambda: len(checks.held_by(stack.engine, stalled.worker_id_prefixes())) >= 2,
-        30,
-        "worker-b to hold two runs",
+    # Given worker-b in the middle of a stream of runs, when PostgreSQL stops answering it
+    # (every connection, open or new) past the lease, then once it forwards again its late
+    # statements reach the server and every write among them is refused
+    takeover = cut_mid_stream(
+        stack,
+        stalled,
+        provider,
+        proxy.partition,
+        proxy.heal,
+        runs=STREAM,
+        recovery_bound=LEASE_TTL + REAPER_INTERVAL + 60,
+        slow_share=SLOW_SHARE,
+        tried=lambda: proxy.late_bytes > 0,
     )
-
-    # When PostgreSQL stops answering it (every connection, open or new) past the lease
-    proxy.partition()
-    partitioned_at = time.monotonic()
-    time.sleep(0.5)  # a chunk already on its way lands now; nothing after it can
-    held = checks.held_by(stack.engine, stalled.worker_id_prefixes())
-    assert held, "worker-b held no run when the partition began"
-    feeder.join(timeout=120)
-    all_runs = [d.run_id for d in stream]
-    taken_over_in = checks.wait_terminal(stack.engine, held, LEASE_TTL + REAPER_INTERVAL + 60)
-    checks.wait_terminal(stack.engine, all_runs, 120)
-    time.sleep(max(0.0, partitioned_at + 2 * LEASE_TTL - time.monotonic()))
-    before = checks.snapshot(stack.engine, all_runs)
-    finishers = {
-        e["worker_id"]
-        for e in checks.succeeded_entries(stack.engine)
-        if e["run_id"] in held and e["step"] == "report"
-    }
-    partition_s = time.monotonic() - partitioned_at
-    proxy.heal()
-    healed_at = time.monotonic()
-
-    # Then its late statements reach the server and every write among them is refused
-    def tried_all() -> bool:
-        lost = {r.get("run_id") for r in stalled.actions("lease_lost")}
-        return set(held) <= lost and proxy.late_bytes > 0
-
-    try:
-        wait_until(tried_all, 30, "worker-b to send its late writes and notice its lost leases")
-        noticed_in = round(time.monotonic() - healed_at, 1)
-    except AssertionError:
-        noticed_in = None
-    time.sleep(1.0)  # a write still in flight lands (or not) now
-    after = checks.snapshot(stack.engine, all_runs)
-    changes = checks.changed(before, after)
-    late_effects = {
-        k: n for k, n in stack.recorder.repeated().items() if k.split(":", 1)[0] in held
-    }
     late_kinds = collections.Counter(statement_kind(q) for q in proxy.late_statements)
 
     # And worker-b carries on with new work
@@ -121,18 +81,18 @@ def test_partitioned_worker_is_taken_over_and_its_late_writes_are_refused(chaos_
     figures.update(
         {
             "runs": STREAM + NEW_RUNS,
-            "runs_held_when_partitioned": len(held),
-            "partition_s": round(partition_s, 1),
-            "held_runs_finished_by_the_other_worker_after_s": round(taken_over_in, 1),
-            "held_runs_finished_by_the_partitioned_worker": sum(stalled.owns(w) for w in finishers),
+            "runs_held_when_partitioned": len(takeover.held),
+            "partition_s": round(takeover.cut_s, 1),
+            "held_runs_finished_by_the_other_worker_after_s": round(takeover.taken_over_in, 1),
+            "held_runs_finished_by_the_partitioned_worker": takeover.finished_by_cut_worker,
             "connections_opened_during_partition": proxy.opened_during_partition,
             "late_connections_delivering_after_heal": len(proxy.late_links),
             "late_bytes_delivered_after_heal": proxy.late_bytes,
             "late_statements_delivered_after_heal": len(proxy.late_statements),
             "late_statements_by_kind": dict(late_kinds.most_common()),
-            "worker_noticed_lost_leases_after_heal_s": noticed_in,
-            "fields_changed_after_heal": len(changes),
-            "late_effects_at_recorder_deduplicated": len(late_effects),
+            "worker_noticed_lost_leases_after_heal_s": takeover.noticed_in,
+            "fields_changed_after_heal": len(takeover.changes),
+            "late_effects_at_recorder_deduplicated": takeover.late_effects,
             "new_runs_after_heal": NEW_RUNS,
             "new_run_steps_by_the_healed_worker": by_stalled,
             "new_run_steps_by_the_other_worker": by_other,
@@ -143,8 +103,8 @@ def test_partitioned_worker_is_taken_over_and_its_late_writes_are_refused(chaos_
         }
     )
 
-    assert changes == [], "\n".join(changes)
-    assert not any(stalled.owns(w) for w in finishers)
+    assert takeover.changes == [], "\n".join(takeover.changes)
+    assert takeover.finished_by_cut_worker == 0
     assert proxy.late_bytes > 0, "nothing worker-b wrote during the partition reached the server"
     assert by_stalled > 0, "the healed worker completed no step of the new runs"
     assert doubles == []

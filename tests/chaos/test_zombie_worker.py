@@ -43,11 +43,7 @@ def test_sigstopped_worker_writes_nothing_after_sigcont_and_carries_on(chaos_sta
         for _ in range(SLOW_RUNS)
     ]
     provider.deliver_all(slow)
-    wait_until(
-        lambda: len(checks.held_by(stack.engine, zombie.worker_id_prefixes())) >= 2,
-        30,
-        "the zombie to hold two runs",
-    )
+    stack.wait_holding(zombie, 2, timeout=30)
     time.sleep(1.0)  # into the slow step
 
     # When it is stopped until the others have finished all it held

@@ -12,7 +12,7 @@ from awooop import db
 from awooop.engine import lease
 from awooop.store import leases, reaper
 from tests.support import runs as test_runs
-from tests.support.proxy import StallingProxy
+from tests.support.netproxy import FaultProxy
 from tests.support.waiting import until
 
 TTL = 3.0
@@ -42,7 +42,7 @@ def test_a_renewal_on_a_half_open_connection_fails_in_time_and_the_reaper_leaves
     with engine.connect() as conn:
         claim = leases.claim(conn, "live-worker", TTL, run_id)
     url = make_url(database_url)
-    with StallingProxy(url.host or "127.0.0.1", url.port or 5432) as proxy:
+    with FaultProxy(url.host or "127.0.0.1", url.port or 5432) as proxy:
         proxied = db.make_engine(url.set(host="127.0.0.1", port=proxy.port), pool_size=2)
         keeper = lease.LeaseKeeper()
         held = lease.Lease(proxied, claim, TTL, INTERVAL)

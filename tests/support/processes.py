@@ -27,6 +27,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def listening(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something accepts TCP connections at ``host:port``."""
+    try:
+        with socket.create_connection((host, port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
 def wait_until(
     condition: Callable[[], object], timeout: float, what: str, interval: float = 0.1
 ) -> object:
@@ -155,15 +164,7 @@ class Stack:
         )
         process.wait_for_log("Booting worker")
         base = f"http://127.0.0.1:{port}"
-
-        def listening() -> bool:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    return True
-            except OSError:
-                return False
-
-        wait_until(listening, 20, "the web server to listen")
+        wait_until(lambda: listening(port), 20, "the web server to listen")
         return process, base
 
     def flower(self, basic_auth: str | None) -> tuple[Process, str]:
