@@ -9,9 +9,9 @@ ignored, delivery is at-least-once (acks late, re-queued when a worker process d
 each worker process takes one message at a time.
 """
 
-from kombu import Queue
-
 import sys
+
+from kombu import Queue
 
 from awooop.config import ConfigError, Settings
 
