@@ -190,6 +190,9 @@ class Step:
     # A long-running process (a worker, beat): started in the background, checked to serve
     # its metrics on the port the context names, then stopped.
     serves_metrics_on: str = ""
+    # A long-running process checked otherwise: "log:<text>" (a line its output must show) or
+    # "http:<path>" (the web answers 200 there on the context's "port"); then stopped.
+    starts_when: str = ""
 
 
 def json_with(**expected: Any) -> Check:
@@ -312,6 +315,24 @@ def revoked(done: Done, ctx: dict[str, Any]) -> None:
     assert done.json() == {"credential_id": ctx["credential_id"], "revoked": True}
 
 
+def generated_secret(done: Done, ctx: dict[str, Any]) -> None:
+    answer = done.json()
+    assert answer.items() >= {"project_id": "ops", "stored": "webhook:signing"}.items()
+    assert answer["secret"].startswith("whsec_")
+    ctx.setdefault("webhook_secrets", []).append(answer["secret"])
+
+
+def old_webhook_secret(done: Done, ctx: dict[str, Any]) -> None:
+    """The credentials after a second --generate: the older webhook:signing one is revoked."""
+    rows = [
+        row
+        for row in done.json()
+        if (row["channel_type"], row["revoked_at"]) == ("webhook:signing", None)
+    ]
+    assert len(rows) == 2, rows
+    ctx["credential_id"] = min(rows, key=lambda row: row["created_at"])["credential_id"]
+
+
 def credentials_listed(done: Done, ctx: dict[str, Any]) -> None:
     rows = done.json()
     assert all("secret" not in key for row in rows for key in row)
@@ -353,6 +374,12 @@ STEPS: dict[str, Step] = {
     "make chaos": Step("make", make_dry_run),
     "AWOOOP_CHAOS_SCALE=0.2 make chaos": Step("make", make_dry_run),
     "make browser": Step("make", make_dry_run),
+    "make test-wheel": Step("make", make_dry_run),
+    "AWOOOP_WHEEL_PYTHON=python3.11 make test-wheel": Step("make", make_dry_run),
+    "make PYTHON=python3.13 install": Step("make", make_dry_run),
+    "make cluster": Step("make", make_dry_run),
+    "AWOOOP_CLUSTER_SCALE=0.2 make cluster": Step("make", make_dry_run),
+    "make cluster CLUSTER_ARGS='-k work_spreads'": Step("make", make_dry_run),
     # --- README: a make run checkout ------------------------------------------------------
     """TOKEN=$(python3 -c "import json; print(json.load(open('.awooop/demo-project.json'))"""
     """['api_token'])")""": Step("checkout", exported("TOKEN", r"[\w-]{43}")),
@@ -492,8 +519,12 @@ STEPS: dict[str, Step] = {
     "printenv GITEA_TOKEN | awooop project outbound ops gitea": Step(
         "deployment", stored("gitea:token")
     ),
-    "printenv WEBHOOK_SECRET | awooop project outbound ops webhook": Step(
-        "deployment", stored("webhook:signing")
+    "awooop project outbound ops webhook --generate": Step("deployment", generated_secret),
+    "awooop project config ops notify_url=https://hooks.example/awooop": Step(
+        "deployment", project_config(notify_url="https://hooks.example/awooop")
+    ),
+    "awooop project revoke ops <old credential id>": Step(
+        "deployment", revoked, replace=(("<old credential id>", "{credential_id}"),)
     ),
     """curl -X POST https://awooop.example/v1/projects/ops/approvals/$APPROVAL_TOKEN -H """
     """"Authorization: Bearer $OPERATOR_TOKEN" -H 'Content-Type: application/json' -d """
@@ -528,6 +559,44 @@ STEPS: dict[str, Step] = {
     ),
     "awooop project routes ops telegram=chatops line=chatops": Step(
         "deployment", routes(telegram="chatops", line="chatops")
+    ),
+    # --- commands that need no service -------------------------------------------------------
+    "awooop --help": Step("local", succeeds),
+    "awooop dev down": Step("local", succeeds, help_only=True),
+    "awooop dev run": Step("local", succeeds, help_only=True),
+    "awooop outbox retry": Step("local", succeeds, help_only=True),
+    "pip install standardwebhooks": Step("local", succeeds),  # the test extra has it
+    # --- README "Installing the package" ----------------------------------------------------
+    "python3 -m venv /opt/awooop": Step(
+        "install", succeeds, replace=(("/opt/awooop", "{prefix}"),)
+    ),
+    "/opt/awooop/bin/pip install .": Step(
+        "install", succeeds, replace=(("/opt/awooop", "{prefix}"),)
+    ),
+    "python3 -m pip wheel --no-deps -w dist .": Step(
+        "install", succeeds, replace=(("-w dist", "-w {dist}"),)
+    ),
+    "/opt/awooop/bin/pip install dist/awooop-0.1.0-py3-none-any.whl": Step(
+        "install", succeeds, replace=(("/opt/awooop", "{prefix}"), ("dist/", "{dist}/"))
+    ),
+    "export PATH=/opt/awooop/bin:$PATH": Step(
+        "install", succeeds, replace=(("/opt/awooop", "{prefix}"),)
+    ),
+    "gunicorn -c python:awooop.web.gunicorn_conf 'awooop.web.app:create_app()'": Step(
+        "install", starts_when="http:/healthz"
+    ),
+    # (At the default log level, WARNING, the banner is what a started worker or beat shows:
+    # it comes after the start-up check of the settings.)
+    "celery -A awooop.tasks.app worker -Q runs,notifications": Step(
+        "install", starts_when="log:[queues]"
+    ),
+    "celery -A awooop.tasks.app worker -Q maintenance": Step("install", starts_when="log:[queues]"),
+    "mkdir -p /var/lib/awooop": Step(
+        "install", succeeds, replace=(("/var/lib/awooop", "{state}"),)
+    ),
+    "AWOOOP_BEAT_SCHEDULE_FILE=/var/lib/awooop/celerybeat-schedule "
+    "celery -A awooop.tasks.app beat": Step(
+        "install", starts_when="log:Configuration ->", replace=(("/var/lib/awooop", "{state}"),)
     ),
     # --- README / operations.md: metrics on several hosts -----------------------------------
     "export PROMETHEUS_MULTIPROC_DIR=/run/awooop/metrics-worker": Step(
@@ -582,7 +651,16 @@ class Session:
             text = f"{text} --help"
         self.ctx["shell"] = self.shell
         if step.serves_metrics_on:
-            self._serves_metrics(text, self.ctx[step.serves_metrics_on])
+            port = self.ctx[step.serves_metrics_on]
+            self._started(text, lambda log: _answers(port, "/metrics", b"awooop_"))
+            self.ran.add(command)
+            return Done(0, "", "")
+        if step.starts_when:
+            kind, _, what = step.starts_when.partition(":")
+            if kind == "log":
+                self._started(text, lambda log: what in log.read_text())
+            else:
+                self._started(text, lambda log: _answers(self.ctx["port"], what, b""))
             self.ran.add(command)
             return Done(0, "", "")
 
@@ -609,9 +687,9 @@ class Session:
         self.ran.add(command)
         return done
 
-    def _serves_metrics(self, text: str, port: int) -> None:
-        """Start ``text`` as a reader would (in the session's environment), wait until it
-        serves AwoooP's metrics on ``port``, then stop it (SIGTERM to its process group)."""
+    def _started(self, text: str, ready: Callable[[Path], bool]) -> None:
+        """Start ``text`` as a reader would (in the session's environment), wait until
+        ``ready(its log file)``, then stop it (SIGTERM to its process group)."""
         log = self.shell.scratch / f"process-{uuid.uuid4().hex}.log"
         with open(log, "w") as out:
             process = subprocess.Popen(
@@ -627,13 +705,9 @@ class Session:
 
             def serving() -> bool:
                 assert process.poll() is None, f"{text!r} exited:\n{log.read_text()[-3000:]}"
-                try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
-                        return b"awooop_" in r.read()
-                except OSError:
-                    return False
+                return ready(log)
 
-            wait_until(serving, 60, f"{text!r} to serve its metrics on :{port}")
+            wait_until(serving, 60, f"{text!r} to start")
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGTERM)
@@ -649,6 +723,14 @@ class Session:
 
 
 # --- The tests ------------------------------------------------------------------------------
+
+
+def _answers(port: int, path: str, needle: bytes) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
+            return r.status == 200 and needle in r.read()
+    except OSError:
+        return False
 
 
 def test_every_documented_command_is_listed():
@@ -854,9 +936,14 @@ def test_the_operations_approvals_and_workflows_docs_work_on_a_deployment(
         "notify_url=https://hooks.example/awooop",
         "printenv LINE_CHANNEL_ACCESS_TOKEN | awooop project outbound ops line",
         "printenv GITEA_TOKEN | awooop project outbound ops gitea",
-        "printenv WEBHOOK_SECRET | awooop project outbound ops webhook",
+        "awooop project outbound ops webhook --generate",
     ):
         session(command)
+    # docs/webhooks.md: the notify URL, then a rotation — a second secret, the old one revoked
+    session("awooop project config ops notify_url=https://hooks.example/awooop")
+    session("awooop project outbound ops webhook --generate")
+    old_webhook_secret(session.shell("awooop project credentials ops"), session.ctx)
+    session("awooop project revoke ops <old credential id>")
     waiting = test_runs.admit(engine, "ops", "test-approval")
     run_tasks.enqueue([waiting])
     wait_until(
@@ -937,5 +1024,51 @@ def test_the_documented_promtool_checks_pass():
     session = Session("deploy", Shell(ROOT, user_env(), ROOT / ".awooop"))
     for command, step in STEPS.items():
         if step.session == "deploy":
+            session(command)
+    session.assert_ran_all()
+
+
+def test_commands_that_need_no_service(tmp_path):
+    session = Session("local", Shell(ROOT, user_env(), tmp_path))
+    for command, step in STEPS.items():
+        if step.session == "local":
+            session(command)
+    session.assert_ran_all()
+
+
+@pytest.mark.timeout(600)
+def test_the_installation_section_works_as_written(settings, tmp_path):
+    """README "Installing the package", typed literally (paths under /opt and /var/lib moved
+    to scratch directories): a virtualenv, the package installed from the checkout and from
+    a wheel, then the installed web, workers and beat start over the test's services."""
+    from tests.support.processes import free_port
+
+    env = user_env(
+        AWOOOP_DATABASE_URL=settings.database_url,
+        AWOOOP_BROKER_URL=settings.broker_url,
+        AWOOOP_SECRET_KEY=settings.secret_key,
+        AWOOOP_PORT=str(port := free_port()),
+        AWOOOP_WORKFLOW_MODULES="",
+    )
+    # The installed commands, not the checkout's venv: PATH as a reader's plain shell has it.
+    env["PATH"] = env["PATH"].replace(f"{BIN}{os.pathsep}", "")
+    session = Session("install", Shell(ROOT, env, tmp_path))
+    session.ctx.update(
+        prefix=tmp_path / "opt-awooop", dist=tmp_path / "dist", state=tmp_path / "var-lib"
+    )
+    session.ctx["port"] = port
+    for command in (
+        "python3 -m venv /opt/awooop",
+        "/opt/awooop/bin/pip install .",
+        "python3 -m pip wheel --no-deps -w dist .",
+        "/opt/awooop/bin/pip install dist/awooop-0.1.0-py3-none-any.whl",
+    ):
+        done = session(command)
+        assert done.returncode == 0, done.err
+    # The processes run away from the checkout, so they import the installed package.
+    session.shell = Shell(tmp_path, session.shell.env, tmp_path)
+    session("export PATH=/opt/awooop/bin:$PATH")
+    for command, step in STEPS.items():
+        if step.session == "install" and command not in session.ran:
             session(command)
     session.assert_ran_all()

@@ -90,8 +90,8 @@ def parsed(text: str) -> list[dict]:
     return lines
 
 
-def celery(*argv: str) -> list[str]:
-    return [str(BIN / "celery"), "-A", "awooop.tasks.app", "--quiet", *argv, "--loglevel", "INFO"]
+def celery(*argv: str, loglevel: str = "INFO") -> list[str]:
+    return [str(BIN / "celery"), "-A", "awooop.tasks.app", "--quiet", *argv, "--loglevel", loglevel]
 
 
 def test_a_celery_worker_writes_only_json_lines_from_start_to_a_sigterm_stop(
@@ -121,7 +121,8 @@ def test_a_celery_worker_writes_only_json_lines_from_start_to_a_sigterm_stop(
 
 
 def test_celery_beat_writes_only_json_lines_from_start_to_a_sigterm_stop(started, stack):
-    beat = started("beat", celery("beat", "-s", str(stack.log_dir / "schedule")))
+    # At DEBUG: beat's line for each sweep it sends is a DEBUG line (awooop.logs).
+    beat = started("beat", celery("beat", "-s", str(stack.log_dir / "schedule"), loglevel="DEBUG"))
     beat.wait_for("Sending due task fire-due-timers")
 
     beat.terminate()
