@@ -30,6 +30,14 @@ class OutboxMessage(Base):
             postgresql_where=text("status = 'PENDING'"),
         ),
         Index("ix_awooop_outbox_run", "run_id"),
+        # Messages done with, by status, oldest first: the retention sweep, and the parked
+        # count /metrics reads.
+        Index(
+            "ix_awooop_outbox_done",
+            "status",
+            "created_at",
+            postgresql_where=text("status IN ('SENT', 'PARKED')"),
+        ),
     )
 
     message_id: Mapped[uuid.UUID] = mapped_column(
