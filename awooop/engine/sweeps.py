@@ -73,8 +73,12 @@ def orphans_once(engine: Engine, settings: Settings) -> list[uuid.UUID]:
     return orphans
 
 
-def prune_dedupe_once(engine: Engine, settings: Settings) -> int:
-    """Delete dedupe rows past their TTL, one batch per transaction, until none is left."""
+def prune_dedupe_once(
+    engine: Engine, settings: Settings, clock: Callable[[], float] = time.monotonic
+) -> int:
+    """Delete dedupe rows past their TTL, one batch per transaction, until none is left or
+    ``sweep_pass_seconds`` have gone by (the next pass goes on)."""
+    deadline = clock() + settings.sweep_pass_seconds
     total = 0
     while True:
         with engine.connect() as conn:
@@ -82,10 +86,17 @@ def prune_dedupe_once(engine: Engine, settings: Settings) -> int:
                 conn, settings.dedupe_ttl_seconds, settings.prune_batch_size
             )
         total += deleted
-        if deleted < settings.prune_batch_size:
+        if deleted < settings.prune_batch_size or clock() >= deadline:
             break
     if total:
-        log.info("dedupe rows pruned", extra={"action": "dedupe_pruned", "count": total})
+        log.info(
+            "dedupe rows pruned",
+            extra={
+                "action": "dedupe_pruned",
+                "count": total,
+                "more_left": deleted == settings.prune_batch_size,
+            },
+        )
     return total
 
 
@@ -94,10 +105,10 @@ def retention_once(
 ) -> dict[str, int]:
     """Delete finished runs past their retention (with every row that refers to them) and
     SENT / PARKED outbox messages past theirs, one batch per transaction, until none is left
-    or ``retention_pass_seconds`` have gone by (the next pass goes on). Returns the rows
+    or ``sweep_pass_seconds`` have gone by (the next pass goes on). Returns the rows
     deleted by table; each batch is counted in ``awooop_retention_deleted_rows_total`` as
     soon as it has committed."""
-    deadline = clock() + settings.retention_pass_seconds
+    deadline = clock() + settings.sweep_pass_seconds
     batch = settings.retention_batch_size
     totals: dict[str, int] = {}
     runs_left = outbox_left = True

@@ -19,7 +19,7 @@ _PING = text("SELECT 1")
 # the runs in flight, however many finished runs are kept (finished runs are counted where
 # they finish, awooop_runs_finished_total).
 _UNFINISHED = ", ".join(f"'{s}'" for s in states.UNFINISHED_STATUSES)
-_RUNS_BY_STATUS = text(
+RUNS_BY_STATUS = text(
     f"SELECT status, count(*) AS n FROM awooop_run_state WHERE status IN ({_UNFINISHED})"
     " GROUP BY status"
 )
@@ -31,7 +31,7 @@ _SET_TIMEOUT = text("SELECT set_config('statement_timeout', :ms, true)")
 _OUTBOX_EXISTS = text("SELECT to_regclass('awooop_outbox') IS NOT NULL")
 # Each count from its partial index (ix_awooop_outbox_due for PENDING, the PARKED range of
 # ix_awooop_outbox_done): the cost is the backlog, not the SENT messages kept.
-_OUTBOX_BACKLOG = text(
+OUTBOX_BACKLOG = text(
     """
 SELECT (SELECT count(*) FROM awooop_outbox WHERE status = 'PENDING') AS pending,
        (SELECT count(*) FROM awooop_outbox WHERE status = 'PARKED') AS parked,
@@ -64,9 +64,9 @@ def snapshot(conn: Connection, timeout_seconds: float) -> Snapshot:
     """Runs by status and the outbox backlog. Call inside a transaction (``db.transaction``):
     the statement timeout is set for that transaction only."""
     conn.execute(_SET_TIMEOUT, {"ms": str(max(1, int(timeout_seconds * 1000)))})
-    runs = {row.status: int(row.n) for row in conn.execute(_RUNS_BY_STATUS)}
+    runs = {row.status: int(row.n) for row in conn.execute(RUNS_BY_STATUS)}
     outbox = None
     if conn.execute(_OUTBOX_EXISTS).scalar_one():
-        row = conn.execute(_OUTBOX_BACKLOG).one()
+        row = conn.execute(OUTBOX_BACKLOG).one()
         outbox = OutboxBacklog(int(row.pending), int(row.parked), float(row.oldest_pending_age))
     return Snapshot(runs_by_status=runs, outbox=outbox)

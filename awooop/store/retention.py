@@ -137,6 +137,7 @@ WHERE message_id IN (
         SELECT message_id
         FROM awooop_outbox
         WHERE status = s.status
+          AND status IN ('SENT', 'PARKED')  -- lets the planner use the partial index
           AND created_at < now() - CAST(:days AS double precision) * interval '1 day'
         ORDER BY created_at
         LIMIT :batch_size

@@ -3,6 +3,7 @@ that never wait for a run another transaction holds."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import uuid
@@ -255,11 +256,11 @@ def test_a_pass_takes_several_batches_and_stops_when_its_time_is_up(engine, proj
     project_id = project["project_id"]
     for _ in range(5):
         failed_run(engine, project_id, created_days=40, finished_days=40)
-    small = settings_with(settings, retention_batch_size=2, retention_pass_seconds=10.0)
+    small = settings_with(settings, retention_batch_size=2, sweep_pass_seconds=10.0)
 
     # A clock that has run out after the first round of batches
-    ticks = iter([0.0, 100.0, 100.0, 100.0])
-    first = sweeps.retention_once(engine, small, clock=lambda: next(ticks))
+    out_of_time = itertools.chain([0.0], itertools.repeat(100.0))
+    first = sweeps.retention_once(engine, small, clock=lambda: next(out_of_time))
     assert first["awooop_run_state"] == 2
     assert db.count(engine, "awooop_run_state") == 3
 
