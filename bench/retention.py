@@ -27,8 +27,8 @@ admitting and claiming; latencies during passes are compared with those between 
 The figures go into docs/benchmarks.md between the retention markers (below the part
 ``make bench`` rewrites); BENCH_OUTPUT names another file. The scratch databases are
 dropped at the end (BENCH_KEEP=1 keeps them). Knobs: BENCH_RETENTION_RUNS,
-BENCH_RETENTION_DEDUPE, BENCH_RETENTION_SAMPLES (store-level operations per measurement,
-1000), BENCH_RETENTION_ROUNDS (3), BENCH_DURATION (HTTP seconds per row, 6),
+BENCH_RETENTION_DEDUPE, BENCH_RETENTION_SAMPLES (store-level admissions and claims per
+database, 3000), BENCH_DURATION (HTTP seconds per row, 6),
 BENCH_RETENTION_SCRAPES (50), BENCH_RETENTION_GAP (seconds between sweep passes, 10).
 """
 
@@ -93,8 +93,7 @@ def _int(name: str, default: int) -> int:
 class Knobs:
     runs: int = field(default_factory=lambda: _int("BENCH_RETENTION_RUNS", 1_000_000))
     dedupe: int = field(default_factory=lambda: _int("BENCH_RETENTION_DEDUPE", 10_000_000))
-    samples: int = field(default_factory=lambda: _int("BENCH_RETENTION_SAMPLES", 1000))
-    rounds: int = field(default_factory=lambda: _int("BENCH_RETENTION_ROUNDS", 3))
+    samples: int = field(default_factory=lambda: _int("BENCH_RETENTION_SAMPLES", 3000))
     duration: float = field(default_factory=lambda: float(os.environ.get("BENCH_DURATION", 6)))
     scrapes: int = field(default_factory=lambda: _int("BENCH_RETENTION_SCRAPES", 50))
     gap: float = field(default_factory=lambda: float(os.environ.get("BENCH_RETENTION_GAP", 10)))
@@ -478,16 +477,40 @@ class Store:
         self.worker.dispose()
 
 
-def measure_store(store: Store, project_id: str, n: int) -> tuple[list[float], list[float]]:
-    admissions, claims = [], []
-    for _ in range(50):  # warm: connections, prepared statements, caches
-        store.admit_and_claim(project_id)
-    for _ in range(n):
-        _, a, c = store.admit_and_claim(project_id)
-        admissions.append(a)
-        claims.append(c)
-    store.finish_claimed()
-    return admissions, claims
+WARM_UP = 300
+
+
+def measure_pairs(
+    stores: dict[str, Store], project_id: str, n: int
+) -> dict[str, dict[str, list[float]]]:
+    """``n`` admissions and claims on each database, alternating operation by operation (and
+    which goes first), so both see the same machine: this one is shared, and its load
+    changes from second to second. After ``WARM_UP`` untimed ones each (connections,
+    prepared statements, the buffer cache)."""
+    for store in stores.values():
+        for _ in range(WARM_UP):
+            store.admit_and_claim(project_id)
+    out = {kind: {"admission": [], "claim": []} for kind in stores}
+    kinds = list(stores)
+    for i in range(n):
+        for kind in kinds if i % 2 == 0 else kinds[::-1]:
+            _, a, c = stores[kind].admit_and_claim(project_id)
+            out[kind]["admission"].append(a)
+            out[kind]["claim"].append(c)
+    for store in stores.values():
+        store.finish_claimed()
+    return out
+
+
+def finish_pending(url: str) -> None:
+    """The bench project's PENDING runs COMPLETED: a claimable backlog left behind would make
+    later claims slower (the claim is planned over the claimable index)."""
+    with _pg(url) as conn, conn.cursor() as cur:
+        cur.execute(
+            "UPDATE awooop_run_state SET status = 'COMPLETED', saga_status = 'COMPLETED',"
+            " finished_at = now(), updated_at = now()"
+            " WHERE project_id = 'bench' AND status = 'PENDING'"
+        )
 
 
 # --- HTTP: admission and /metrics -------------------------------------------------------
@@ -727,13 +750,14 @@ def render(machine: dict[str, str], knobs: Knobs, r: dict[str, Any]) -> str:
         f"| the read it replaces (`GROUP BY status` over every run), p50 ms | "
         f"{_f(sc['old_empty']['p50'], 2)} | {_f(sc['old_loaded']['p50'], 2)} | | | |",
         "",
-        f"Store statements: {knobs.samples:,} admissions, each followed by the claim of its run "
-        "(by id, as a worker claims), one connection each with the production engine "
-        "(`awooop.store.admission.admit`, `awooop.store.leases.claim`, prepared statements, "
-        "autocommit), one after the other, timed in the client; "
-        f"{knobs.rounds} rounds alternating empty and loaded, pooled. Claimed runs are marked "
-        "COMPLETED in batches (untimed). HTTP: gunicorn as in `make bench`, 16 keep-alive "
-        f"connections, {knobs.duration:g} s per row after 1.5 s warm-up, alternating. Scrapes: "
+        f"Store statements: {knobs.samples:,} admissions on each database, each followed by the "
+        "claim of its run (by id, as a worker claims), one connection each with the production "
+        "engine (`awooop.store.admission.admit`, `awooop.store.leases.claim`, prepared "
+        "statements, autocommit), timed in the client, after 300 untimed ones; the two "
+        "databases alternate operation by operation, so both see the same load on this "
+        "shared machine. Claimed runs are marked COMPLETED in batches (untimed). HTTP: "
+        "gunicorn as in `make bench`, 16 keep-alive connections, "
+        f"{knobs.duration:g} s per row after 1.5 s warm-up, alternating. Scrapes: "
         f"{knobs.scrapes} `GET /metrics` one after the other on a keep-alive connection "
         "(multiprocess directory set, as in `make run`).",
         "",
@@ -798,10 +822,6 @@ def write_section(path: Path, section: str) -> None:
 # --- main ----------------------------------------------------------------------------------
 
 
-def pooled(parts: list[dict[str, list[float]]], key: str) -> list[float]:
-    return [v for part in parts for v in part[key]]
-
-
 def main() -> int:
     from awooop.config import ConfigError, Settings
 
@@ -838,22 +858,16 @@ def main() -> int:
         backlog_before = backlog(urls["loaded"], base)
         log(f"past their age: {backlog_before}")
 
-        # Store latency, empty and loaded alternating.
-        parts: dict[str, list[dict[str, list[float]]]] = {"empty": [], "loaded": []}
+        # Store latency, empty and loaded alternating operation by operation.
         for kind in urls:
             stores[kind] = Store(urls[kind], settings[kind])
-        for i in range(knobs.rounds):
-            for kind in ("empty", "loaded") if i % 2 == 0 else ("loaded", "empty"):
-                a, c = measure_store(stores[kind], "bench", knobs.samples)
-                parts[kind].append({"admission": a, "claim": c})
-                log(
-                    f"store {kind:<6} round {i + 1}: admission p50 {pct(a, 0.5):.3f} ms "
-                    f"p99 {pct(a, 0.99):.3f}, claim p50 {pct(c, 0.5):.3f} p99 {pct(c, 0.99):.3f}"
-                )
+        paired = measure_pairs(stores, "bench", knobs.samples)
         store_stats = {
-            kind: {key: summary(pooled(parts[kind], key)) for key in ("admission", "claim")}
-            for kind in parts
+            kind: {key: summary(values) for key, values in ops.items()}
+            for kind, ops in paired.items()
         }
+        for kind, ops in store_stats.items():
+            log(f"store {kind}: {ops}")
 
         # HTTP admission and /metrics.
         webs = {}
@@ -891,6 +905,8 @@ def main() -> int:
             proc.stop()
             procs.remove(proc)
         purge_queue(r_client, "runs")
+        for url in urls.values():  # the runs admitted over HTTP, as if workers had run them
+            finish_pending(url)
 
         # The sweeps catching up, admission and claims going on meanwhile.
         sweeps_ = {}
