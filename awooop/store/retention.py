@@ -2,8 +2,11 @@
 
 Each statement is one batch, in its own short transaction. Rows are taken with
 ``FOR UPDATE SKIP LOCKED``, so a batch never waits for a run another transaction holds (an
-operator's refused operation, a late tool result) and two sweeps share the work. Admission
-and claims never touch finished runs: they neither wait for a batch nor hold one up.
+operator's refused operation, a late tool result) and two sweeps share the work; only a row
+of a finished run that another transaction holds without holding the run (a timer the timer
+sweep is taking) is waited for, for that short transaction, at most the sweeps' lock
+timeout. Admission and claims never touch finished runs: they neither wait for a batch nor
+hold one up.
 
 Who refers to a run (every table of ``awooop.models``): ``awooop_run_event``,
 ``awooop_timer`` and ``awooop_approval`` (foreign keys, ON DELETE CASCADE — deleted here
