@@ -1,14 +1,14 @@
-"""Row ids that keep indexes small in memory: time-ordered UUIDs (RFC 9562 version 7).
+"""Row ids that keep an index small in memory: time-ordered UUIDs (RFC 9562 version 7).
 
-A random (version 4) id sends every insert to a random leaf of its primary-key index, and of
-every index that starts with it (a run's history and triggers are indexed by run id): with a
-month of runs and a week of dedupe rows those indexes outgrow the buffer cache, and each
-admission and claim reads (and, after a checkpoint, logs a full page image of) a few leaf
-pages nobody else needs — measured: 6 buffer reads per admission and claim with 1,000,000
-runs and 10,000,000 dedupe rows, against 2 with these ids (docs/benchmarks.md, retention).
-A version 7 id starts with the time in milliseconds, so new rows go to the right edge of
-those indexes, which stays in memory; 74 random bits keep ids unique and unguessable
-enough for their use (they name rows; every request is authorised by token and project).
+A random (version 4) id sends every insert to a random leaf of its primary-key index: with a
+week of dedupe rows (10,000,000 in the retention benchmark) that index outgrows the buffer
+cache, and each admission reads (and, after a checkpoint, logs a full page image of) a leaf
+page nobody else needs. A version 7 id starts with the time in milliseconds, so new rows go
+to the right edge of the index, which stays in memory; 74 random bits keep ids unique.
+
+Used for dedupe rows, which nobody sees. Run ids stay random: people tell runs apart by the
+first characters of their ids (the console shows eight), which a time prefix would make
+alike for every run of the same minute.
 
 The time comes from this process's clock: it only orders index entries, nothing relies on
 it (the database's clock decides leases, timers and retention). Python 3.14's

@@ -143,8 +143,8 @@ def admit(conn: Connection, new: NewRun, max_active_runs: int | None = None) -> 
         "channel_type": new.channel_type,
         "provider_event_id": new.provider_event_id,
         "request_digest": new.request_digest,
-        # Time-ordered: new rows go to the right edge of the run and dedupe indexes.
-        "run_id": ids.uuid7(),
+        "run_id": uuid.uuid4(),
+        # Time-ordered: new rows go to the right edge of the dedupe table's primary key.
         "dedupe_id": ids.uuid7(),
         "workflow_name": new.workflow_name,
         "workflow_version": new.workflow_version,
