@@ -94,4 +94,9 @@ beat_schedule = {
         "schedule": _settings.prune_interval_seconds,
         "options": {"expires": _settings.prune_interval_seconds},
     },
+    "retention": {
+        "task": "awooop.sweeps.retention",
+        "schedule": _settings.retention_interval_seconds,
+        "options": {"expires": _settings.retention_interval_seconds},
+    },
 }

@@ -26,6 +26,7 @@ from sqlalchemy import exc as sa_exc
 from awooop import config, db, secrets
 from awooop.config import STATE_DIR, ConfigError, Settings
 from awooop.domain import limits as project_limits
+from awooop.domain import retention as project_retention
 from awooop.models.project import API_TOKEN_ROLES, CHANNEL_TYPES, PROJECT_ID_PATTERN
 from awooop.outbound import signing
 from awooop.workflows import registry
@@ -295,6 +296,33 @@ def cmd_project_limits(args: argparse.Namespace) -> int:
     if updated is None:
         raise UsageError(f"no project {args.project_id!r}")
     print(json.dumps({"project_id": args.project_id, "limits": updated}, indent=2))
+    return 0
+
+
+def cmd_project_retention(args: argparse.Namespace) -> int:
+    from awooop.store import projects
+
+    _check_project_id(args.project_id)
+    try:
+        days = project_retention.parse_retention_days(args.days)
+    except project_retention.InvalidRetention as exc:
+        raise UsageError(str(exc)) from None
+    settings = _settings("database_url")
+    with _engine(settings).connect() as conn:
+        if not projects.set_run_retention(conn, args.project_id, days):
+            raise UsageError(f"no project {args.project_id!r}")
+    effective = settings.run_retention_days if days is None else days
+    floor = settings.dedupe_ttl_seconds / 86400
+    print(
+        json.dumps(
+            {
+                "project_id": args.project_id,
+                "run_retention_days": days,
+                "effective_days": max(effective, floor),
+            },
+            indent=2,
+        )
+    )
     return 0
 
 
@@ -583,6 +611,21 @@ def build_parser() -> argparse.ArgumentParser:
     limits.add_argument("project_id")
     limits.add_argument("limits", nargs="+", metavar="KEY=VALUE")
     limits.set_defaults(func=cmd_project_limits)
+    retention = project_sub.add_parser(
+        "retention",
+        help="how many days the project's finished runs are kept",
+        description="Sets how long the project's finished runs (COMPLETED, FAILED, "
+        "CANCELLED) are kept before the retention sweep deletes them with their events, "
+        "timers, approvals, inbox and dedupe rows, e.g. `awooop project retention ops 90`; "
+        "`default` goes back to AWOOOP_RUN_RETENTION_DAYS. A run is never deleted before its "
+        "dedupe row expires (AWOOOP_DEDUPE_TTL_SECONDS): the answer's effective_days says "
+        "which applies.",
+    )
+    retention.add_argument("project_id")
+    retention.add_argument(
+        "days", help=f"whole days, 1-{project_retention.MAX_RETENTION_DAYS}, or 'default'"
+    )
+    retention.set_defaults(func=cmd_project_retention)
     token = project_sub.add_parser(
         "token",
         help="create an API token with a role; prints it once",

@@ -92,8 +92,21 @@ class Settings:
     orphan_batch_size: int = 500
     # Dedupe rows live this long (ADR-114 risk mitigation), pruned in batches.
     dedupe_ttl_seconds: float = 7 * 24 * 3600.0
-    prune_interval_seconds: float = 3600.0
+    prune_interval_seconds: float = 300.0
     prune_batch_size: int = 5000
+    # Retention: finished runs (COMPLETED / FAILED / CANCELLED) are deleted, with their
+    # events, timers, approvals, inbox and dedupe rows, once they finished this many days ago
+    # (a project may set its own: `awooop project retention`) and their dedupe row has
+    # expired; SENT and PARKED outbox messages once created this many days ago. The sweep
+    # runs every interval and deletes at most batch_size runs (or messages) per transaction.
+    run_retention_days: float = 30.0
+    outbox_retention_days: float = 30.0
+    retention_interval_seconds: float = 300.0
+    retention_batch_size: int = 500
+    # A deleting pass (retention, dedupe prune) stops starting batches after this long; the
+    # rest waits for its next pass, so a backlog never holds the one maintenance worker (and
+    # the timers and reaper behind it) for more than about this long.
+    sweep_pass_seconds: float = 10.0
     # Operators may close a run stuck in manual intervention without compensating.
     manual_close_enabled: bool = False
     # Per-project quotas and rate limits are set per project (`awooop project limits`).

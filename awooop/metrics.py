@@ -21,11 +21,13 @@ Two kinds of numbers, gathered two ways:
   Counters restart from zero with their processes, which Prometheus handles as a counter
   reset. Without the variable each process keeps its own numbers and ``/metrics`` shows only
   the web process that answered the scrape.
-* **State read from the database at scrape time** — runs by status, the intervention queue
-  and the outbox backlog.
-  PostgreSQL is the source of truth, so these are right whichever process or host serves
-  the scrape and need no cooperation from the workers; the queries run only when Prometheus
-  scrapes, never on the admission or claim path.
+* **State read from the database at scrape time** — unfinished runs by status, the
+  intervention queue and the outbox backlog. PostgreSQL is the source of truth, so these are right whichever process or
+  host serves the scrape and need no cooperation from the workers; the queries run only when
+  Prometheus scrapes, never on the admission or claim path, and read partial indexes whose
+  size is the work in flight (unfinished runs, PENDING or PARKED messages), not the history
+  kept. Finished runs are counted where they finish (``awooop_runs_finished_total``): a count
+  of the finished rows kept would grow with the retention period and drop at each sweep.
 
 Labels are low-cardinality by construction: channel, result, outcome, status, timer kind,
 workflow, step, sweep and task names, Flask endpoint names and HTTP status codes (a
@@ -115,6 +117,20 @@ STEP_DURATION = Histogram(
     ["workflow", "step", "phase", "status"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900),
 )
+RUNS_FINISHED = Counter(
+    "awooop_runs_finished_total",
+    "Runs that reached a final status, counted by the process that committed the move: "
+    "COMPLETED, FAILED or CANCELLED (workers; the reaper's exhausted budget; an operator's "
+    "manual close).",
+    ["status"],
+)
+RETENTION_DELETED = Counter(
+    "awooop_retention_deleted_rows_total",
+    "Rows the retention sweep deleted, by table: finished runs past their retention with "
+    "their events, timers, approvals, inbox and dedupe rows, and SENT / PARKED outbox rows "
+    "past theirs.",
+    ["table"],
+)
 RUN_SEGMENTS = Counter(
     "awooop_run_segments_total",
     "Run messages a worker handled, by how the segment ended: completed, failed, cancelled, "
@@ -196,9 +212,12 @@ class DatabaseCollector(Collector):
         up.add_metric([], 1)
         yield up
         runs = GaugeMetricFamily(
-            "awooop_runs", "Runs by status, read from the database.", labels=["status"]
+            "awooop_runs",
+            "Unfinished runs by status, read from the database. Finished runs are counted "
+            "by awooop_runs_finished_total (and deleted after their retention).",
+            labels=["status"],
         )
-        for status in states.RUN_STATUSES:
+        for status in states.UNFINISHED_STATUSES:
             runs.add_metric([status], snap.runs_by_status.get(status, 0))
         yield runs
         yield GaugeMetricFamily(

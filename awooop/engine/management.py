@@ -18,8 +18,9 @@ import uuid
 
 from sqlalchemy import Engine
 
-from awooop import errors
+from awooop import errors, metrics
 from awooop.config import Settings
+from awooop.domain import states
 from awooop.store import operations
 
 log = logging.getLogger("awooop.engine.management")
@@ -84,6 +85,8 @@ def operate(
             f"cannot {operation} a run that is {result.status} / {result.saga_status} / "
             f"{result.control_state}"
         )
+    if result.status in states.TERMINAL_STATUSES:  # manual close
+        metrics.RUNS_FINISHED.labels(result.status).inc()
     log.info(
         "operation applied", extra={**fields, "action": f"run_{operation}", "status": result.status}
     )

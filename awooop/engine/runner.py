@@ -67,6 +67,12 @@ _SEGMENT_ENDS = {
     "resolve": Outcome.RESOLVING,
     "wait_approval": Outcome.WAITING_APPROVAL,
 }
+# The run's status after a segment that ended it.
+_FINAL_STATUS = {
+    Outcome.COMPLETED: states.COMPLETED,
+    Outcome.FAILED: states.FAILED,
+    Outcome.CANCELLED: states.CANCELLED,
+}
 
 # Sends the outbox messages a segment queued (after their statement committed).
 Notify = Callable[[list[uuid.UUID]], object]
@@ -92,7 +98,8 @@ def execute(
         )
     except leases.UnloadableRun as unloadable:
         with engine.connect() as conn:
-            leases.fail_unloadable(conn, unloadable)
+            if leases.fail_unloadable(conn, unloadable):
+                metrics.RUNS_FINISHED.labels(states.FAILED).inc()
         log.error(
             "run cannot be loaded; failed",
             extra={
@@ -311,6 +318,8 @@ def _run_steps(
             outcome = _SEGMENT_ENDS[decision.kind]
             if decision.failure_code == saga.CANCELLED:
                 outcome = Outcome.CANCELLED
+            if outcome in _FINAL_STATUS:
+                metrics.RUNS_FINISHED.labels(_FINAL_STATUS[outcome]).inc()
             log.info(
                 "run segment ended",
                 extra={

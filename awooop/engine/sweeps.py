@@ -8,7 +8,9 @@ the nudges for runs that became claimable.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
+from collections.abc import Callable
 
 from sqlalchemy import Engine
 
@@ -16,7 +18,7 @@ from awooop import db, metrics
 from awooop.config import Settings
 from awooop.domain import states
 from awooop.engine import identity
-from awooop.store import dedupe, reaper, timers, workers
+from awooop.store import dedupe, reaper, retention, timers, workers
 
 log = logging.getLogger("awooop.engine.sweeps")
 
@@ -33,6 +35,8 @@ def reap_once(engine: Engine, settings: Settings | None = None) -> list[reaper.R
     for r in reaped:
         outcome = "requeued" if r.to_status == states.PENDING else "failed"
         metrics.REAPER_RECOVERIES.labels(outcome).inc()
+        if r.to_status == states.FAILED:
+            metrics.RUNS_FINISHED.labels(states.FAILED).inc()
         log.warning(
             "stale run reaped",
             extra={
@@ -69,8 +73,12 @@ def orphans_once(engine: Engine, settings: Settings) -> list[uuid.UUID]:
     return orphans
 
 
-def prune_dedupe_once(engine: Engine, settings: Settings) -> int:
-    """Delete dedupe rows past their TTL, one batch per transaction, until none is left."""
+def prune_dedupe_once(
+    engine: Engine, settings: Settings, clock: Callable[[], float] = time.monotonic
+) -> int:
+    """Delete dedupe rows past their TTL, one batch per transaction, until none is left or
+    ``sweep_pass_seconds`` have gone by (the next pass goes on)."""
+    deadline = clock() + settings.sweep_pass_seconds
     total = 0
     while True:
         with engine.connect() as conn:
@@ -78,11 +86,65 @@ def prune_dedupe_once(engine: Engine, settings: Settings) -> int:
                 conn, settings.dedupe_ttl_seconds, settings.prune_batch_size
             )
         total += deleted
-        if deleted < settings.prune_batch_size:
+        if deleted < settings.prune_batch_size or clock() >= deadline:
             break
     if total:
-        log.info("dedupe rows pruned", extra={"action": "dedupe_pruned", "count": total})
+        log.info(
+            "dedupe rows pruned",
+            extra={
+                "action": "dedupe_pruned",
+                "count": total,
+                "more_left": deleted == settings.prune_batch_size,
+            },
+        )
     return total
+
+
+def retention_once(
+    engine: Engine, settings: Settings, clock: Callable[[], float] = time.monotonic
+) -> dict[str, int]:
+    """Delete finished runs past their retention (with every row that refers to them) and
+    SENT / PARKED outbox messages past theirs, one batch per transaction, until none is left
+    or ``sweep_pass_seconds`` have gone by (the next pass goes on). Returns the rows
+    deleted by table; each batch is counted in ``awooop_retention_deleted_rows_total`` as
+    soon as it has committed."""
+    deadline = clock() + settings.sweep_pass_seconds
+    batch = settings.retention_batch_size
+    totals: dict[str, int] = {}
+    runs_left = outbox_left = True
+    rounds = 0
+    while (runs_left or outbox_left) and (rounds == 0 or clock() < deadline):
+        rounds += 1
+        if runs_left:
+            with engine.connect() as conn:
+                deleted = retention.delete_finished_runs(
+                    conn, settings.run_retention_days, settings.dedupe_ttl_seconds, batch
+                )
+            _count_deleted(totals, deleted.rows)
+            runs_left = deleted.runs == batch
+        if outbox_left:
+            with engine.connect() as conn:
+                messages = retention.delete_old_outbox(conn, settings.outbox_retention_days, batch)
+            _count_deleted(totals, {"awooop_outbox": messages})
+            outbox_left = messages == batch
+    if any(totals.values()):
+        log.info(
+            "finished runs and old messages deleted",
+            extra={
+                "action": "retention_deleted",
+                "runs": totals.get("awooop_run_state", 0),
+                "rows": totals,
+                "more_left": runs_left or outbox_left,
+            },
+        )
+    return totals
+
+
+def _count_deleted(totals: dict[str, int], rows: dict[str, int]) -> None:
+    for table, n in rows.items():
+        if n:
+            metrics.RETENTION_DELETED.labels(table).inc(n)
+            totals[table] = totals.get(table, 0) + n
 
 
 def fire_due_timers_once(engine: Engine, settings: Settings) -> list[timers.FiredTimer]:

@@ -3,7 +3,7 @@
 import uuid
 from datetime import datetime
 
-from sqlalchemy import DateTime, String, func
+from sqlalchemy import DateTime, Index, String, func
 from sqlalchemy.dialects.postgresql import UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -12,6 +12,8 @@ from awooop.models.base import Base
 
 class InboxEntry(Base):
     __tablename__ = "awooop_inbox"
+    # A run's entries (the retention sweep deletes them with the run).
+    __table_args__ = (Index("ix_awooop_inbox_run", "run_id"),)
 
     consumer: Mapped[str] = mapped_column(String(64), primary_key=True)
     event_id: Mapped[str] = mapped_column(String(256), primary_key=True)

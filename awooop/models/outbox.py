@@ -38,6 +38,14 @@ class OutboxMessage(Base):
             "created_at",
             postgresql_where=text("status IN ('PENDING', 'PARKED')"),
         ),
+        # Messages done with, by status, oldest first: the retention sweep, and the parked
+        # count /metrics reads.
+        Index(
+            "ix_awooop_outbox_done",
+            "status",
+            "created_at",
+            postgresql_where=text("status IN ('SENT', 'PARKED')"),
+        ),
     )
 
     message_id: Mapped[uuid.UUID] = mapped_column(

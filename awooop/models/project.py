@@ -9,6 +9,7 @@ from sqlalchemy import (
     DateTime,
     ForeignKey,
     Index,
+    Integer,
     String,
     Text,
     func,
@@ -17,6 +18,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
+from awooop.domain.retention import MAX_RETENTION_DAYS
 from awooop.models.base import Base
 
 CHANNEL_TYPES = ("telegram", "alertmanager", "gitea", "line", "api")
@@ -27,6 +29,12 @@ PROJECT_ID_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 
 class Project(Base):
     __tablename__ = "awooop_project"
+    __table_args__ = (
+        CheckConstraint(
+            f"run_retention_days BETWEEN 1 AND {MAX_RETENTION_DAYS}",
+            name="run_retention_days_valid",
+        ),
+    )
 
     project_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     name: Mapped[str] = mapped_column(String(200), nullable=False)
@@ -42,6 +50,8 @@ class Project(Base):
     limits: Mapped[dict[str, Any]] = mapped_column(
         JSONB, nullable=False, server_default=text("'{}'::jsonb")
     )
+    # Days finished runs are kept (awooop.domain.retention); NULL: AWOOOP_RUN_RETENTION_DAYS.
+    run_retention_days: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), nullable=False, server_default=func.now()
     )

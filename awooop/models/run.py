@@ -60,6 +60,13 @@ class RunState(Base):
         Index("ix_awooop_run_state_project_status", "project_id", "status", "created_at"),
         # The runs API's list, newest first, keyset (created_at, run_id).
         Index("ix_awooop_run_state_project_created", "project_id", "created_at", "run_id"),
+        # Unfinished runs by status: /metrics counts them here, at a cost that grows with the
+        # runs in flight, not with the runs kept (finished runs have no entry).
+        Index(
+            "ix_awooop_run_state_unfinished",
+            "status",
+            postgresql_where=text(_in("status", states.UNFINISHED_STATUSES)),
+        ),
         # The manual-intervention queue, oldest first.
         Index(
             "ix_awooop_run_state_intervention",

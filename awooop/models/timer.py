@@ -32,6 +32,8 @@ class Timer(Base):
     __table_args__ = (
         CheckConstraint("state IN ('PENDING', 'FIRED', 'SKIPPED')", name="state_valid"),
         Index("ix_awooop_timer_due", "due_at", postgresql_where=text("state = 'PENDING'")),
+        # A run's timers (the retention sweep, and ON DELETE CASCADE from the run).
+        Index("ix_awooop_timer_run", "run_id"),
     )
 
     # Deterministic: run + scope (phase, step) + kind + attempt, so setting it twice is one timer.

@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from awooop import ids
 from awooop.domain import states
 from awooop.store.prepared import PreparedStatement
 
@@ -26,8 +27,9 @@ WITH seen AS (
     -- A key already seen inserts nothing and writes nothing (a read-only statement);
     -- ON CONFLICT settles a race with a concurrent first copy of the same event.
     INSERT INTO awooop_channel_event_dedupe
-        (project_id, channel_type, provider_event_id, run_id, request_digest)
-    SELECT :project_id, :channel_type, :provider_event_id, :run_id, :request_digest
+        (dedupe_id, project_id, channel_type, provider_event_id, run_id, request_digest)
+    SELECT :dedupe_id, :project_id, :channel_type, :provider_event_id, :run_id,
+           :request_digest
     WHERE NOT EXISTS (SELECT 1 FROM seen){quota}
     ON CONFLICT (project_id, channel_type, provider_event_id) DO NOTHING
     RETURNING run_id
@@ -142,6 +144,8 @@ def admit(conn: Connection, new: NewRun, max_active_runs: int | None = None) -> 
         "provider_event_id": new.provider_event_id,
         "request_digest": new.request_digest,
         "run_id": uuid.uuid4(),
+        # Time-ordered: new rows go to the right edge of the dedupe table's primary key.
+        "dedupe_id": ids.uuid7(),
         "workflow_name": new.workflow_name,
         "workflow_version": new.workflow_version,
         "workflow_digest": new.workflow_digest,

@@ -1,7 +1,7 @@
 """Read-only statements for health checks and the gauges ``/metrics`` reads at scrape time.
 
-None of them is on a hot path: ``/readyz`` pings, and a Prometheus scrape counts runs by
-status and the outbox backlog, under a short statement timeout so a slow database cannot
+None of them is on a hot path: ``/readyz`` pings, and a Prometheus scrape counts unfinished
+runs by status and the outbox backlog, under a short statement timeout so a slow database cannot
 hold a scrape (or a web thread) for long.
 """
 
@@ -11,26 +11,32 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, text
 
+from awooop.domain import states
+
 _PING = text("SELECT 1")
 
-# GROUP BY over the whole table: PostgreSQL answers it from the (project_id, status,
-# created_at) index when that is cheaper than the heap. Its cost grows with retained runs,
-# hence the statement timeout.
-_RUNS_BY_STATUS = text("SELECT status, count(*) AS n FROM awooop_run_state GROUP BY status")
+# Unfinished runs only, from the partial index ix_awooop_run_state_unfinished: the cost is
+# the runs in flight, however many finished runs are kept (finished runs are counted where
+# they finish, awooop_runs_finished_total).
+_UNFINISHED = ", ".join(f"'{s}'" for s in states.UNFINISHED_STATUSES)
+RUNS_BY_STATUS = text(
+    f"SELECT status, count(*) AS n FROM awooop_run_state WHERE status IN ({_UNFINISHED})"
+    " GROUP BY status"
+)
 
 _SET_TIMEOUT = text("SELECT set_config('statement_timeout', :ms, true)")
 
 # The outbox table arrives with the approvals/outbox work; until its migration has run the
 # backlog is simply not reported (to_regclass is NULL for a missing table, no error).
 _OUTBOX_EXISTS = text("SELECT to_regclass('awooop_outbox') IS NOT NULL")
-_OUTBOX_BACKLOG = text(
+# Each count from its partial index (ix_awooop_outbox_due for PENDING, the PARKED range of
+# ix_awooop_outbox_done): the cost is the backlog, not the SENT messages kept.
+OUTBOX_BACKLOG = text(
     """
-SELECT count(*) FILTER (WHERE status = 'PENDING') AS pending,
-       count(*) FILTER (WHERE status = 'PARKED') AS parked,
-       COALESCE(extract(epoch FROM now() - min(created_at) FILTER (WHERE status = 'PENDING')),
-                0)::float8 AS oldest_pending_age
-FROM awooop_outbox
-WHERE status IN ('PENDING', 'PARKED')
+SELECT (SELECT count(*) FROM awooop_outbox WHERE status = 'PENDING') AS pending,
+       (SELECT count(*) FROM awooop_outbox WHERE status = 'PARKED') AS parked,
+       (SELECT COALESCE(extract(epoch FROM now() - min(created_at)), 0)::float8
+        FROM awooop_outbox WHERE status = 'PENDING') AS oldest_pending_age
 """
 )
 
@@ -65,10 +71,10 @@ def snapshot(conn: Connection, timeout_seconds: float) -> Snapshot:
     """Runs by status and the outbox backlog. Call inside a transaction (``db.transaction``):
     the statement timeout is set for that transaction only."""
     conn.execute(_SET_TIMEOUT, {"ms": str(max(1, int(timeout_seconds * 1000)))})
-    runs = {row.status: int(row.n) for row in conn.execute(_RUNS_BY_STATUS)}
+    runs = {row.status: int(row.n) for row in conn.execute(RUNS_BY_STATUS)}
     outbox = None
     if conn.execute(_OUTBOX_EXISTS).scalar_one():
-        row = conn.execute(_OUTBOX_BACKLOG).one()
+        row = conn.execute(OUTBOX_BACKLOG).one()
         outbox = OutboxBacklog(int(row.pending), int(row.parked), float(row.oldest_pending_age))
     return Snapshot(runs_by_status=runs, outbox=outbox)
 

@@ -121,6 +121,22 @@ def set_limits(
     return _merge(conn, "limits", project_id, limits)
 
 
+_SET_RUN_RETENTION = text(
+    """
+UPDATE awooop_project SET run_retention_days = :days
+WHERE project_id = :project_id
+RETURNING run_retention_days
+"""
+)
+
+
+def set_run_retention(conn: Connection, project_id: str, days: int | None) -> bool:
+    """Keep the project's finished runs ``days`` days (None: the deployment's default);
+    False if no such project."""
+    params = {"project_id": project_id, "days": days}
+    return conn.execute(_SET_RUN_RETENTION, params).first() is not None
+
+
 _PROJECT_EXISTS = text("SELECT 1 FROM awooop_project WHERE project_id = :project_id")
 
 

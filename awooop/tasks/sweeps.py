@@ -28,6 +28,11 @@ def prune_dedupe() -> int:
     return sweeps.prune_dedupe_once(db.get_engine(db.SWEEPS), get_settings())
 
 
+@app.task(name="awooop.sweeps.retention")
+def retention() -> dict[str, int]:
+    return sweeps.retention_once(db.get_engine(db.SWEEPS), get_settings())
+
+
 @app.task(name="awooop.sweeps.fire_due_timers")
 def fire_due_timers() -> int:
     fired = sweeps.fire_due_timers_once(db.get_engine(db.SWEEPS), get_settings())

@@ -9,9 +9,11 @@ from __future__ import annotations
 import dataclasses
 import time
 
+import pytest
 from celery import Celery
 from sqlalchemy import create_engine, text
 
+from awooop import errors
 from awooop import metrics as awooop_metrics
 from awooop.config import Settings
 from awooop.domain.workflow import Step, StepContext, Workflow
@@ -85,7 +87,10 @@ def test_refused_admissions_are_counted_by_why(settings, engine, project, redis_
     assert {r: after[r] - before[r] for r in results} == {r: 1 for r in results}
 
 
-def test_metrics_serve_runs_by_status_from_the_database(client, engine, project, settings):
+def test_metrics_serve_unfinished_runs_by_status_from_the_database(
+    client, engine, project, settings
+):
+    completed_before = metrics.local("awooop_runs_finished_total", status="COMPLETED")
     for update_id in (1, 2, 3):
         path, headers, body = requests.telegram(project, update_id=update_id)
         client.post(path, headers=headers, data=body)
@@ -98,9 +103,21 @@ def test_metrics_serve_runs_by_status_from_the_database(client, engine, project,
     assert response.content_type.startswith("text/plain")
     body = response.get_data(as_text=True)
     assert metrics.sample(body, "awooop_metrics_database_up") == 1
-    assert metrics.sample(body, "awooop_runs", status="PENDING") == 2
-    assert metrics.sample(body, "awooop_runs", status="COMPLETED") == 1
-    assert metrics.sample(body, "awooop_runs", status="WAITING_APPROVAL") == 0
+    gauge = {
+        dict(labels)["status"]: value
+        for (name, labels), value in metrics.parse(body).items()
+        if name == "awooop_runs"
+    }
+    assert gauge == {
+        "PENDING": 2,
+        "RUNNING": 0,
+        "WAITING_TOOL": 0,
+        "WAITING_APPROVAL": 0,
+        "RESUMED": 0,
+    }
+    # The finished one is counted where it finished, not read back from every row kept.
+    completed = metrics.local("awooop_runs_finished_total", status="COMPLETED")
+    assert completed - completed_before == 1
     # Counted events are served too (this process's own, without a multiprocess directory).
     assert metrics.sample(body, "awooop_admissions_total", channel="telegram", result="created")
 
@@ -189,6 +206,7 @@ def test_claim_latency_is_the_time_since_the_run_was_enqueued(engine, project):
 def test_reaper_recoveries_are_counted_as_requeued_or_failed(engine, project):
     requeued_before = metrics.local("awooop_reaper_recoveries_total", outcome="requeued")
     failed_before = metrics.local("awooop_reaper_recoveries_total", outcome="failed")
+    finished_before = metrics.local("awooop_runs_finished_total", status="FAILED")
     again = test_runs.admit(engine, project["project_id"])
     exhausted = test_runs.admit(engine, project["project_id"])
     with engine.connect() as conn:
@@ -206,6 +224,21 @@ def test_reaper_recoveries_are_counted_as_requeued_or_failed(engine, project):
     requeued = metrics.local("awooop_reaper_recoveries_total", outcome="requeued")
     failed = metrics.local("awooop_reaper_recoveries_total", outcome="failed")
     assert (requeued - requeued_before, failed - failed_before) == (1, 1)
+    finished = metrics.local("awooop_runs_finished_total", status="FAILED")
+    assert finished - finished_before == 1
+
+
+def test_a_manual_close_counts_a_cancelled_run_and_a_refused_one_nothing(engine, project, settings):
+    enabled = dataclasses.replace(settings, manual_close_enabled=1)
+    run_id = test_runs.admit(engine, project["project_id"], "test-halt")
+    assert runner.execute(engine, settings, run_id) == runner.Outcome.ESCALATED
+    before = metrics.local("awooop_runs_finished_total", status="CANCELLED")
+
+    test_runs.operate(engine, enabled, project, "manual_close", run_id)
+    with pytest.raises(errors.OperationRefused):  # closed already
+        test_runs.operate(engine, enabled, project, "manual_close", run_id)
+
+    assert metrics.local("awooop_runs_finished_total", status="CANCELLED") - before == 1
 
 
 def test_lease_renewals_count_renewed_and_lost_and_a_loss_is_counted_once(engine, project):

@@ -251,6 +251,60 @@ def test_project_limits_refuses_bad_input_and_writes_nothing(
         assert conn.execute(text("SELECT limits FROM awooop_project")).scalar_one() == {}
 
 
+def test_project_retention_sets_and_clears_the_override(capsys, monkeypatch, settings, engine):
+    run(capsys, monkeypatch, settings, "project", "create", "ops")
+
+    code, out, _ = run(capsys, monkeypatch, settings, "project", "retention", "ops", "90")
+    assert code == 0
+    assert json.loads(out) == {"project_id": "ops", "run_retention_days": 90, "effective_days": 90}
+    with engine.connect() as conn:
+        stored = conn.execute(text("SELECT run_retention_days FROM awooop_project")).scalar_one()
+    assert stored == 90
+
+    # Shorter than the dedupe TTL (7 days): runs are kept until their dedupe rows expire.
+    code, out, _ = run(capsys, monkeypatch, settings, "project", "retention", "ops", "2")
+    assert (code, json.loads(out)["effective_days"]) == (0, 7)
+
+    code, out, _ = run(capsys, monkeypatch, settings, "project", "retention", "ops", "default")
+    assert code == 0
+    assert json.loads(out) == {
+        "project_id": "ops",
+        "run_retention_days": None,
+        "effective_days": 30,
+    }
+    with engine.connect() as conn:
+        stored = conn.execute(text("SELECT run_retention_days FROM awooop_project")).scalar_one()
+    assert stored is None
+
+
+@pytest.mark.parametrize("days", ["0", "3651", "ninety"])
+def test_project_retention_refuses_bad_input_and_writes_nothing(
+    capsys, monkeypatch, settings, engine, days
+):
+    run(capsys, monkeypatch, settings, "project", "create", "ops")
+    run(capsys, monkeypatch, settings, "project", "retention", "ops", "90")
+
+    code, _, err = run(capsys, monkeypatch, settings, "project", "retention", "ops", days)
+
+    assert code == 2 and "retention must be" in err
+    with engine.connect() as conn:
+        stored = conn.execute(text("SELECT run_retention_days FROM awooop_project")).scalar_one()
+    assert stored == 90
+
+
+def test_project_retention_of_an_unknown_project_is_refused(capsys, monkeypatch, settings, engine):
+    code, _, err = run(capsys, monkeypatch, settings, "project", "retention", "nope", "90")
+    assert code == 2 and "no project 'nope'" in err
+
+
+def test_the_database_refuses_a_retention_out_of_range(engine, settings):
+    from sqlalchemy.exc import IntegrityError
+
+    cli.create_project(settings, "ops")
+    with pytest.raises(IntegrityError), engine.connect() as conn:
+        conn.execute(text("UPDATE awooop_project SET run_retention_days = 0"))
+
+
 def test_project_token_creates_a_token_with_the_role_and_stores_only_its_hash(
     capsys, monkeypatch, settings, engine
 ):

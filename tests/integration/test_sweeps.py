@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from sqlalchemy import text
 
 from awooop.engine import sweeps
@@ -58,6 +60,27 @@ def test_prune_deletes_only_dedupe_rows_past_their_ttl_in_batches(engine, projec
     assert pruned == 7
     assert db.count(engine, "awooop_channel_event_dedupe") == 3
     assert db.count(engine, "awooop_run_state") == 10  # runs are kept
+
+
+def test_a_prune_pass_stops_when_its_time_is_up_and_the_next_goes_on(engine, project, settings):
+    old = test_runs.admit_many(engine, project["project_id"], 5)
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "UPDATE awooop_channel_event_dedupe SET created_at = now() - "
+                "interval '8 days' WHERE run_id = ANY(:ids)"
+            ),
+            {"ids": old},
+        )
+    small = settings_with(settings, prune_batch_size=2, sweep_pass_seconds=10.0)
+
+    # A clock that has run out after the first batch
+    out_of_time = itertools.chain([0.0], itertools.repeat(100.0))
+    assert sweeps.prune_dedupe_once(engine, small, clock=lambda: next(out_of_time)) == 2
+    assert db.count(engine, "awooop_channel_event_dedupe") == 3
+
+    assert sweeps.prune_dedupe_once(engine, small) == 3
+    assert db.count(engine, "awooop_channel_event_dedupe") == 0
 
 
 def test_default_dedupe_ttl_is_seven_days(settings):
