@@ -22,9 +22,10 @@ Two kinds of numbers, gathered two ways:
   reset. Without the variable each process keeps its own numbers and ``/metrics`` shows only
   the web process that answered the scrape.
 * **State read from the database at scrape time** — unfinished runs by status, the
-  intervention queue and the outbox backlog. PostgreSQL is the source of truth, so these are right whichever process or
-  host serves the scrape and need no cooperation from the workers; the queries run only when
-  Prometheus scrapes, never on the admission or claim path, and read partial indexes whose
+  intervention queue and the outbox backlog. PostgreSQL is the source of truth, so these are
+  right whichever process or host serves the scrape and need no cooperation from the
+  workers; the queries run only when Prometheus scrapes, never on the admission or claim
+  path, and read partial indexes whose
   size is the work in flight (unfinished runs, PENDING or PARKED messages), not the history
   kept. Finished runs are counted where they finish (``awooop_runs_finished_total``): a count
   of the finished rows kept would grow with the retention period and drop at each sweep.
