@@ -363,17 +363,23 @@ SELECT :p, :r, 'webhook', 'run_outcome', '{}', 'SENT' FROM generate_series(1, 20
     return pid
 
 
+# The outbox statements may read any partial index of unsent or done messages: each holds
+# only PENDING, PARKED (or SENT, by status first) rows, so its size is the backlog, not the
+# history; with the retention sweep's (status, created_at) index the planner may prefer it.
+OUTBOX_INDEXES = (
+    "ix_awooop_outbox_project_unsent",
+    "ix_awooop_outbox_due",
+    "ix_awooop_outbox_done",
+)
+
 STATEMENTS = {
     "finished": (store_overview._FINISHED, "ix_awooop_run_state_project_finished"),
     "active": (store_overview._ACTIVE, "ix_awooop_run_state_project_status"),
     "interventions": (store_overview._INTERVENTIONS, "ix_awooop_run_state_intervention"),
     "oldest": (store_overview._OLDEST_INTERVENTION, "ix_awooop_run_state_intervention"),
-    "outbox": (store_overview._OUTBOX_COUNTS, "ix_awooop_outbox_project_unsent"),
-    "outbox oldest": (store_overview._OUTBOX_OLDEST, "ix_awooop_outbox_project_unsent"),
-    "runs with parked messages": (
-        queries._LIST_RUNS_WITH_OUTBOX,
-        "ix_awooop_outbox_project_unsent",
-    ),
+    "outbox": (store_overview._OUTBOX_COUNTS, OUTBOX_INDEXES),
+    "outbox oldest": (store_overview._OUTBOX_OLDEST, OUTBOX_INDEXES),
+    "runs with parked messages": (queries._LIST_RUNS_WITH_OUTBOX, OUTBOX_INDEXES),
     "runs finished in a minute": (queries._LIST_RUNS, "ix_awooop_run_state_project_finished"),
     "completed in the window": (queries._LIST_RUNS, "ix_awooop_run_state_project_finished"),
 }
@@ -415,6 +421,7 @@ def test_the_overviews_statements_read_a_long_history_through_their_indexes(engi
                     "finished_until": None,
                 }
             plan = "\n".join(conn.execute(sql("EXPLAIN " + statement.text), params).scalars())
-            if index not in plan or "Seq Scan on awooop_" in plan:
+            wanted = (index,) if isinstance(index, str) else index
+            if not any(i in plan for i in wanted) or "Seq Scan on awooop_" in plan:
                 wrong[name] = plan
     assert wrong == {}
