@@ -374,6 +374,7 @@ STEPS: dict[str, Step] = {
     "make chaos": Step("make", make_dry_run),
     "AWOOOP_CHAOS_SCALE=0.2 make chaos": Step("make", make_dry_run),
     "make browser": Step("make", make_dry_run),
+    "make bench-retention": Step("make", make_dry_run),
     "make test-wheel": Step("make", make_dry_run),
     "AWOOOP_WHEEL_PYTHON=python3.11 make test-wheel": Step("make", make_dry_run),
     "make PYTHON=python3.13 install": Step("make", make_dry_run),
@@ -565,6 +566,17 @@ STEPS: dict[str, Step] = {
     "awooop dev down": Step("local", succeeds, help_only=True),
     "awooop dev run": Step("local", succeeds, help_only=True),
     "awooop outbox retry": Step("local", succeeds, help_only=True),
+    "awooop project retention": Step("local", succeeds, help_only=True),
+    # --- README / operations.md: a project's retention ---------------------------------------
+    ".venv/bin/awooop project retention ops 90": Step(
+        "checkout", json_with(project_id="ops", run_retention_days=90, effective_days=90)
+    ),
+    ".venv/bin/awooop project retention ops default": Step(
+        "checkout", json_with(project_id="ops", run_retention_days=None, effective_days=30)
+    ),
+    "awooop project retention ops 90": Step(
+        "deployment", json_with(project_id="ops", run_retention_days=90, effective_days=90)
+    ),
     "pip install standardwebhooks": Step("local", succeeds),  # the test extra has it
     # --- README "Installing the package" ----------------------------------------------------
     "python3 -m venv /opt/awooop": Step(
@@ -800,6 +812,8 @@ def test_the_readme_works_in_a_make_run_checkout(stack, settings, tmp_path):
     )
     project = session(".venv/bin/awooop project create ops")
     assert f"awooop: using {env_file}" in project.err  # says which file it used
+    session(".venv/bin/awooop project retention ops 90")
+    session(".venv/bin/awooop project retention ops default")
     for command in (
         ".venv/bin/awooop project routes ops alertmanager=demo-alertmanager api=noop-3",
         ".venv/bin/awooop workflows",
@@ -856,6 +870,7 @@ def test_the_operations_approvals_and_workflows_docs_work_on_a_deployment(
 
     # Set up a project
     session("awooop project create ops")
+    session("awooop project retention ops 90")
     operator_token = session.ctx["ops"]["api_token"]
     session.shell.env["OPERATOR_TOKEN"] = operator_token  # what the reader copied
     for command in (

@@ -75,9 +75,12 @@ def test_a_worker_serves_the_counters_of_its_pool_processes_live_and_dead_on_its
     text = scrape(url)
     assert metrics.sample(text, "awooop_claim_latency_seconds_count") == 2
     assert metrics.sample(text, "awooop_lease_losses_total", detected_by="write") == 0
+    # (finished runs are counted where they finish: by the worker)
+    assert metrics.sample(text, "awooop_runs_finished_total", status="COMPLETED") == 2
     # ...and the web's /metrics serves the database's view, none of the worker's counters
     web_text = http.get(base + "/metrics", timeout=10).text
-    assert metrics.sample(web_text, "awooop_runs", status="COMPLETED") == 2
+    assert metrics.sample(web_text, "awooop_runs", status="PENDING") == 0
+    assert metrics.sample(web_text, "awooop_runs_finished_total", status="COMPLETED") in (None, 0)
     assert metrics.sample(web_text, "awooop_run_segments_total", outcome="completed") is None
     assert metrics.sample(web_text, "awooop_claim_latency_seconds_count") == 0
 
