@@ -89,6 +89,10 @@ def import_every_module() -> int:
     for module in pkgutil.walk_packages(awooop.__path__, "awooop."):
         if module.name.startswith("awooop.migrations"):  # alembic scripts, run by alembic
             continue
+        # gunicorn's settings file reads and checks the settings when loaded; the tier starts
+        # gunicorn with it below.
+        if module.name == "awooop.web.gunicorn_conf":
+            continue
         importlib.import_module(module.name)
         count += 1
     return count
