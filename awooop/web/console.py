@@ -76,18 +76,7 @@ _SESSION_KEY_LABEL = b"awooop ops console session cookie v1"
 PAGE_SIZE = 50
 EVENTS_PAGE_SIZE = 200
 MESSAGES_SHOWN = 100
-_FILTERS = (
-    "status",
-    "saga_status",
-    "workflow",
-    "channel",
-    "created_from",
-    "created_until",
-    "finished_from",
-    "finished_until",
-    "failure_code",
-    "outbox",
-)
+_FILTERS = params.RUN_FILTERS
 # The overview: runs finished per minute over this many minutes; counts stop at the cap.
 OVERVIEW_MINUTES = 180
 OVERVIEW_CAP = 10_000

@@ -22,6 +22,19 @@ from awooop.store.queries import RunPosition
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 200
 MAX_CURSOR_LENGTH = 512
+# The run list's filters, the same in the runs API and the console's run list.
+RUN_FILTERS = (
+    "status",
+    "saga_status",
+    "workflow",
+    "channel",
+    "created_from",
+    "created_until",
+    "finished_from",
+    "finished_until",
+    "failure_code",
+    "outbox",
+)
 
 
 def bad(message: str) -> errors.MalformedRequest:

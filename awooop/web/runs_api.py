@@ -28,20 +28,7 @@ from awooop.web import context, params, roles
 
 blueprint = Blueprint("runs_api", __name__)
 
-_LIST_PARAMETERS = (
-    "status",
-    "saga_status",
-    "workflow",
-    "channel",
-    "created_from",
-    "created_until",
-    "finished_from",
-    "finished_until",
-    "failure_code",
-    "outbox",
-    "limit",
-    "cursor",
-)
+_LIST_PARAMETERS = (*params.RUN_FILTERS, "limit", "cursor")
 
 
 def jsonable(row: dict[str, Any]) -> dict[str, Any]:
