@@ -5,14 +5,19 @@ each of two hosts, ``ops`` and ``ops2`` (every sweep is then sent twice, and mus
 run twice). Runs of ``chaos-timers`` (each fails transiently 1–3 times — a retry timer each —
 then has an Unknown outcome resolved after 1–3 polls — a resolver timer each) arrive in
 three phases of :data:`PHASE` seconds: both ops hosts up; ``ops`` partitioned (its link
-down); both up again.
+down); both up again. Then ``ops`` is cut off once more for the other sweeps: slow
+``chaos-saga`` runs (Gitea channel) are taken by the worker hosts, and every worker holding
+one is SIGKILLed (and started again, as an orchestrator would) in the middle of its slow step.
 
 From PostgreSQL (an audit trigger on ``awooop_timer``) and the recorder:
 - every run COMPLETED, every timer the runs had to set exists and none is left PENDING;
 - timers kept firing while ``ops`` was cut off — all of those by ``ops2`` — and both hosts
   fired timers over the scenario;
 - nothing fired twice: one audited change per timer; one claim per run plus one per timer;
-  every handler call (``exec:…`` keys) seen once at the recorder, one effect per effect id.
+  every handler call (``exec:…`` keys) seen once at the recorder, one effect per effect id;
+- the reaper kept running while ``ops`` was cut off: each killed run was reaped by ``ops2``
+  (its ``awooop_run_event`` row), sent again and COMPLETED before ``ops`` came back, with no
+  step recorded twice.
 """
 
 from __future__ import annotations
@@ -24,22 +29,59 @@ import time
 import pytest
 
 from tests.chaos import checks, workflows
-from tests.chaos.providers import api_event
+from tests.chaos.providers import api_event, gitea_event
 from tests.cluster.checks import host_of
 from tests.cluster.suite import SUITE
+from tests.support.processes import wait_until
 
 PHASE = max(20.0, 40.0 * SUITE.scale())  # seconds each: both up, ops cut off, both up
 RUNS_PER_PHASE = SUITE.scaled(60, least=12)
+KILLED_RUNS = 2  # slow runs whose worker is killed while ops is cut off
+SLOW_STEP_S = 10.0  # long enough to kill the worker in it, short enough to finish after
 
 
 def _db_now(stack) -> object:
     return checks.db_now(stack.engine)
 
 
+def _kill_workers_mid_step(stack, provider) -> tuple[list[str], set[str]]:
+    """Admit :data:`KILLED_RUNS` slow runs; once each is in its slow step (``reserve``
+    journaled), SIGKILL every worker host's worker holding one and start it again. Returns
+    the run ids and the hosts killed."""
+    deliveries = [
+        gitea_event(stack.project, stack.new_key("killed"), {"slow": SLOW_STEP_S})
+        for _ in range(KILLED_RUNS)
+    ]
+    provider.deliver_all(deliveries)
+    run_ids = [d.run_id for d in deliveries if d.run_id is not None]
+    assert len(run_ids) == len(deliveries), deliveries
+
+    def holders() -> dict[str, str] | None:
+        held = checks.rows(
+            stack.engine,
+            """
+            SELECT run_id::text, worker_id FROM awooop_run_state
+            WHERE run_id::text = ANY(:ids) AND status = 'RUNNING'
+              AND saga_steps @> '[{"step": "reserve", "status": "SUCCEEDED"}]'
+            """,
+            ids=run_ids,
+        )
+        return {r["run_id"]: r["worker_id"] for r in held} if len(held) == len(run_ids) else None
+
+    wait_until(holders, 60, "the slow runs in their slow step")
+    held = holders() or {}
+    hosts = {host_of(worker_id) for worker_id in held.values()}
+    for host in sorted(hosts):
+        worker = stack.workers[host]
+        assert worker.kill()
+        worker.restart()
+    return run_ids, hosts
+
+
 @pytest.mark.timeout(900)
 def test_timers_and_sweeps_keep_running_with_one_ops_host_cut_off_and_fire_once(cluster, figures):
     figures.scenario("6", "Beat on two hosts, one cut off")
-    cluster.route(api=workflows.TIMERS_NAME)
+    cluster.route(api=workflows.TIMERS_NAME, gitea=workflows.NAME)
     checks.install_timer_audit(cluster.engine)
     stack = cluster.start(ops_hosts=("ops", "ops2"))
     ops = stack.network["ops"]
@@ -94,6 +136,25 @@ def test_timers_and_sweeps_keep_running_with_one_ops_host_cut_off_and_fire_once(
     beat_sends = {p.name: p.log().count("Sending due task fire-due-timers") for p in stack.beats}
     counts = checks.status_counts(stack.engine)
 
+    # The other sweeps while ops is cut off again: the reaper (and the orphan sweep or the
+    # broker's redelivery) must bring back runs whose worker died, from ops2 alone.
+    ops.down()
+    killed_runs, killed_hosts = _kill_workers_mid_step(stack, provider)
+    killed_recovered_s = checks.wait_terminal(stack.engine, killed_runs, 120)
+    ops.up()
+    reaped = checks.rows(
+        stack.engine,
+        "SELECT run_id::text, actor FROM awooop_run_event "
+        "WHERE trigger = 'reaper' AND run_id::text = ANY(:ids)",
+        ids=killed_runs,
+    )
+    killed_statuses = checks.rows(
+        stack.engine,
+        "SELECT status || '/' || saga_status AS s FROM awooop_run_state "
+        "WHERE run_id::text = ANY(:ids)",
+        ids=killed_runs,
+    )
+
     figures.update(
         {
             "runs": len(plans),
@@ -114,6 +175,10 @@ def test_timers_and_sweeps_keep_running_with_one_ops_host_cut_off_and_fire_once(
             "effects_expected": len(effect_ids),
             "effects_recorded": len(effects_seen),
             "runs_by_status": counts,
+            "runs_killed_mid_step_while_ops_cut_off": len(killed_runs),
+            "worker_hosts_killed": sorted(killed_hosts),
+            "reaped_by_host": dict(collections.Counter(host_of(r["actor"]) for r in reaped)),
+            "killed_runs_done_after_s": round(killed_recovered_s, 1),
             **provider.figures(),
         }
     )
@@ -130,3 +195,7 @@ def test_timers_and_sweeps_keep_running_with_one_ops_host_cut_off_and_fire_once(
     assert all(n == 1 for n in exec_counts.values())
     assert effects_seen == effect_ids
     assert stack.recorder.repeated() == {}
+    assert sorted(r["run_id"] for r in reaped) == sorted(killed_runs), reaped
+    assert {host_of(r["actor"]) for r in reaped} == {"ops2"}, reaped
+    assert [r["s"] for r in killed_statuses] == ["COMPLETED/COMPLETED"] * len(killed_runs)
+    assert checks.double_completions(stack.engine) == []
