@@ -13,7 +13,7 @@ STATE := .awooop
 WITH_ENV := set -a && . $(STATE)/env && set +a &&
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install browser promtool services migrate run stop test test-integration test-e2e test-wheel lint bench bench-retention chaos cluster clean
+.PHONY: help install browser promtool pgbouncer services migrate run stop test test-integration test-e2e test-wheel lint bench bench-retention chaos cluster clean
 
 help:
 	@echo "make run    set everything up and start web, workers, beat and flower"
@@ -69,6 +69,26 @@ promtool:
 	else \
 		echo "promtool is not installed: the deploy/ checks will be skipped."; \
 		echo "Install it with: sudo apt-get install --no-install-recommends prometheus"; \
+	fi
+
+# tests/integration/test_pgbouncer.py runs AwoooP behind a PgBouncer it starts itself (in
+# transaction pooling mode), from Debian's pgbouncer package. Installed here when missing and
+# apt can be used (root; CI runs this); the package's own service is never left running: a
+# service the install started is stopped and disabled.
+PGBOUNCER := /usr/sbin/pgbouncer
+pgbouncer:
+	@if [ -x $(PGBOUNCER) ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing pgbouncer (apt-get install pgbouncer; its service is not started)"; \
+		apt-get update -q >/dev/null && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+			pgbouncer >/dev/null || echo "warning: apt-get install pgbouncer failed"; \
+		if [ -d /run/systemd/system ]; then systemctl disable --now pgbouncer >/dev/null 2>&1; \
+		else invoke-rc.d pgbouncer stop >/dev/null 2>&1; \
+			update-rc.d pgbouncer disable >/dev/null 2>&1; fi; true; \
+	else \
+		echo "pgbouncer is not installed: the PgBouncer test will be skipped."; \
+		echo "Install it with: sudo apt-get install --no-install-recommends pgbouncer"; \
 	fi
 
 services: install

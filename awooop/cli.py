@@ -99,7 +99,7 @@ def _where_settings_were_looked_for(environment: config.Environment) -> str:
 
 
 def _engine(settings: Settings) -> Engine:
-    return db.make_engine(settings.database_url, pool_size=1)
+    return db.make_engine(settings.database_url, pool_size=1, settings=settings)
 
 
 def _check_project_id(project_id: str) -> str:
@@ -480,7 +480,7 @@ def cmd_dev_demo(args: argparse.Namespace) -> int:
 
     settings = _settings()
     saved = args.state_dir / "demo-project.json"
-    with db.make_engine(settings.database_url, 1).connect() as conn:
+    with _engine(settings).connect() as conn:
         exists = projects.project_exists(conn, DEMO_PROJECT)
     if not exists:
         creds = create_project(settings, DEMO_PROJECT, "Demo project")

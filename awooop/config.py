@@ -163,6 +163,15 @@ class Settings:
     db_keepalives_interval_seconds: int = 5
     db_keepalives_count: int = 3
     db_tcp_user_timeout_seconds: float = 30.0
+    # Behind a pooler in transaction mode (PgBouncer, docs/operations.md "Behind PgBouncer"):
+    # prepared_statements false sends the hot statements as plain SQL instead of SQL-level
+    # PREPARE / EXECUTE (a prepared statement lives in one server session, and the pooler
+    # moves each transaction to whichever server connection is free); session_options false
+    # sends no libpq `options` startup parameter (PgBouncer refuses it), so the statement and
+    # lock timeouts above must then be set on the server (ALTER ROLE … SET, or the pooler's
+    # connect_query).
+    database_prepared_statements: bool = True
+    database_session_options: bool = True
     # A worker's fenced write that fails on a transient database error (connection reset,
     # serialization failure, statement or lock timeout) is tried again this many times, after
     # a jittered exponential back-off from base up to max; then the run is handed back.
@@ -684,7 +693,9 @@ def check_startup(settings: Settings) -> None:
 
 
 def log_settings(settings: Settings, process: str) -> None:
-    """One start-up line saying which database and broker this process uses (masked)."""
+    """One start-up line saying which database and broker this process uses (masked), and
+    how it talks to the database: where its statement and lock timeouts come from, and
+    whether hot statements are prepared (both off behind a transaction-pooling PgBouncer)."""
     logging.getLogger("awooop.config").info(
         "settings loaded",
         extra={
@@ -692,6 +703,13 @@ def log_settings(settings: Settings, process: str) -> None:
             "role": process,
             "database_url": mask_url(settings.database_url),
             "broker_url": mask_url(settings.broker_url),
+            "database_timeouts": (
+                "sent as session options"
+                if settings.database_session_options
+                else "not sent: set on the server (ALTER ROLE ... SET, or the pooler's "
+                "connect_query)"
+            ),
+            "prepared_statements": settings.database_prepared_statements,
         },
     )
 

@@ -8,7 +8,9 @@ another on ``COMMIT``. Work that needs several statements in one transaction mus
 
 **Every connection is bounded** (DESIGN §9.5): the session has ``statement_timeout`` and
 ``lock_timeout`` for its role (web, worker, keeper, sweeps), and TCP keepalives plus
-``tcp_user_timeout``, so neither a lock queue nor a dead peer stalls a process. The lease
+``tcp_user_timeout``, so neither a lock queue nor a dead peer stalls a process. The timeouts
+travel in libpq's ``options`` startup parameter; behind a pooler that refuses it (PgBouncer)
+``AWOOOP_DATABASE_SESSION_OPTIONS=false`` leaves it out and the server sets them instead. The lease
 keeper renews on its own small pool (:func:`keeper_engine`) so that renewals never queue
 behind step work, and bounds each renewal on the client side too (:func:`bounded`): a
 half-open connection answers nothing, and only the client can give up on it.
@@ -41,6 +43,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.pool import NullPool
 
 from awooop.config import Settings, get_settings
+from awooop.store import prepared
 
 log = logging.getLogger("awooop.db")
 
@@ -54,22 +57,25 @@ T = TypeVar("T")
 
 
 def connect_args(settings: Settings, role: str) -> dict[str, Any]:
-    """libpq parameters of a ``role`` connection: timeouts, keepalives, a telling name."""
+    """libpq parameters of a ``role`` connection: timeouts (unless the settings leave the
+    session options to the server), keepalives, a telling name."""
     if role not in ROLES:
         raise ValueError(f"unknown database role {role!r}; one of {ROLES}")
-    statement_ms = _ms(settings.statement_timeout(role))
-    lock_ms = _ms(settings.lock_timeout(role))
-    return {
+    args: dict[str, Any] = {
         # Answer quickly with 503 instead of hanging when the database is down.
         "connect_timeout": 2 if role == KEEPER else 5,
         "application_name": f"awooop-{role}",
-        "options": f"-c statement_timeout={statement_ms} -c lock_timeout={lock_ms}",
         "keepalives": 1,
         "keepalives_idle": settings.db_keepalives_idle_seconds,
         "keepalives_interval": settings.db_keepalives_interval_seconds,
         "keepalives_count": settings.db_keepalives_count,
         "tcp_user_timeout": _ms(settings.db_tcp_user_timeout_seconds),
     }
+    if settings.database_session_options:
+        statement_ms = _ms(settings.statement_timeout(role))
+        lock_ms = _ms(settings.lock_timeout(role))
+        args["options"] = f"-c statement_timeout={statement_ms} -c lock_timeout={lock_ms}"
+    return args
 
 
 def make_engine(
@@ -80,7 +86,8 @@ def make_engine(
     settings: Settings | None = None,
 ) -> Engine:
     """An autocommit engine whose sessions carry ``role``'s limits (``settings``, or the
-    defaults of :class:`~awooop.config.Settings`)."""
+    defaults of :class:`~awooop.config.Settings`), and whose hot statements are prepared
+    unless the settings say not to (:mod:`awooop.store.prepared`)."""
     settings = settings or Settings()
     engine = create_engine(
         database_url,
@@ -90,24 +97,28 @@ def make_engine(
         pool_pre_ping=False,
         pool_recycle=1800,
         connect_args=connect_args(settings, role),
+        execution_options={prepared.PREPARE: settings.database_prepared_statements},
     )
     event.listen(engine, "checkout", _refuse_closed_by_server)
     _SETTINGS[engine] = settings
     return engine
 
 
-def make_probe_engine(database_url: str, timeout_seconds: float) -> Engine:
+def make_probe_engine(
+    database_url: str, timeout_seconds: float, *, session_options: bool = True
+) -> Engine:
     """An engine for health checks: a fresh connection per check, failing within about
-    ``timeout_seconds`` (libpq's connect timeout is whole seconds, at least 2)."""
+    ``timeout_seconds`` (libpq's connect timeout is whole seconds, at least 2). Without
+    ``session_options`` (a pooler that refuses them) the check's statement timeout is the
+    server's."""
+    args: dict[str, Any] = {
+        "connect_timeout": max(2, math.ceil(timeout_seconds)),
+        "application_name": "awooop-readyz",
+    }
+    if session_options:
+        args["options"] = f"-c statement_timeout={_ms(timeout_seconds)}"
     return create_engine(
-        database_url,
-        isolation_level="AUTOCOMMIT",
-        poolclass=NullPool,
-        connect_args={
-            "connect_timeout": max(2, math.ceil(timeout_seconds)),
-            "application_name": "awooop-readyz",
-            "options": f"-c statement_timeout={max(1, int(timeout_seconds * 1000))}",
-        },
+        database_url, isolation_level="AUTOCOMMIT", poolclass=NullPool, connect_args=args
     )
 
 

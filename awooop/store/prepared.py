@@ -5,6 +5,13 @@ the hot paths (admission, claim, step record, finish, renew) planning is about a
 their cost. psycopg2 has no server-side prepared statements of its own, so a
 :class:`PreparedStatement` sends ``PREPARE name AS …`` the first time a pooled connection
 runs it, then ``EXECUTE name(…)``. The SQL stays written once, with ``:name`` parameters.
+
+A prepared statement lives in one server session. Behind a pooler in transaction mode
+(PgBouncer) each transaction runs on whichever server connection is free, where the
+statement may not exist; PgBouncer's own prepared-statement support covers protocol-level
+prepares only, never SQL ``PREPARE``. So with ``AWOOOP_DATABASE_PREPARED_STATEMENTS=false``
+:func:`awooop.db.make_engine` gives its engine the execution option :data:`PREPARE` = False,
+and on its connections these statements are sent as plain SQL with their parameters.
 """
 
 from __future__ import annotations
@@ -17,11 +24,20 @@ from sqlalchemy import Connection, CursorResult
 
 _PARAM = re.compile(r"(?<![:\w]):(\w+)")
 
+# The execution option saying whether a connection's statements are prepared (default: yes).
+PREPARE = "awooop_prepare"
+
+
+def _pyformat(sql: str) -> str:
+    """``sql`` with ``:name`` parameters as psycopg2's ``%(name)s`` (a literal ``%`` doubled)."""
+    return _PARAM.sub(r"%(\1)s", sql.replace("%", "%%"))
+
 
 class PreparedStatement:
     """``lock``: an optional statement (e.g. taking an advisory lock) sent in the same round
-    trip just before ``EXECUTE``. PostgreSQL runs the two as one implicit transaction (in
-    autocommit mode), and the prepared statement's snapshot is taken after ``lock`` returned.
+    trip just before ``EXECUTE`` (or the plain statement). PostgreSQL runs the two as one
+    implicit transaction (in autocommit mode), and the statement's snapshot is taken after
+    ``lock`` returned.
     """
 
     def __init__(self, name: str, sql: str, lock: str | None = None) -> None:
@@ -45,8 +61,11 @@ class PreparedStatement:
                 return "%s"
 
             self._execute = f"{_PARAM.sub(inline, lock)}; {self._execute}"
+        self._plain = _pyformat(sql if lock is None else f"{lock}; {sql}")
 
     def execute(self, conn: Connection, params: Mapping[str, Any]) -> CursorResult[Any]:
+        if not conn.get_execution_options().get(PREPARE, True):
+            return conn.exec_driver_sql(self._plain, dict(params))
         prepared: set[str] = conn.connection.info.setdefault("awooop_prepared", set())
         if self.name not in prepared:
             conn.exec_driver_sql(self._prepare)

@@ -58,7 +58,7 @@ def create_app(
         or (
             db.get_engine()
             if settings is get_settings()
-            else db.make_engine(settings.database_url, settings.db_pool_size)
+            else db.make_engine(settings.database_url, settings.db_pool_size, settings=settings)
         ),
         "secret_box": SecretBox(settings.secret_key),
         "auth_cache": ProjectAuthCache(settings.auth_cache_seconds),
@@ -70,7 +70,9 @@ def create_app(
             settings.rate_limit_retry_seconds,
         ),
         "probe_engine": db.make_probe_engine(
-            settings.database_url, settings.readiness_timeout_seconds
+            settings.database_url,
+            settings.readiness_timeout_seconds,
+            session_options=settings.database_session_options,
         ),
     }
     app.register_blueprint(ingress.blueprint)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from awooop import config, devstack, secrets
+from awooop import config, db, devstack, secrets
 from awooop.config import ConfigError, Settings
 
 CANARY = "s3cret-canary-pw"
@@ -49,6 +49,70 @@ def test_anything_else_for_a_boolean_is_refused_naming_the_variable(raw):
     message = refused(TASK_EVENTS=raw)
 
     assert f"AWOOOP_TASK_EVENTS={raw!r} is not a boolean" in message
+
+
+# --- behind a transaction pooler (PgBouncer) -------------------------------------------------
+
+
+def test_prepared_statements_and_session_options_are_on_by_default():
+    for settings in (Settings(), Settings.from_env(BASE)):
+        assert settings.database_prepared_statements is True
+        assert settings.database_session_options is True
+
+
+def test_prepared_statements_and_session_options_can_be_turned_off():
+    settings = Settings.from_env(
+        {
+            **BASE,
+            "AWOOOP_DATABASE_PREPARED_STATEMENTS": "false",
+            "AWOOOP_DATABASE_SESSION_OPTIONS": "0",
+        }
+    )
+
+    assert settings.database_prepared_statements is False
+    assert settings.database_session_options is False
+
+
+@pytest.mark.parametrize("name", ["DATABASE_PREPARED_STATEMENTS", "DATABASE_SESSION_OPTIONS"])
+def test_the_pooler_settings_must_be_booleans(name):
+    assert f"AWOOOP_{name}='transaction' is not a boolean" in refused(**{name: "transaction"})
+
+
+def test_without_session_options_no_libpq_options_are_sent_and_the_rest_stays():
+    on = db.connect_args(Settings(), db.WORKER)
+    off = db.connect_args(Settings(database_session_options=False), db.WORKER)
+
+    assert on["options"] == "-c statement_timeout=30000 -c lock_timeout=10000"
+    assert "options" not in off
+    assert off == {k: v for k, v in on.items() if k != "options"}
+
+
+def test_the_engine_carries_whether_its_statements_are_prepared():
+    url = "postgresql+psycopg2://u@h/d"  # an engine connects on first use only
+
+    prepared = db.make_engine(url, 1)
+    plain = db.make_engine(url, 1, settings=Settings(database_prepared_statements=False))
+
+    assert prepared.get_execution_options()["awooop_prepare"] is True
+    assert plain.get_execution_options()["awooop_prepare"] is False
+    # ... and so do its keeper's pool and its transactions (db.transaction)
+    transactions = plain.execution_options(isolation_level="READ COMMITTED")
+    assert db.keeper_engine(plain).get_execution_options()["awooop_prepare"] is False
+    assert transactions.get_execution_options()["awooop_prepare"] is False
+
+
+def test_the_start_up_line_says_where_the_timeouts_come_from(caplog):
+    caplog.set_level("INFO", logger="awooop.config")
+
+    config.log_settings(Settings.from_env(BASE), "web")
+    config.log_settings(
+        Settings.from_env({**BASE, "AWOOOP_DATABASE_SESSION_OPTIONS": "false"}), "worker"
+    )
+
+    on, off = (r.__dict__ for r in caplog.records if r.__dict__["action"] == "settings_loaded")
+    assert on["database_timeouts"] == "sent as session options"
+    assert off["database_timeouts"].startswith("not sent: set on the server")
+    assert on["prepared_statements"] is True
 
 
 # --- numbers --------------------------------------------------------------------------------

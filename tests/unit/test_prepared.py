@@ -1,4 +1,5 @@
-"""Named parameters become positional ones for PREPARE; casts are left alone."""
+"""Named parameters become positional ones for PREPARE, or psycopg2's named ones for the plain
+form; casts are left alone."""
 
 from awooop.store.prepared import PreparedStatement
 
@@ -16,3 +17,15 @@ def test_a_lock_statement_is_sent_in_the_same_round_trip_before_execute():
 
     assert stmt._execute == "SELECT pg_advisory_xact_lock(%s, %s); EXECUTE s(%s, %s)"
     assert stmt._lock_order == ["n", "a"]
+
+
+def test_the_plain_form_sends_the_same_sql_with_named_parameters():
+    stmt = PreparedStatement("s", "SELECT :a, x::text, 'k:' || :b, 'ten %'")
+
+    assert stmt._plain == "SELECT %(a)s, x::text, 'k:' || %(b)s, 'ten %%'"
+
+
+def test_the_plain_form_sends_the_lock_statement_in_the_same_round_trip():
+    stmt = PreparedStatement("s", "SELECT :a", lock="SELECT pg_advisory_xact_lock(:n, :a)")
+
+    assert stmt._plain == "SELECT pg_advisory_xact_lock(%(n)s, %(a)s); SELECT %(a)s"
