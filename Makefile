@@ -13,7 +13,7 @@ STATE := .awooop
 WITH_ENV := set -a && . $(STATE)/env && set +a &&
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install browser promtool pgbouncer services migrate run stop test test-integration test-e2e test-wheel lint bench bench-retention chaos cluster clean
+.PHONY: help install browser promtool pgbouncer services migrate run stop test test-integration test-e2e test-wheel lint bench bench-capacity bench-retention chaos cluster clean
 
 help:
 	@echo "make run    set everything up and start web, workers, beat and flower"
@@ -23,6 +23,7 @@ help:
 	@echo "make browser       install Debian's chromium for the console's browser test (apt, root)"
 	@echo "make test-wheel    build the wheel, install it with no extras and run one event through it"
 	@echo "make bench  admission and end-to-end benchmarks (writes docs/benchmarks.md)"
+	@echo "make bench-capacity   per-request, per-run and lease-keeping costs for sizing (docs/scaling.md)"
 	@echo "make bench-retention  a month of history: latency, scrape, sweeps (docs/benchmarks.md)"
 	@echo "make chaos  fault-injection scenarios on a stack of their own (writes docs/reliability.md)"
 	@echo "make cluster  web, workers and beat on network-namespace hosts, with partitions (root)"
@@ -124,6 +125,12 @@ lint: install
 
 bench: migrate
 	$(WITH_ENV) $(BIN)/python -m bench.run
+
+# What a request, a run and a held lease cost (CPU of web, worker, PostgreSQL and the broker;
+# commits), on the configured PostgreSQL and Redis, and on RabbitMQ (BENCH_CAPACITY_AMQP_URL)
+# when it answers; writes its block of docs/scaling.md. BENCH_CAPACITY_QUICK=1: tiny sizes.
+bench-capacity: migrate
+	$(WITH_ENV) $(BIN)/python -m bench.capacity
 
 # 1,000,000 finished runs and 10,000,000 dedupe rows in a scratch database of its own on the
 # configured server (created and dropped); about half an hour on 2 cores.

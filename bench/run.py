@@ -304,18 +304,20 @@ def spread_over(web: Proc, port: int) -> load.Spread | None:
     return load.Spread(socket_owner(web, port), len(web.pids()) - 1)
 
 
-def start_web(name: str, app: str, logdir: Path) -> tuple[Proc, int]:
+def start_web(name: str, app: str, logdir: Path, **env: str) -> tuple[Proc, int]:
     port = free_port()
     proc = Proc(
         name,
         [str(BIN / "gunicorn"), "-c", "gunicorn.conf.py", app],
-        child_env(AWOOOP_PORT=str(port), AWOOOP_ACCESS_LOG="0"),
+        child_env(AWOOOP_PORT=str(port), AWOOOP_ACCESS_LOG="0", **env),
         logdir,
     )
     return proc, port
 
 
-def start_worker(name: str, app: str, queue: str, logdir: Path, **env: str) -> Proc:
+def start_worker(
+    name: str, app: str, queue: str, logdir: Path, concurrency: int = 1, **env: str
+) -> Proc:
     return Proc(
         name,
         [
@@ -326,7 +328,7 @@ def start_worker(name: str, app: str, queue: str, logdir: Path, **env: str) -> P
             "-Q",
             queue,
             "-c",
-            "1",
+            str(concurrency),
             "-n",
             f"{name}-{os.getpid()}@%h",
             "--without-mingle",
