@@ -4,7 +4,7 @@ Transact, the peers a user would pick instead (DESIGN §8, issue 14).
 One workload for each, one system after the other in the same run, on the server of
 ``AWOOOP_DATABASE_URL`` with a scratch database per system (created here, dropped at the
 end): BENCH_PEERS_RUNS (2,000) three-step no-op workflows with durable steps are admitted
-first, one transaction each, with no worker running; then ONE worker process starts and
+first, one library call each, with no worker running; then ONE worker process starts and
 drains them. Measured per system:
 
 - workflows/s over the drain: workflows / (first claim -> last completion), both read from
@@ -587,7 +587,8 @@ def render_markdown(
         "",
         "The same workload for each, one system after the other, on the server above with a "
         "scratch database per system (created by the benchmark, dropped at the end): the "
-        "workflows are admitted first, one transaction each, one after the other, with no "
+        "workflows are admitted first, one library call each, one after the other (the "
+        "commits they take are the admission column), with no "
         "worker running; then ONE worker process starts and drains them. Each system is "
         "configured as its documentation recommends for throughput:",
         "",
@@ -603,7 +604,7 @@ def render_markdown(
         "(the value its concurrency how-to shows) with a psycopg pool of "
         f"{pc + 1} connections (its docs: for short jobs, as many connections as the "
         "concurrency, plus one), LISTEN/NOTIFY on (the default). Admission: "
-        "`defer_async` of the first step, one transaction each. Its jobs/s is three times "
+        "`defer_async` of the first step. Its jobs/s is three times "
         "its workflows/s.",
         "- **DBOS Transact** (`bench/peers_dbos.py`): an `async` `@DBOS.workflow()` of three "
         "`@DBOS.step()`s on a database-backed queue registered with "
@@ -612,7 +613,7 @@ def render_markdown(
         "settings of DBOS's own queue benchmark (`dbos-inc/dbos-postgres-benchmark`, "
         "`benchmarks/dbos_queue.py`) — and the library's defaults otherwise (queue polling "
         "every 1 s, a system database pool of 20, LISTEN/NOTIFY on). Admission: "
-        "`DBOSClient.enqueue`, one transaction each (the docs' queue-worker pattern). Its "
+        "`DBOSClient.enqueue` (the docs' queue-worker pattern). Its "
         "own system database on the same server.",
         "",
         "Each runs at its default log level: AwoooP and Procrastinate write a line when they "

@@ -78,7 +78,7 @@ def setup() -> None:
 
 
 def admit(n: int) -> None:
-    """Enqueue n workflows, one after the other (one transaction each)."""
+    """Enqueue n workflows, one after the other, one call each."""
     client = DBOSClient(
         system_database_url=os.environ["BENCH_PEERS_DBOS_URL"], application_name=APP_NAME
     )

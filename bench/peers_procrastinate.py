@@ -9,7 +9,7 @@ where a sync task would take a thread each.
 Used three ways, each in a process of its own that ``bench.peers`` starts:
 
 - ``procrastinate --app=bench.peers_procrastinate.app schema --apply`` (the schema);
-- ``bench.peers_procrastinate.main(["admit", N])``: defers N first steps, one transaction each;
+- ``bench.peers_procrastinate.main(["admit", N])``: defers N first steps, one call each;
 - ``procrastinate --app=bench.peers_procrastinate.app worker --concurrency C`` (the worker).
 
 Environment: BENCH_PEERS_PROCRASTINATE_DSN (libpq connection string of the scratch
@@ -55,7 +55,7 @@ async def step_one(run: int) -> None:
 
 
 async def admit(n: int) -> None:
-    """Defer n workflows' first steps, one after the other (one transaction each)."""
+    """Defer n workflows' first steps, one after the other, one call each."""
     async with app.open_async():
         for run in range(n):
             await step_one.defer_async(run=run)
