@@ -13,7 +13,7 @@ STATE := .awooop
 WITH_ENV := set -a && . $(STATE)/env && set +a &&
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install browser promtool pgbouncer services migrate run stop test test-integration test-e2e test-wheel lint bench bench-capacity bench-retention chaos cluster clean
+.PHONY: help install browser promtool pgbouncer services migrate run stop test test-integration test-e2e test-wheel lint bench bench-capacity bench-retention bench-peers chaos cluster clean
 
 help:
 	@echo "make run    set everything up and start web, workers, beat and flower"
@@ -25,6 +25,7 @@ help:
 	@echo "make bench  admission and end-to-end benchmarks (writes docs/benchmarks.md)"
 	@echo "make bench-capacity   per-request, per-run and lease-keeping costs for sizing (docs/scaling.md)"
 	@echo "make bench-retention  a month of history: latency, scrape, sweeps (docs/benchmarks.md)"
+	@echo "make bench-peers  the same workflows on AwoooP, Procrastinate and DBOS (docs/benchmarks.md)"
 	@echo "make chaos  fault-injection scenarios on a stack of their own (writes docs/reliability.md)"
 	@echo "make cluster  web, workers and beat on network-namespace hosts, with partitions (root)"
 
@@ -136,6 +137,18 @@ bench-capacity: migrate
 # configured server (created and dropped); about half an hour on 2 cores.
 bench-retention: services
 	$(WITH_ENV) $(BIN)/python -m bench.retention
+
+# The peers of DESIGN §8 (Procrastinate, DBOS Transact) beside AwoooP: 2,000 three-step
+# workflows each, admitted then drained by one worker process, a scratch database per system
+# on the configured server (created and dropped). The peers come from the `bench` extra,
+# installed here (and again when pyproject.toml or constraints.txt change), never by `install`.
+BENCH_EXTRA := $(VENV)/.bench-extra
+$(BENCH_EXTRA): $(BIN)/awooop pyproject.toml constraints.txt
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[bench]'
+	@touch $@
+
+bench-peers: services $(BENCH_EXTRA)
+	$(WITH_ENV) $(BIN)/python -m bench.peers
 
 # The fault-injection suite starts its own PostgreSQL, Redis and processes (nothing of
 # .awooop/env is used) and stops them; tests/chaos is left out of the default pytest run.

@@ -805,14 +805,16 @@ def render(machine: dict[str, str], knobs: Knobs, r: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_section(path: Path, section: str) -> None:
+def write_section(path: Path, section: str, begin: str = BEGIN, end: str = END) -> None:
+    """Replace what lies between ``begin`` and ``end`` (markers included) with ``section``,
+    or append it when the file has no such markers."""
     try:
         current = path.read_text()
     except OSError:
         current = ""
-    if BEGIN in current and END in current:
-        head, _, rest = current.partition(BEGIN)
-        _, _, tail = rest.partition(END)
+    if begin in current and end in current:
+        head, _, rest = current.partition(begin)
+        _, _, tail = rest.partition(end)
         updated = head + section.rstrip("\n") + tail
     else:
         updated = current.rstrip("\n") + "\n\n" + section

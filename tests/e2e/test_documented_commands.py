@@ -371,6 +371,7 @@ STEPS: dict[str, Step] = {
     "make stop": Step("make", make_dry_run),
     "make lint": Step("make", make_dry_run),
     "make bench": Step("make", make_dry_run),
+    "make bench-peers": Step("make", make_dry_run),
     "make chaos": Step("make", make_dry_run),
     "AWOOOP_CHAOS_SCALE=0.2 make chaos": Step("make", make_dry_run),
     "make browser": Step("make", make_dry_run),

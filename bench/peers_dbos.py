@@ -1,0 +1,115 @@
+"""DBOS Transact's side of ``make bench-peers``: a workflow of three steps, through a queue.
+
+Configured as DBOS's own queue benchmark runs its workers (dbos-inc/dbos-postgres-benchmark,
+``benchmarks/dbos_queue.py``): ``async`` workflow and steps, a database-backed queue
+registered once with a per-process ``worker_concurrency`` (the limit the queue tutorial
+recommends over a global one), the workers' ``max_executor_threads`` set, an
+``executor_id`` per process (the queue docs ask for one when Conductor is not used), and
+the workflows enqueued from outside with a ``DBOSClient`` (the docs' "queue worker"
+pattern). The polling interval and the system database pool are the library's defaults
+(1 s, 20 connections).
+
+Used three ways, each in a process of its own that ``bench.peers`` starts:
+
+- ``python -m bench.peers_dbos setup``: creates DBOS's system tables (launch runs the
+  migrations) and registers the queue;
+- ``python -m bench.peers_dbos admit N``: N workflows enqueued with a ``DBOSClient``;
+- ``python -m bench.peers_dbos worker``: one process that dequeues and runs them until
+  SIGTERM.
+
+Environment: BENCH_PEERS_DBOS_URL (the system database), BENCH_PEERS_DBOS_CONCURRENCY
+(the queue's worker_concurrency), BENCH_PEERS_DBOS_THREADS (max_executor_threads).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+
+from dbos import DBOS, DBOSClient, DBOSConfig, EnqueueOptions
+
+APP_NAME = "awooop-bench-peers"
+APP_VERSION = "bench-peers"
+QUEUE = "bench-peers"
+WORKFLOW = "peers_noop3"
+CONCURRENCY = int(os.environ.get("BENCH_PEERS_DBOS_CONCURRENCY", "1000"))
+THREADS = int(os.environ.get("BENCH_PEERS_DBOS_THREADS", "512"))
+
+
+@DBOS.step()
+async def step_one(run: int) -> int:
+    return run
+
+
+@DBOS.step()
+async def step_two(run: int) -> int:
+    return run
+
+
+@DBOS.step()
+async def step_three(run: int) -> int:
+    return run
+
+
+@DBOS.workflow(name=WORKFLOW)
+async def noop3(run: int) -> int:
+    await step_one(run)
+    await step_two(run)
+    return await step_three(run)
+
+
+def config() -> DBOSConfig:
+    return {
+        "name": APP_NAME,
+        "application_version": APP_VERSION,
+        "system_database_url": os.environ["BENCH_PEERS_DBOS_URL"],
+        "executor_id": f"bench-peers-{os.getpid()}",
+        "max_executor_threads": THREADS,
+    }
+
+
+def setup() -> None:
+    DBOS(config=config())
+    DBOS.launch()
+    DBOS.register_queue(QUEUE, worker_concurrency=CONCURRENCY, on_conflict="always_update")
+    DBOS.destroy()
+
+
+def admit(n: int) -> None:
+    """Enqueue n workflows, one after the other, one call each."""
+    client = DBOSClient(
+        system_database_url=os.environ["BENCH_PEERS_DBOS_URL"], application_name=APP_NAME
+    )
+    options: EnqueueOptions = {
+        "queue_name": QUEUE,
+        "workflow_name": WORKFLOW,
+        "app_version": APP_VERSION,
+    }
+    try:
+        for run in range(n):
+            client.enqueue(options, run)
+    finally:
+        client.destroy()
+
+
+def worker() -> None:
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    DBOS(config=config())
+    DBOS.launch()
+    stop.wait()
+    DBOS.destroy()
+
+
+if __name__ == "__main__":
+    command = sys.argv[1:2]
+    if command == ["setup"]:
+        setup()
+    elif command == ["admit"] and len(sys.argv) == 3:
+        admit(int(sys.argv[2]))
+    elif command == ["worker"]:
+        worker()
+    else:
+        sys.exit("usage: python -m bench.peers_dbos setup | admit N | worker")

@@ -1,0 +1,69 @@
+"""Procrastinate's side of ``make bench-peers``: a three-step no-op workflow as three jobs.
+
+Procrastinate has no steps inside a job: a job is its unit of durability (a failed or
+interrupted job is retried whole), so a workflow with durable steps is one job per step,
+each deferring the next before it returns. Its tasks are ``async``: the worker runs async
+jobs concurrently on its event loop (its docs: "Execute multiple jobs at the same time"),
+where a sync task would take a thread each.
+
+Used three ways, each in a process of its own that ``bench.peers`` starts:
+
+- ``procrastinate --app=bench.peers_procrastinate.app schema --apply`` (the schema);
+- ``bench.peers_procrastinate.main(["admit", N])``: defers N first steps, one call each;
+- ``procrastinate --app=bench.peers_procrastinate.app worker --concurrency C`` (the worker).
+
+Environment: BENCH_PEERS_PROCRASTINATE_DSN (libpq connection string of the scratch
+database), BENCH_PEERS_PROCRASTINATE_CONCURRENCY (the worker's concurrency, which sizes the
+connection pool: concurrency + 1, as the docs' "Mind the size of your PostgreSQL pool" asks
+for short jobs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+
+import procrastinate
+
+CONCURRENCY = int(os.environ.get("BENCH_PEERS_PROCRASTINATE_CONCURRENCY", "30"))
+STEPS = ("peers.step_one", "peers.step_two", "peers.step_three")
+
+app = procrastinate.App(
+    connector=procrastinate.PsycopgConnector(
+        conninfo=os.environ.get("BENCH_PEERS_PROCRASTINATE_DSN", ""),
+        # psycopg_pool's default min_size is 4; it may not exceed max_size.
+        min_size=min(4, CONCURRENCY + 1),
+        max_size=CONCURRENCY + 1,
+    )
+)
+
+
+@app.task(name=STEPS[2])
+async def step_three(run: int) -> None:
+    """The last step: nothing to do, nothing to defer."""
+
+
+@app.task(name=STEPS[1])
+async def step_two(run: int) -> None:
+    await step_three.defer_async(run=run)
+
+
+@app.task(name=STEPS[0])
+async def step_one(run: int) -> None:
+    await step_two.defer_async(run=run)
+
+
+async def admit(n: int) -> None:
+    """Defer n workflows' first steps, one after the other, one call each."""
+    async with app.open_async():
+        for run in range(n):
+            await step_one.defer_async(run=run)
+
+
+def main(argv: list[str]) -> None:
+    """``admit N``. Called as ``python -c "…; main(sys.argv[1:])" admit N``, not with
+    ``python -m``: Procrastinate warns about an App instantiated in ``__main__``."""
+    if len(argv) != 2 or argv[0] != "admit":
+        sys.exit("usage: admit N")
+    asyncio.run(admit(int(argv[1])))
