@@ -22,6 +22,11 @@ On the configured PostgreSQL (``AWOOOP_DATABASE_URL``) and Redis broker
    write per worker process per liveness interval). The runs then finish by themselves.
 4. **Broker**: phases 1 and 2 (``-c 1``) again with RabbitMQ (BENCH_CAPACITY_AMQP_URL), the rate
    limiter on the Redis above; skipped, with a line saying so, when RabbitMQ does not answer.
+5. **PostgreSQL's commit ceiling**: ``pgbench`` (the server's, or the ``pgserver`` wheel's) with
+   16 clients, each transaction one single-row ``INSERT`` into a scratch table of this
+   database, for BENCH_CAPACITY_CEILING_SECONDS: durable commits/s with the server's own
+   ``fsync`` / ``synchronous_commit`` — what runs/s can never exceed at the commits a run
+   costs. Skipped, with a line saying so, without ``pgbench``.
 
 How it measures:
 
@@ -61,9 +66,12 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import secrets
 import shlex
+import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -160,6 +168,7 @@ class Knobs:
     amqp_url: str
     timeout: float
     output: Path
+    ceiling_seconds: float = 15.0
     json_path: Path = ROOT / ".awooop" / "capacity.json"
 
     @classmethod
@@ -173,6 +182,7 @@ class Knobs:
             amqp_url=os.environ.get("BENCH_CAPACITY_AMQP_URL", DEFAULT_AMQP_URL),
             timeout=_env_float("BENCH_CAPACITY_TIMEOUT", 120 if quick else 900),
             output=ROOT / os.environ.get("BENCH_CAPACITY_OUTPUT", "docs/scaling.md"),
+            ceiling_seconds=_env_float("BENCH_CAPACITY_CEILING_SECONDS", 3 if quick else 15),
         )
         if knobs.runs < 20:
             raise BenchError("BENCH_CAPACITY_RUNS must be at least 20")
@@ -938,6 +948,14 @@ def render_console(results: dict[str, Any]) -> str:
             f"   {'':>11}{d['renewals_per_s'] + d['liveness_writes_per_s']:>9.2f}"
             f"{d['commits_per_s']:>11.2f}{_ms(d['postgres_cpu_ms_per_s'], 1):>9}"
         )
+    ceiling = results.get("commit_ceiling")
+    if ceiling:
+        out += [
+            "",
+            f"PostgreSQL commit ceiling: {ceiling['commits_per_s']:,.0f} commits/s "
+            f"(pgbench, {ceiling['clients']} clients, one-row INSERT per transaction, "
+            f"fsync={ceiling['fsync']}, synchronous_commit={ceiling['synchronous_commit']})",
+        ]
     for line in results.get("notes", []):
         out.append(f"  note: {line}")
     return "\n".join(out)
@@ -1011,6 +1029,18 @@ def render_block(results: dict[str, Any]) -> str:
             f"{d['renewals_per_s'] + d['liveness_writes_per_s']:.2f} | "
             f"{d['commits_per_s']:.2f} | {_ms(d['postgres_cpu_ms_per_s'], 1)} |"
         )
+    ceiling = results.get("commit_ceiling")
+    if ceiling:
+        lines += [
+            "",
+            f"**PostgreSQL's commit ceiling**: {ceiling['commits_per_s']:,.0f} commits/s — "
+            f"`pgbench` with {ceiling['clients']} clients for {ceiling['seconds']:g} s, each "
+            "transaction one single-row `INSERT` into a scratch table of this database "
+            f"(`fsync={ceiling['fsync']}`, `synchronous_commit={ceiling['synchronous_commit']}`,"
+            " as the server is configured), with nothing else of the bench running.",
+        ]
+    else:
+        lines += ["", "**PostgreSQL's commit ceiling**: not measured (no `pgbench`)."]
     lines += [""] + [f"- {note}" for note in results.get("notes", [])]
     return "\n".join(lines).rstrip("\n") + "\n"
 
@@ -1096,6 +1126,73 @@ def server_sessions(url: str) -> dict[str, int]:
         return {str(db): int(n) for db, n in cur.fetchall()}
 
 
+CEILING_CLIENTS = 16
+CEILING_TABLE = "bench_capacity_commit_probe"
+
+
+def pgbench_path() -> str | None:
+    """The server's ``pgbench`` (on PATH or Debian's versioned directory), else the one the
+    ``pgserver`` wheel ships (the embedded development server)."""
+    found = shutil.which("pgbench")
+    if found:
+        return found
+    for candidate in sorted(Path("/usr/lib/postgresql").glob("*/bin/pgbench"), reverse=True):
+        return str(candidate)
+    with contextlib.suppress(ImportError):
+        import pgserver
+
+        wheel = Path(pgserver.__file__).parent / "pginstall" / "bin" / "pgbench"
+        if wheel.exists():
+            return str(wheel)
+    return None
+
+
+def measure_commit_ceiling(url: str, seconds: float, logdir: Path) -> dict[str, Any] | None:
+    """Durable single-row commits/s the server takes from CEILING_CLIENTS clients (pgbench,
+    one ``INSERT`` per transaction into a scratch table, dropped afterwards); None without
+    pgbench."""
+    binary = pgbench_path()
+    if binary is None:
+        log("commit ceiling: no pgbench found (PATH, /usr/lib/postgresql/*/bin, pgserver); skipped")
+        return None
+    dsn = psycopg2.extensions.parse_dsn(url.replace("postgresql+psycopg2://", "postgresql://"))
+    script = logdir / "commit_probe.sql"
+    script.write_text(f"INSERT INTO {CEILING_TABLE} (at) VALUES (now());\n")
+    with _pg(url) as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE TABLE IF NOT EXISTS {CEILING_TABLE} (id bigserial, at timestamptz)")
+    argv = [binary, "-n", "-c", str(CEILING_CLIENTS), "-j", "2", "-T", f"{seconds:.0f}"]
+    argv += ["-f", str(script)]
+    env = {**os.environ, "PGHOST": dsn.get("host", "127.0.0.1"), "PGPORT": dsn.get("port", "5432")}
+    env.update(PGUSER=dsn.get("user", "postgres"), PGDATABASE=dsn.get("dbname", "postgres"))
+    if dsn.get("password"):
+        env["PGPASSWORD"] = dsn["password"]
+    log(f"commit ceiling: {binary} with {CEILING_CLIENTS} clients for {seconds:.0f} s")
+    try:
+        done = subprocess.run(
+            argv, env=env, capture_output=True, text=True, timeout=seconds + 60, check=False
+        )
+        with _pg(url) as conn, conn.cursor() as cur:
+            cur.execute("SHOW fsync")
+            fsync = cur.fetchone()[0]
+            cur.execute("SHOW synchronous_commit")
+            synchronous_commit = cur.fetchone()[0]
+    finally:
+        with _pg(url) as conn, conn.cursor() as cur:
+            cur.execute(f"DROP TABLE IF EXISTS {CEILING_TABLE}")
+    (logdir / "pgbench.log").write_text(done.stdout + done.stderr)
+    match = re.search(r"tps = ([0-9.]+)", done.stdout)
+    if done.returncode != 0 or match is None:
+        raise BenchError(f"pgbench failed (exit {done.returncode}); log {logdir / 'pgbench.log'}")
+    return {
+        "clients": CEILING_CLIENTS,
+        "seconds": seconds,
+        "commits_per_s": float(match.group(1)),
+        "fsync": fsync,
+        "synchronous_commit": synchronous_commit,
+        "pgbench": binary,
+    }
+
+
 def command_line(quick_flag: bool) -> str:
     """How this run was started: the make target (make sets MAKELEVEL for its recipes) or the
     module, with the BENCH_CAPACITY_* knobs set."""
@@ -1126,6 +1223,9 @@ def run_phases(
             for n in bench.knobs.hold_runs:
                 project_id = ids[f"hold-{n}"]
                 results["lease_keeping"].append(measure_lease_keeping(bench, broker, project_id, n))
+    results["commit_ceiling"] = measure_commit_ceiling(
+        bench.url, bench.knobs.ceiling_seconds, bench.logdir
+    )
     return results
 
 

@@ -372,6 +372,7 @@ STEPS: dict[str, Step] = {
     "make lint": Step("make", make_dry_run),
     "make bench": Step("make", make_dry_run),
     "make bench-peers": Step("make", make_dry_run),
+    "make bench-capacity": Step("make", make_dry_run),
     "make chaos": Step("make", make_dry_run),
     "AWOOOP_CHAOS_SCALE=0.2 make chaos": Step("make", make_dry_run),
     "make browser": Step("make", make_dry_run),
