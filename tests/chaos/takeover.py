@@ -58,16 +58,21 @@ def cut_mid_stream(
     runs: int,
     recovery_bound: float,
     slow_share: int = 10,
+    slow_first: int = 0,
     notice_timeout: float = 30.0,
     tried: Callable[[], bool] = lambda: True,
 ) -> Takeover:
-    """Deliver ``runs`` (one in ``slow_share`` with a 1.5 s step) while ``worker`` works;
+    """Deliver ``runs`` (the first ``slow_first`` and then one in ``slow_share`` with a 1.5 s
+    step: a short stream of mostly fast runs may never find ``worker`` holding two) while
+    ``worker`` works;
     ``cut()`` it off once it holds two runs, until the others have finished every run (at
     least twice the lease); snapshot them, ``heal()``, wait until it has reported each run it
     held lost and ``tried()`` (or ``notice_timeout``), and compare."""
     stream = [
         api_event(
-            stack.project, stack.new_key("stream"), {"slow": 1.5} if i % slow_share == 0 else {}
+            stack.project,
+            stack.new_key("stream"),
+            {"slow": 1.5} if i < slow_first or i % slow_share == 0 else {},
         )
         for i in range(runs)
     ]

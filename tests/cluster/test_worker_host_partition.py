@@ -27,6 +27,9 @@ from tests.cluster.suite import SUITE
 
 STREAM = SUITE.scaled(400, least=60)
 SLOW_SHARE = 10  # one run in ten has a 1.5 s step
+# ... and the first dozen, which fill all four worker processes: at a fifth of the size, a
+# stream of mostly fast runs ended before w1 ever held two runs at once.
+SLOW_FIRST = 12
 # Below what w2 does alone, so the recovery time measures the take-over, not a backlog: the
 # reaper's message for a taken-over run queues behind every message sent before it.
 STREAM_RATE = 6.0
@@ -52,6 +55,7 @@ def run_partition(stack, figures) -> None:
         runs=STREAM,
         recovery_bound=RECOVERY_BOUND,
         slow_share=SLOW_SHARE,
+        slow_first=SLOW_FIRST,
         notice_timeout=90,
     )
 

@@ -373,6 +373,7 @@ STEPS: dict[str, Step] = {
     "make bench": Step("make", make_dry_run),
     "make bench-peers": Step("make", make_dry_run),
     "make bench-capacity": Step("make", make_dry_run),
+    "make pgbouncer": Step("make", make_dry_run),
     "make chaos": Step("make", make_dry_run),
     "AWOOOP_CHAOS_SCALE=0.2 make chaos": Step("make", make_dry_run),
     "make browser": Step("make", make_dry_run),
@@ -439,6 +440,19 @@ STEPS: dict[str, Step] = {
     ),
     "export AWOOOP_PUBLIC_BASE_URL=https://awooop.example.com": Step(
         "deployment", exported("AWOOOP_PUBLIC_BASE_URL", "https://awooop.example.com")
+    ),
+    # --- docs/operations.md: behind PgBouncer (here straight to the test's database, which the
+    # plain statements and server-side timeouts work on as well) ------------------------------
+    "export AWOOOP_DATABASE_URL=postgresql+psycopg2://awooop@pgbouncer:6432/awooop": Step(
+        "deployment",
+        exported("AWOOOP_DATABASE_URL", r"postgresql\+psycopg2://.+"),
+        replace=(("postgresql+psycopg2://awooop@pgbouncer:6432/awooop", "{database_url}"),),
+    ),
+    "export AWOOOP_DATABASE_PREPARED_STATEMENTS=false": Step(
+        "deployment", exported("AWOOOP_DATABASE_PREPARED_STATEMENTS", "false")
+    ),
+    "export AWOOOP_DATABASE_SESSION_OPTIONS=false": Step(
+        "deployment", exported("AWOOOP_DATABASE_SESSION_OPTIONS", "false")
     ),
     "export PROMETHEUS_MULTIPROC_DIR=/var/lib/awooop/metrics": Step(
         "deployment",
