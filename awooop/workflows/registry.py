@@ -9,6 +9,7 @@ Old versions stay registered while runs use them.
 from __future__ import annotations
 
 import importlib
+import threading
 from collections.abc import Iterable
 
 from awooop.domain.workflow import Workflow
@@ -52,16 +53,24 @@ def all_workflows() -> list[Workflow]:
 
 
 _builtin_loaded = False
+# Re-entrant: a built-in module that looks a workflow up while it is imported reaches load()
+# again on the same thread, and must not wait for itself.
+_load_lock = threading.RLock()
 
 
 def load() -> None:
-    """Import the built-in workflows (once)."""
+    """Import the built-in workflows (once). A thread that calls this while another is
+    importing them waits until they are all registered."""
     global _builtin_loaded
-    if not _builtin_loaded:
-        _builtin_loaded = True
+    if _builtin_loaded:
+        return
+    with _load_lock:
+        if _builtin_loaded:
+            return
         importlib.import_module("awooop.workflows.builtin")
         importlib.import_module("awooop.workflows.operations")
         importlib.import_module("awooop.workflows.late")
+        _builtin_loaded = True
 
 
 def import_modules(modules: Iterable[str]) -> None:
