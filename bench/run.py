@@ -52,6 +52,9 @@ MARKER = "<!-- Everything below this line is kept when `make bench` rewrites thi
 
 TARGETS = {
     "admission_ratio": 0.80,  # AwoooP new events / baseline, req/s
+    # DESIGN §8: a redelivery storm costs no more than new work — duplicates answered at least
+    # at the baseline's rate of new events
+    "duplicate_vs_baseline": 1.00,  # AwoooP duplicates / baseline new events, req/s
     "duplicate_ratio": 1.70,  # AwoooP duplicates / AwoooP new events, req/s
     "p99_ratio": 1.20,  # AwoooP p99 / baseline p99 at 64 connections
     "e2e_ratio": 0.40,  # AwoooP noop-3 runs/s / raw Celery no-op tasks/s
@@ -1056,6 +1059,19 @@ def ratios(
         rows.append(
             (
                 f"AwoooP new events / baseline, req/s @{c}",
+                value,
+                f">= {t:.2f}",
+                _verdict(value, t, True),
+            )
+        )
+    for c in conns:
+        base = _find(results, "baseline", "new", c)
+        dup = _find(results, "awooop", "duplicate", c)
+        value = _ratio(dup.get("rps"), base.get("rps"))
+        t = TARGETS["duplicate_vs_baseline"]
+        rows.append(
+            (
+                f"AwoooP duplicates / baseline new events, req/s @{c}",
                 value,
                 f">= {t:.2f}",
                 _verdict(value, t, True),
