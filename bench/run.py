@@ -1051,45 +1051,29 @@ def ratios(
 ) -> list[tuple[str, float, str, str]]:
     """(what, measured, target text, verdict)."""
     rows = []
-    for c in conns:
-        new = _find(results, "awooop", "new", c)
-        base = _find(results, "baseline", "new", c)
-        value = _ratio(new.get("rps"), base.get("rps"))
-        t = TARGETS["admission_ratio"]
-        rows.append(
-            (
-                f"AwoooP new events / baseline, req/s @{c}",
-                value,
-                f">= {t:.2f}",
-                _verdict(value, t, True),
+    # (label, (app, kind) measured, (app, kind) it is divided by, target) per connection count
+    throughput = (
+        ("AwoooP new events / baseline", ("awooop", "new"), ("baseline", "new"), "admission_ratio"),
+        (
+            "AwoooP duplicates / baseline new events",
+            ("awooop", "duplicate"),
+            ("baseline", "new"),
+            "duplicate_vs_baseline",
+        ),
+        (
+            "AwoooP duplicates / new events",
+            ("awooop", "duplicate"),
+            ("awooop", "new"),
+            "duplicate_ratio",
+        ),
+    )
+    for label, measured, against, target in throughput:
+        t = TARGETS[target]
+        for c in conns:
+            value = _ratio(
+                _find(results, *measured, c).get("rps"), _find(results, *against, c).get("rps")
             )
-        )
-    for c in conns:
-        base = _find(results, "baseline", "new", c)
-        dup = _find(results, "awooop", "duplicate", c)
-        value = _ratio(dup.get("rps"), base.get("rps"))
-        t = TARGETS["duplicate_vs_baseline"]
-        rows.append(
-            (
-                f"AwoooP duplicates / baseline new events, req/s @{c}",
-                value,
-                f">= {t:.2f}",
-                _verdict(value, t, True),
-            )
-        )
-    for c in conns:
-        new = _find(results, "awooop", "new", c)
-        dup = _find(results, "awooop", "duplicate", c)
-        value = _ratio(dup.get("rps"), new.get("rps"))
-        t = TARGETS["duplicate_ratio"]
-        rows.append(
-            (
-                f"AwoooP duplicates / new events, req/s @{c}",
-                value,
-                f">= {t:.2f}",
-                _verdict(value, t, True),
-            )
-        )
+            rows.append((f"{label}, req/s @{c}", value, f">= {t:.2f}", _verdict(value, t, True)))
     c = max(conns)
     value = _ratio(
         _find(results, "awooop", "new", c).get("p99"),
