@@ -36,6 +36,7 @@ from awooop.web.app import create_app
 from awooop.workflows import registry
 from tests.conftest import IN_CI
 from tests.support import db as rows
+from tests.support import runs
 
 SERVER_CONNECTIONS = 2
 THREADS = 5
@@ -130,22 +131,7 @@ def _noop() -> Workflow:
 def _admit(conn: Connection, project_id: str, wf: Workflow) -> uuid.UUID:
     """Admit a run of ``wf`` as the ingress does, within an active-run quota (so the
     statement takes the project's advisory lock in the same round trip)."""
-    key = uuid.uuid4().hex
-    admitted = admission.admit(
-        conn,
-        admission.NewRun(
-            project_id=project_id,
-            channel_type="api",
-            provider_event_id=key,
-            request_digest=key,
-            workflow_name=wf.name,
-            workflow_version=wf.version,
-            workflow_digest=wf.digest,
-            max_attempts=wf.max_attempts,
-            input={"channel": "api", "provider_event_id": key, "event": {}, "meta": {}},
-        ),
-        max_active_runs=10 * RUNS,
-    )
+    admitted = admission.admit(conn, runs.new_run(project_id, wf), max_active_runs=10 * RUNS)
     assert admitted.created
     return admitted.run_id
 

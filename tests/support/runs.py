@@ -9,9 +9,34 @@ from typing import Any
 from sqlalchemy import Engine
 
 from awooop.config import Settings
+from awooop.domain.workflow import Workflow
 from awooop.engine import management, runner
 from awooop.store import admission, operations
 from awooop.workflows import registry
+
+
+def new_run(
+    project_id: str,
+    wf: Workflow,
+    event: dict[str, Any] | None = None,
+    channel: str = "api",
+    traceparent: str | None = None,
+) -> admission.NewRun:
+    """A run of ``wf`` as the ingress admits it, under a fresh provider event id."""
+    key = uuid.uuid4().hex
+    return admission.NewRun(
+        project_id=project_id,
+        channel_type=channel,
+        provider_event_id=key,
+        request_digest=key,
+        workflow_name=wf.name,
+        workflow_version=wf.version,
+        workflow_digest=wf.digest,
+        max_attempts=wf.max_attempts,
+        input={"channel": channel, "provider_event_id": key, "event": event or {}, "meta": {}},
+        deadline_seconds=wf.deadline_seconds,
+        traceparent=traceparent,
+    )
 
 
 def admit(
@@ -24,29 +49,8 @@ def admit(
 ) -> uuid.UUID:
     wf = registry.latest(workflow)
     assert wf is not None, workflow
-    key = uuid.uuid4().hex
     with engine.begin() as conn:
-        result = admission.admit(
-            conn,
-            admission.NewRun(
-                project_id=project_id,
-                channel_type=channel,
-                provider_event_id=key,
-                request_digest=key,
-                workflow_name=wf.name,
-                workflow_version=wf.version,
-                workflow_digest=wf.digest,
-                max_attempts=wf.max_attempts,
-                input={
-                    "channel": channel,
-                    "provider_event_id": key,
-                    "event": event or {},
-                    "meta": {},
-                },
-                deadline_seconds=wf.deadline_seconds,
-                traceparent=traceparent,
-            ),
-        )
+        result = admission.admit(conn, new_run(project_id, wf, event, channel, traceparent))
     assert result.created
     return result.run_id
 
