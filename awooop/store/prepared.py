@@ -24,6 +24,10 @@ from sqlalchemy import Connection, CursorResult
 
 _PARAM = re.compile(r"(?<![:\w]):(\w+)")
 
+# Sent before a statement whose commit need not wait for the WAL flush (transaction-scoped,
+# so it is safe behind a pooler in transaction mode).
+_ASYNC_COMMIT = "SET LOCAL synchronous_commit TO OFF"
+
 # The execution option saying whether a connection's statements are prepared (default: yes).
 PREPARE = "awooop_prepare"
 
@@ -38,9 +42,17 @@ class PreparedStatement:
     trip just before ``EXECUTE`` (or the plain statement). PostgreSQL runs the two as one
     implicit transaction (in autocommit mode), and the statement's snapshot is taken after
     ``lock`` returned.
+
+    ``synchronous_commit=False``: the statement's transaction commits without waiting for its
+    WAL to reach the disk (``SET LOCAL synchronous_commit TO OFF``, in the same round trip).
+    Only for writes whose loss in a server crash is covered already (DESIGN §8): losing one is
+    the same as the worker dying just before it, which at-least-once execution repairs. A
+    later synchronous commit on the server flushes it too (the WAL is one sequence).
     """
 
-    def __init__(self, name: str, sql: str, lock: str | None = None) -> None:
+    def __init__(
+        self, name: str, sql: str, lock: str | None = None, synchronous_commit: bool = True
+    ) -> None:
         self.name = name
         self.sql = sql
         self._order: list[str] = []
@@ -62,6 +74,9 @@ class PreparedStatement:
 
             self._execute = f"{_PARAM.sub(inline, lock)}; {self._execute}"
         self._plain = _pyformat(sql if lock is None else f"{lock}; {sql}")
+        if not synchronous_commit:
+            self._execute = f"{_ASYNC_COMMIT}; {self._execute}"
+            self._plain = f"{_ASYNC_COMMIT}; {self._plain}"
 
     def execute(self, conn: Connection, params: Mapping[str, Any]) -> CursorResult[Any]:
         if not conn.get_execution_options().get(PREPARE, True):

@@ -44,6 +44,10 @@ JOURNAL_APPEND = (
 RELEASE_TO_WAIT = "lease_until = NULL, attempt_count = 0, version = version + 1, updated_at = now()"
 
 # A step record is not a transition: the journal entry is its history (no run_event row).
+# It commits without waiting for the WAL flush (DESIGN §8): a record lost in a server crash
+# is a step whose worker died before recording it — the run's lease expires, the reaper hands
+# it on, and the step runs again under the same effect id. Claims, admissions and the
+# statements that end a segment stay synchronous; the first of them flushes this record too.
 _RECORD_STEP = PreparedStatement(
     "awooop_record_step",
     f"""
@@ -57,6 +61,7 @@ SET {JOURNAL_APPEND},
 WHERE {FENCE}
 RETURNING control_state, saga_status, failure_code
 """,
+    synchronous_commit=False,
 )
 
 

@@ -29,3 +29,10 @@ def test_the_plain_form_sends_the_lock_statement_in_the_same_round_trip():
     stmt = PreparedStatement("s", "SELECT :a", lock="SELECT pg_advisory_xact_lock(:n, :a)")
 
     assert stmt._plain == "SELECT pg_advisory_xact_lock(%(n)s, %(a)s); SELECT %(a)s"
+
+
+def test_an_asynchronous_commit_is_asked_for_in_the_same_round_trip_in_both_forms():
+    stmt = PreparedStatement("s", "SELECT :a", synchronous_commit=False)
+
+    assert stmt._execute == "SET LOCAL synchronous_commit TO OFF; EXECUTE s(%s)"
+    assert stmt._plain == "SET LOCAL synchronous_commit TO OFF; SELECT %(a)s"
