@@ -153,6 +153,12 @@ SWEEP_PASSES = Counter(
     ["sweep", "outcome"],
 )
 SWEEP_OUTCOMES = ("succeeded", "failed", "expired")
+PROJECT_AUTH_LOADS = Counter(
+    "awooop_project_auth_loads_total",
+    "Reads of a project's routes and credential hashes from the database by a web "
+    "process's auth cache (a miss, or an entry older than AWOOOP_AUTH_CACHE_SECONDS); each "
+    "read is one statement, one transaction.",
+)
 BEAT_SENT = Counter(
     "awooop_beat_sent_total",
     "Schedule entries beat sent to the broker, by task name.",

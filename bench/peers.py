@@ -60,10 +60,10 @@ from typing import Any
 
 import psycopg2
 import redis
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import Engine, create_engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from bench import retention, run
+from bench import retention, run, scratch
 from bench.run import BenchError, Proc
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -197,17 +197,6 @@ FROM dbos.workflow_status WHERE name = %(wf)s AND status = 'SUCCESS'
 """
 
 
-def create_empty(admin: Engine, name: str) -> None:
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-
-
-def libpq_url(url: str) -> str:
-    """The SQLAlchemy URL as libpq (psycopg 3) spells it."""
-    return url.replace("postgresql+psycopg2://", "postgresql://", 1)
-
-
 # --- processes -----------------------------------------------------------------------------
 
 
@@ -338,7 +327,7 @@ class Context:
     def database(self, system: str) -> tuple[str, str]:
         name = f"peers_{system}_{os.getpid()}"
         self.databases.append(name)
-        return name, retention.database_url(self.base.database_url, name)
+        return name, scratch.database_url(self.base.database_url, name)
 
 
 def bench_awooop(ctx: Context) -> dict[str, Any]:
@@ -347,7 +336,7 @@ def bench_awooop(ctx: Context) -> dict[str, Any]:
 
     n = ctx.knobs.runs
     name, _ = ctx.database("awooop")
-    url = retention.create_database(ctx.admin, ctx.base.database_url, name)
+    url = scratch.create_database(ctx.admin, ctx.base.database_url, name)
     settings = Settings(**{**ctx.base.__dict__, "database_url": url})
     project = "bench-peers"
     run.create_projects(settings, [project])
@@ -392,9 +381,9 @@ def bench_procrastinate(ctx: Context) -> dict[str, Any]:
 
     n, c = ctx.knobs.runs, ctx.knobs.procrastinate_concurrency
     name, url = ctx.database("procrastinate")
-    create_empty(ctx.admin, name)
+    scratch.create_empty(ctx.admin, name)
     env = run.child_env(
-        BENCH_PEERS_PROCRASTINATE_DSN=libpq_url(url),
+        BENCH_PEERS_PROCRASTINATE_DSN=scratch.libpq_url(url),
         BENCH_PEERS_PROCRASTINATE_CONCURRENCY=str(c),
     )
     app = "--app=bench.peers_procrastinate.app"
@@ -429,9 +418,9 @@ def bench_dbos(ctx: Context) -> dict[str, Any]:
 
     n, c, threads = ctx.knobs.runs, ctx.knobs.dbos_concurrency, ctx.knobs.dbos_threads
     name, url = ctx.database("dbos")
-    create_empty(ctx.admin, name)
+    scratch.create_empty(ctx.admin, name)
     env = run.child_env(
-        BENCH_PEERS_DBOS_URL=libpq_url(url),
+        BENCH_PEERS_DBOS_URL=scratch.libpq_url(url),
         BENCH_PEERS_DBOS_CONCURRENCY=str(c),
         BENCH_PEERS_DBOS_THREADS=str(threads),
     )
@@ -691,7 +680,7 @@ def main() -> int:
     signal.signal(signal.SIGALRM, on_timeout)
     signal.signal(signal.SIGTERM, on_term)
     signal.alarm(int(knobs.timeout))
-    admin = create_engine(retention.server_url(base.database_url), isolation_level="AUTOCOMMIT")
+    admin = create_engine(scratch.server_url(base.database_url), isolation_level="AUTOCOMMIT")
     ctx: Context | None = None
     try:
         try:
@@ -775,7 +764,7 @@ def main() -> int:
             else:
                 for name in ctx.databases:
                     try:
-                        retention.drop_database(admin, name)
+                        scratch.drop_database(admin, name)
                     except SQLAlchemyError as exc:  # reported; the others still go
                         log(f"could not drop {name}: {exc}")
                 log(f"dropped the scratch databases: {', '.join(ctx.databases)}")

@@ -51,10 +51,9 @@ from typing import Any
 
 import psycopg2
 import redis
-from sqlalchemy import Engine, create_engine, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import create_engine, text
 
-from bench import load
+from bench import load, scratch
 from bench.run import (
     BenchError,
     Proc,
@@ -126,36 +125,6 @@ def summary(values: list[float]) -> dict[str, float]:
 
 
 # --- scratch databases -------------------------------------------------------------------
-
-
-def server_url(url: str) -> str:
-    return make_url(url).set(database="postgres").render_as_string(hide_password=False)
-
-
-def database_url(url: str, name: str) -> str:
-    return make_url(url).set(database=name).render_as_string(hide_password=False)
-
-
-def create_database(admin: Engine, url: str, name: str) -> str:
-    from alembic import command
-    from alembic.config import Config
-
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    db_url = database_url(url, name)
-    engine = create_engine(db_url)
-    config = Config(str(ROOT / "alembic.ini"))
-    with engine.begin() as conn:
-        config.attributes["connection"] = conn
-        command.upgrade(config, "head")
-    engine.dispose()
-    return db_url
-
-
-def drop_database(admin: Engine, name: str) -> None:
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 def make_projects(settings: Any, ids: tuple[str, ...]) -> dict[str, str]:
@@ -835,7 +804,7 @@ def main() -> int:
         return 2
     logdir = Path(tempfile.mkdtemp(prefix="awooop-bench-retention-"))
     log(f"process logs in {logdir}")
-    admin = create_engine(server_url(base.database_url), isolation_level="AUTOCOMMIT")
+    admin = create_engine(scratch.server_url(base.database_url), isolation_level="AUTOCOMMIT")
     names = {k: f"awooop_bench_{k}_{os.getpid()}" for k in ("empty", "loaded")}
     urls: dict[str, str] = {}
     procs: list[Proc] = []
@@ -846,7 +815,7 @@ def main() -> int:
         machine = machine_info(base.database_url, base.broker_url)
         log(f"{machine['cpus']} CPUs, PostgreSQL {machine['postgresql']}")
         for kind, name in names.items():
-            urls[kind] = create_database(admin, base.database_url, name)
+            urls[kind] = scratch.create_database(admin, base.database_url, name)
         settings = {
             kind: Settings(**{**base.__dict__, "database_url": url}) for kind, url in urls.items()
         }
@@ -952,7 +921,7 @@ def main() -> int:
         if not knobs.keep:
             for name in names.values():
                 with contextlib.suppress(Exception):
-                    drop_database(admin, name)
+                    scratch.drop_database(admin, name)
             log("scratch databases dropped")
         admin.dispose()
 

@@ -6,15 +6,24 @@
     again) at 16 and 64 keep-alive connections. No worker runs; the queued messages are purged.
 (b) End to end: raw Celery no-op tasks/s (``bench.raw_celery``) vs AwoooP ``noop-3`` runs/s,
     one prefork worker process each, the queue filled first; PostgreSQL commits per run over
-    the whole lifecycle (admission included).
+    the whole lifecycle (admission included), counted exactly (``bench.commits``): the
+    delta of the scratch database's ``xact_commit`` less the worker's liveness upserts, the
+    web's project-auth loads and the harness's own transactions, each counted where it
+    happens; a window with nothing running must count 0 (checked before the e2e phase).
 (c) Memory: resident size of the web (gunicorn master + workers) and worker (celery parent +
     child) processes over the end-to-end batch and over a further soak of runs.
 
-Everything this starts runs in its own process group and is stopped (SIGTERM, then SIGKILL)
-on the way out; only loopback traffic. Knobs (environment): BENCH_DURATION (s, per measured
-phase, default 6), BENCH_WARMUP (1.5), BENCH_CONNECTIONS ("16,64"), BENCH_RAW_TASKS (3000),
-BENCH_E2E_RUNS (2000), BENCH_SOAK_RUNS (10000), BENCH_TIMEOUT (whole run, s, 420),
-BENCH_KEEP=1 keeps the bench projects' rows, BENCH_OUTPUT (default docs/benchmarks.md),
+Everything runs in a scratch database of its own on the server of ``AWOOOP_DATABASE_URL``
+(``awooop_bench_<yyyymmddhhmmss>_<hex>``, migrated to head, autovacuum off on its tables,
+``VACUUM (ANALYZE)`` between phases; dropped at the end), and the processes it starts write
+their metrics to a fresh ``PROMETHEUS_MULTIPROC_DIR`` under the logs folder. The summary
+says FAIL when PostgreSQL is not durable (``fsync`` or ``synchronous_commit`` off) and when
+more than 5 commits per run are left. Everything this starts runs in its own process group
+and is stopped (SIGTERM, then SIGKILL) on the way out; only loopback traffic. Knobs
+(environment): BENCH_DURATION (s, per measured phase, default 6), BENCH_WARMUP (1.5),
+BENCH_CONNECTIONS ("16,64"), BENCH_RAW_TASKS (3000), BENCH_E2E_RUNS (2000), BENCH_SOAK_RUNS
+(10000), BENCH_TIMEOUT (whole run, s, 420), BENCH_KEEP=1 keeps the scratch database (its
+name is logged), BENCH_OUTPUT (default docs/benchmarks.md),
 BENCH_PHASES ("admission,e2e"; a partial run writes no report unless BENCH_OUTPUT is set),
 BENCH_SPREAD=0 leaves connections where gunicorn puts them (see ``bench.load.Spread``).
 """
@@ -42,8 +51,10 @@ from typing import Any
 
 import psycopg2
 import redis
+from sqlalchemy import Engine, create_engine
+from sqlalchemy.exc import SQLAlchemyError
 
-from bench import load
+from bench import commits, load, scratch
 from bench.baseline_app import RUN_LIST
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -442,6 +453,8 @@ def machine_info(db_url: str, broker_url: str) -> dict[str, str]:
         "python": platform.python_version(),
         "postgresql": f"{pg_version} (fsync={fsync}, synchronous_commit={sync_commit}, "
         f"shared_buffers={shared_buffers})",
+        "fsync": str(fsync),
+        "synchronous_commit": str(sync_commit),
         "redis": str(redis_version),
         "load_before": Path("/proc/loadavg").read_text().split()[0],
         "code": code,
@@ -473,11 +486,13 @@ def xact_commit(url: str) -> int:
         return int(cur.fetchone()[0])
 
 
-def other_clients(url: str) -> int:
+def other_clients(url: str, database: str | None = None) -> int:
+    """Sessions on ``database`` (default: ``url``'s own) other than this one."""
     with _pg(url) as conn, conn.cursor() as cur:
         cur.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND pid <> pg_backend_pid()"
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = coalesce(%s, current_database()) AND pid <> pg_backend_pid()",
+            (database,),
         )
         return int(cur.fetchone()[0])
 
@@ -598,6 +613,22 @@ def all_failures(results: list[dict[str, Any]], e2e: dict[str, Any]) -> list[str
 def failed_answers(results: list[dict[str, Any]], e2e: dict[str, Any]) -> int:
     """Non-2xx answers and dropped connections, all phases together."""
     return sum(r["non_2xx"] + r["errors"] for r in results + [e2e] if "non_2xx" in r)
+
+
+def durability_failures(machine: dict[str, str]) -> list[str]:
+    """DESIGN §8: the benchmark's database is durable (fsync on, synchronous_commit on)."""
+    off = [k for k in ("fsync", "synchronous_commit") if machine.get(k) == "off"]
+    if not off:
+        return []
+    return [
+        f"PostgreSQL is not durable ({', '.join(f'{k}=off' for k in off)}): DESIGN §8 measures "
+        "on a durable database, and every figure that commits is flattered"
+    ]
+
+
+def target_failures(machine: dict[str, str], e2e: dict[str, Any]) -> list[str]:
+    """FAIL lines of the summary besides the answers: durability, commits per run."""
+    return durability_failures(machine) + e2e.get("target_failures", [])
 
 
 def failure_summary(failures: list[str]) -> list[str]:
@@ -764,12 +795,13 @@ def _local_port_owned(pids: list[int], local_port: int, remote_port: int) -> boo
 
 
 class SessionWatch(threading.Thread):
-    """Notes every session on the database that is not the benchmark's or its children's,
-    twice a second, from one transaction that is rolled back (so it commits nothing)."""
+    """Notes every session on ``database`` that is not the benchmark's or its children's,
+    twice a second, from a connection to ``url`` (another database of the server:
+    ``pg_stat_activity`` shows them all) in one transaction that is rolled back."""
 
-    def __init__(self, url: str, ours: Callable[[], list[int]]) -> None:
+    def __init__(self, url: str, database: str, ours: Callable[[], list[int]]) -> None:
         super().__init__(name="bench-session-watch", daemon=True)
-        self.url, self.ours = url, ours
+        self.url, self.database, self.ours = url, database, ours
         self.foreign: dict[tuple[int, str], str] = {}  # (pid, backend_start) -> app name
         self._mine: set[tuple[int, str]] = set()
         self._halt = threading.Event()
@@ -783,8 +815,9 @@ class SessionWatch(threading.Thread):
                     cur.execute("SELECT pg_stat_clear_snapshot()")
                     cur.execute(
                         "SELECT pid, backend_start::text, application_name, client_port"
-                        " FROM pg_stat_activity WHERE datname = current_database()"
-                        " AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+                        " FROM pg_stat_activity WHERE datname = %s"
+                        " AND backend_type = 'client backend' AND pid <> pg_backend_pid()",
+                        (self.database,),
                     )
                     for pid, started, app, client_port in cur.fetchall():
                         key = (pid, started)
@@ -806,10 +839,11 @@ class SessionWatch(threading.Thread):
 
 class Progress:
     """Polls run counts inside ONE transaction (READ COMMITTED: each statement sees the
-    latest commits), rolled back at the end, so polling adds no ``xact_commit``."""
+    latest commits), rolled back at the end, so polling adds no ``xact_commit`` beyond its
+    session's start-up transaction (counted by ``tally`` when given)."""
 
-    def __init__(self, url: str, project_id: str) -> None:
-        self._cm = _pg(url, autocommit=False)
+    def __init__(self, url: str, project_id: str, tally: commits.Tally | None = None) -> None:
+        self._cm = tally.connect(url) if tally is not None else _pg(url, autocommit=False)
         self.conn = self._cm.__enter__()
         self.project_id = project_id
 
@@ -899,7 +933,7 @@ def _wait_runs(
 def bench_awooop_e2e(
     knobs: Knobs,
     logdir: Path,
-    url: str,
+    meter: commits.Meter,
     e2e_id: str,
     token: str,
     r: redis.Redis,
@@ -907,25 +941,38 @@ def bench_awooop_e2e(
     noise: Noise,
 ) -> dict[str, Any]:
     n, soak = knobs.e2e_runs, knobs.soak_runs
-    info: dict[str, Any] = {"runs": n, "soak_runs": soak}
+    url = meter.url
+    info: dict[str, Any] = {"runs": n, "soak_runs": soak, "database": meter.database}
     purge_queue(r, "runs")
+    idle = idle_window(meter)
+    info["idle_commits"] = idle.runs
+    if idle.runs:
+        info.setdefault("target_failures", []).append(
+            f"commit counting: a window with nothing running counted {idle.runs} commits "
+            f"({idle.total} in all; {idle.background_text()}): something else commits in "
+            f"{meter.database}"
+        )
+    # The window opens before the web starts: whatever its start-up commits is counted.
+    before = meter.read()
+    info["other_db_clients"] = other_clients(meter.maintenance_url, meter.database)
     web, port = start_web("web-awooop-e2e", "awooop.web.app:create_app()", logdir)
     procs.append(web)
     worker: Proc | None = None
     progress: Progress | None = None
     watch: SessionWatch | None = None
     try:
+        watch = SessionWatch(
+            meter.maintenance_url,
+            meter.database,
+            lambda: [p for proc in procs for p in proc.pids()],
+        )
+        watch.start()
         wait_http(web, port)
         mem: dict[str, dict[str, float]] = {"web": {"start": web.rss_mib()}, "worker": {}}
-        time.sleep(1.0)  # statistics of earlier, now closed, sessions are flushed
-        commits0 = xact_commit(url)
-        info["other_db_clients"] = other_clients(url)
-        watch = SessionWatch(url, lambda: [p for proc in procs for p in proc.pids()])
-        watch.start()
 
         result = _admit("e2e batch", web, port, e2e_id, token, n, 16, max(60.0, n / 50), info)
         info["admit_per_s"] = result.rps
-        progress = Progress(url, e2e_id)
+        progress = Progress(url, e2e_id, meter.tally)
         _, _, total = progress.counts()
         if total != n:
             raise BenchError(
@@ -1006,21 +1053,46 @@ def bench_awooop_e2e(
             if proc is not None:
                 proc.stop()
                 procs.remove(proc)
-    time.sleep(1.0)
-    commits1 = xact_commit(url)
+    count = commits.Count.between(before, meter.read())
     assert watch is not None
-    info["commits"] = commits1 - commits0
-    info["commits_per_run"] = (commits1 - commits0) / (n + soak)
+    info["commits"] = count.total
+    info["commits_runs"] = count.runs
+    info["commits_background"] = {
+        "liveness": count.liveness,
+        "auth_loads": count.auth_loads,
+        "harness": count.harness,
+    }
+    info["background_text"] = count.background_text()
+    info["commits_per_run"] = count.per_run(n + soak)
     info["foreign_sessions"] = sorted(set(watch.foreign.values()))
     info["foreign_session_count"] = len(watch.foreign)
     log(
-        f"PostgreSQL commits: {commits1 - commits0} for {n + soak} runs = "
-        f"{info['commits_per_run']:.3f} per run; other sessions on the database meanwhile: "
+        f"PostgreSQL commits: {count.runs} for {n + soak} runs = "
+        f"{info['commits_per_run']:.3f} per run ({count.total} in {meter.database}, "
+        f"{count.background_text()}); other sessions on the database meanwhile: "
         f"{len(watch.foreign)} {info['foreign_sessions'] or ''}"
     )
+    if count.runs > TARGETS["commits_per_run"] * (n + soak):
+        info.setdefault("target_failures", []).append(
+            f"PostgreSQL commits per run {info['commits_per_run']:.3f} > "
+            f"{TARGETS['commits_per_run']:.0f}: {count.runs} commits for {n + soak} runs "
+            f"after {count.background_text()} (DESIGN §8)"
+        )
     if watch.error:
         log(f"(session watch failed: {watch.error})")
     return info
+
+
+def idle_window(meter: commits.Meter, seconds: float = 2.0) -> commits.Count:
+    """A window with nothing of the bench running: the subtraction must leave 0."""
+    before = meter.read()
+    time.sleep(seconds)
+    idle = commits.Count.between(before, meter.read())
+    log(
+        f"commit counting, idle window of {seconds:.0f} s: {idle.runs} commits left "
+        f"({idle.total} in all; {idle.background_text()})"
+    )
+    return idle
 
 
 # --- report ----------------------------------------------------------------------------------
@@ -1132,6 +1204,7 @@ def render_table(
     raw: dict[str, Any],
     e2e: dict[str, Any],
     rows: list[tuple[str, float, str, str]],
+    failed_targets: list[str],
 ) -> str:
     out = [
         "",
@@ -1155,8 +1228,11 @@ def render_table(
         f"  ({raw.get('tasks')} tasks, worker CPU {raw.get('worker_cpu_ms', 0):.2f} ms/task)",
         f"  AwoooP noop-3           {e2e.get('per_s', float('nan')):>8.0f} runs/s "
         f"  ({e2e.get('runs')} runs, worker CPU {e2e.get('worker_cpu_ms', 0):.2f} ms/run)",
-        f"  commits                 {e2e.get('commits', 'n/a'):>8} "
-        f"  for {e2e.get('runs', 0) + e2e.get('soak_runs', 0)} runs",
+        f"  commits                 {e2e.get('commits_runs', 'n/a'):>8} "
+        f"  for {e2e.get('runs', 0) + e2e.get('soak_runs', 0)} runs"
+        f" = {_fmt(e2e.get('commits_per_run', float('nan')), 3)} per run",
+        f"  background, subtracted  {e2e.get('background_text', 'n/a')}"
+        f" (of {e2e.get('commits', 'n/a')} in the scratch database)",
     ]
     mem = e2e.get("memory", {})
     out += ["", "Memory, RSS MiB (start / after e2e batch / after soak)"]
@@ -1172,6 +1248,7 @@ def render_table(
     for what, value, target, verdict in rows:
         out.append(f"  {what:<52}{_fmt(value, _digits(what)):>10}  {target:<9}{verdict}")
     out += [""] + [f"  {line}" for line in failure_summary(all_failures(results, e2e))]
+    out += [f"  FAIL {line}" for line in failed_targets]
     return "\n".join(out)
 
 
@@ -1219,7 +1296,7 @@ def render_markdown(
     for what, value, target, verdict in rows:
         shown = target.replace(">=", "≥").replace("<=", "≤")
         lines.append(f"| {what} | {_fmt(value, _digits(what))} | {shown} | {verdict} |")
-    failures = all_failures(results, e2e)
+    failures = all_failures(results, e2e) + target_failures(machine, e2e)
     if failures:
         lines += [""] + [f"- **FAIL** {line}" for line in failures]
     lines += [
@@ -1263,7 +1340,7 @@ def render_markdown(
         "client-side latency of those responses (send to last byte). web CPU ms/req: user + "
         "system CPU of the gunicorn master and workers per request (warm-up included).",
         "- No worker runs during (a); the queued Celery messages (and the baseline's list) "
-        "are deleted afterwards — the runs stay PENDING until the bench projects are deleted "
+        "are deleted afterwards — the runs stay PENDING until the scratch database is dropped "
         "at the end.",
         "",
         "## (b) End to end",
@@ -1291,19 +1368,34 @@ def render_markdown(
         "clock. Worker start to all COMPLETED took "
         f"{_fmt(e2e.get('wall_s'), 1)} s (raw Celery: {_fmt(raw.get('wall_s'), 1)} s), "
         "which includes the worker's start-up.",
-        f"- Commits: `xact_commit` of the database from `pg_stat_database`, read after every "
-        f"session of the previous phases was closed and again after the web and worker "
-        f"processes of this phase stopped (so their statistics are flushed). The delta, "
-        f"{e2e.get('commits')}, covers admitting and running all "
-        f"{e2e.get('runs', 0) + e2e.get('soak_runs', 0)} runs (the batch and the soak) and "
-        "also includes anything else that committed in this database meanwhile: the "
-        "benchmark's own final statistics read, autovacuum/analyze, other clients "
-        f"({e2e.get('other_db_clients')} other sessions were connected at the start; "
-        f"{e2e.get('foreign_session_count', 'n/a')} sessions not belonging to the benchmark "
-        "were seen on the database during the window, sampled twice a second"
+        "- Commits, counted exactly (DESIGN §8: only the benchmark's own transactions; "
+        "`bench/commits.py`): the bench runs in a scratch database of its own "
+        f"(`{e2e.get('database', 'awooop_bench_…')}`, created on the configured server, "
+        "migrated to head, dropped at the end), used by every process it starts, with "
+        "autovacuum and autoanalyze off on its tables (TOAST included) for the whole bench and "
+        "an explicit `VACUUM (ANALYZE)` of its tables before the admission phase and between "
+        "the phases, outside every measured window — so the e2e phase starts from clean "
+        "tables. `xact_commit` of that database (`pg_stat_database`, read through a connection "
+        "to the configured database, so the reads add none) is read before the e2e web server "
+        "starts and again after the web and worker processes of the phase stopped (a backend "
+        "flushes its statistics when it ends). From that delta, "
+        f"{e2e.get('commits')}, what is not run work is subtracted, each counted exactly: the "
+        "worker's liveness upserts (one statement, one row, one transaction each: "
+        "Δ(`n_tup_ins` + `n_tup_upd`) of `awooop_worker` in `pg_stat_user_tables`), the "
+        "web's project-auth cache reads (`awooop_project_auth_loads_total`, summed over the "
+        "processes' own multiprocess metrics directory) and the harness's own transactions on "
+        "the scratch database (one per session it opens, for the session's start-up "
+        "transaction, and one per committed statement; its progress polling is rolled back). "
+        f"Subtracted: {e2e.get('background_text', 'n/a')}; left: {e2e.get('commits_runs')} "
+        f"commits for the {e2e.get('runs', 0) + e2e.get('soak_runs', 0)} runs (the batch and "
+        "the soak, admission included). Before the window, a window of 2 s with nothing "
+        f"running counted {e2e.get('idle_commits', 'n/a')} after the same subtraction (it must "
+        "be 0). The target row is MISSED, and the summary says FAIL, when more than 5 commits "
+        f"per run are left. {e2e.get('foreign_session_count', 'n/a')} sessions not belonging "
+        "to the benchmark were seen on the scratch database during the window (sampled twice "
+        "a second)"
         + (f": {', '.join(e2e['foreign_sessions'])}" if e2e.get("foreign_sessions") else "")
-        + "). The benchmark's progress polling and session sampling run in transactions that "
-        "are rolled back, so they add none. Nothing is subtracted.",
+        + ".",
         "",
         "## (c) Memory",
         "",
@@ -1343,8 +1435,9 @@ def render_markdown(
         "`BENCH_RAW_TASKS`, `BENCH_E2E_RUNS`, `BENCH_SOAK_RUNS`, `BENCH_TIMEOUT`, "
         "`BENCH_PHASES` (`admission`, `e2e`; a partial run leaves this file alone unless "
         "`BENCH_OUTPUT` is set), `BENCH_SPREAD=0` (connections as gunicorn accepts them), "
-        "`BENCH_KEEP=1` (keep the bench projects' rows; by default they are deleted at the "
-        "end). The process logs' folder is printed at the start of the run. The bench purges "
+        "`BENCH_KEEP=1` (keep the scratch database, whose name is logged; by default it is "
+        "dropped at the end, also after an error, a timeout or Ctrl-C). The process logs' "
+        "folder is printed at the start of the run. The bench purges "
         "the `runs` queue after admission and before the e2e phase: a message is only a "
         "nudge (DESIGN §1), "
         "but a `make run` worker on the same broker would take the bench's messages, so run "
@@ -1362,6 +1455,32 @@ def _kept_notes(path: Path) -> str:
         return ""
     _, found, rest = text.partition(MARKER)
     return rest.lstrip("\n") if found else ""
+
+
+def use_scratch_database(
+    settings: Any, admin: Engine, database: str, logdir: Path
+) -> tuple[Any, commits.Meter]:
+    """Create ``database`` (migrated, autovacuum off on its tables) for every process the bench
+    starts, and a fresh metrics directory for them; the settings pointing at it, and the meter
+    of its commits."""
+    from awooop.config import Settings
+
+    try:
+        url = scratch.create_database(admin, settings.database_url, database)
+    except SQLAlchemyError as exc:
+        raise BenchError(f"could not create the scratch database {database}: {exc}") from exc
+    tables = scratch.autovacuum_off(url)
+    metrics_dir = logdir / "metrics"
+    metrics_dir.mkdir()
+    # Every child process inherits these (child_env copies os.environ).
+    os.environ["AWOOOP_DATABASE_URL"] = url
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
+    log(
+        f"scratch database {database} created and migrated, autovacuum off on its "
+        f"{len(tables)} tables; metrics of the bench's processes in {metrics_dir}"
+    )
+    meter = commits.Meter(settings.database_url, url, database, metrics_dir)
+    return Settings(**{**settings.__dict__, "database_url": url}), meter
 
 
 # --- main ------------------------------------------------------------------------------------
@@ -1386,7 +1505,6 @@ def main() -> int:
     except ConfigError as exc:
         print(f"bench: {exc}", file=sys.stderr)
         return 2
-    url = settings.database_url
     logdir = Path(tempfile.mkdtemp(prefix="awooop-bench-"))
     log(f"process logs in {logdir}")
     procs: list[Proc] = []
@@ -1405,6 +1523,8 @@ def main() -> int:
     real_id, base_id, e2e_id = tag, f"{tag}-base", f"{tag}-e2e"
     ids = [real_id, base_id, e2e_id]
     created = False
+    admin = create_engine(scratch.server_url(settings.database_url), isolation_level="AUTOCOMMIT")
+    database: str | None = None
     try:
         try:
             r = redis.Redis.from_url(settings.broker_url, socket_timeout=10)
@@ -1412,9 +1532,11 @@ def main() -> int:
         except redis.RedisError as exc:
             raise BenchError(f"no Redis at AWOOOP_BROKER_URL: {exc}") from exc
         try:
-            machine = machine_info(url, settings.broker_url)
+            machine = machine_info(settings.database_url, settings.broker_url)
         except psycopg2.Error as exc:
             raise BenchError(f"no PostgreSQL at AWOOOP_DATABASE_URL: {exc}") from exc
+        database = scratch.new_name("awooop_bench")
+        settings, meter = use_scratch_database(settings, admin, database, logdir)
         log(
             f"{machine['cpus']} CPUs ({machine['cpu_model']}), PostgreSQL "
             f"{machine['postgresql']}, Redis {machine['redis']}, load {machine['load_before']}"
@@ -1438,6 +1560,7 @@ def main() -> int:
         tokens = create_projects(settings, ids)
         created = True
         log(f"projects {', '.join(ids)} created, api -> noop-3")
+        scratch.vacuum_analyze(meter.url)  # out of every measured window, as between phases
 
         results: list[dict[str, Any]] = []
         raw: dict[str, Any] = {}
@@ -1446,15 +1569,11 @@ def main() -> int:
             results = bench_admission(knobs, logdir, tokens, real_id, base_id, r, noise, procs)
         if "e2e" in knobs.phases:
             raw = bench_raw_celery(knobs, logdir, r, procs, noise)
-            with _pg(url) as conn, conn.cursor() as cur:  # the admission rows, out of the way
-                cur.execute(
-                    "VACUUM (ANALYZE) awooop_run_state, awooop_run_event,"
-                    " awooop_channel_event_dedupe"
-                )
-            e2e = bench_awooop_e2e(knobs, logdir, url, e2e_id, tokens[e2e_id], r, procs, noise)
+            scratch.vacuum_analyze(meter.url)  # the admission phase's dead rows, out of the way
+            e2e = bench_awooop_e2e(knobs, logdir, meter, e2e_id, tokens[e2e_id], r, procs, noise)
 
         rows = ratios(results, raw, e2e, knobs.connections)
-        print(render_table(results, raw, e2e, rows), flush=True)
+        print(render_table(results, raw, e2e, rows, target_failures(machine, e2e)), flush=True)
         if set(knobs.phases) != set(PHASES) and "BENCH_OUTPUT" not in os.environ:
             log(f"only {','.join(knobs.phases)} ran: {knobs.output} left as it was")
             return 0
@@ -1498,12 +1617,16 @@ def main() -> int:
                 purge_queue(broker, "runs")
                 purge_queue(broker, raw_celery.QUEUE)
                 broker.delete(RUN_LIST, *raw_celery.KEYS)
-        if created and not knobs.keep:
-            try:
-                delete_projects(url, ids)
-                log(f"deleted the bench projects' rows ({', '.join(ids)})")
-            except psycopg2.Error as exc:
-                log(f"could not delete the bench projects' rows: {exc}")
+        if database is not None:
+            if knobs.keep:
+                log(f"kept the scratch database {database} (BENCH_KEEP=1)")
+            else:
+                try:
+                    scratch.drop_database(admin, database)
+                    log(f"dropped the scratch database {database}")
+                except SQLAlchemyError as exc:
+                    log(f"could not drop the scratch database {database}: {exc}")
+        admin.dispose()
 
 
 if __name__ == "__main__":

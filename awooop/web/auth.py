@@ -15,6 +15,7 @@ from collections.abc import Callable
 from cachetools import TTLCache
 from sqlalchemy import Engine
 
+from awooop import metrics
 from awooop.models.project import PROJECT_ID_PATTERN
 from awooop.store import projects
 
@@ -48,6 +49,7 @@ class ProjectAuthCache:
                     return cached  # type: ignore[return-value]
         with engine.connect() as conn:
             auth = projects.load_auth(conn, project_id, channel)
+        metrics.PROJECT_AUTH_LOADS.inc()
         if self._ttl > 0:
             with self._lock:
                 self._cache[key] = auth

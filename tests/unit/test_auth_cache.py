@@ -9,6 +9,7 @@ import pytest
 
 from awooop.store import projects
 from awooop.web import auth
+from tests.support import metrics
 
 
 class TickingClock:
@@ -59,3 +60,28 @@ def test_an_entry_expiring_between_two_clock_readings_is_a_miss_not_a_key_error(
     assert loads == ["p1"]
     cache.load(engine, "p1", "telegram")
     assert loads == ["p1", "p1"]
+
+
+def test_each_database_read_counts_one_auth_load_and_a_cached_answer_none(loads):
+    # Given a cache whose entries live 1.5 s on a clock that ticks a second per reading
+    cache = auth.ProjectAuthCache(1.5, timer=TickingClock())
+    engine = FakeEngine()
+    before = metrics.local("awooop_project_auth_loads_total")
+
+    # When the project is looked up three times: a miss, a hit, then a miss again (expired)
+    for _ in range(3):
+        cache.load(engine, "p1", "telegram")
+
+    # Then two reads reached the database and the counter says two
+    assert loads == ["p1", "p1"]
+    assert metrics.local("awooop_project_auth_loads_total") - before == 2
+
+
+def test_a_malformed_project_id_is_no_auth_load(loads):
+    cache = auth.ProjectAuthCache(5.0)
+    before = metrics.local("awooop_project_auth_loads_total")
+
+    assert cache.load(FakeEngine(), "not a project id!", "api") is None
+
+    assert loads == []
+    assert metrics.local("awooop_project_auth_loads_total") == before

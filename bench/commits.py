@@ -1,0 +1,206 @@
+"""The benchmark's own PostgreSQL commits, counted exactly (DESIGN §8: ≤ 5 per 3-step run).
+
+``make bench`` runs in a scratch database of its own (:mod:`bench.scratch`) with autovacuum off
+on its tables, so ``xact_commit`` of that database counts only what the bench's processes
+commit. Of that, what is not run work is counted where it happens and subtracted:
+
+- **harness**: the bench's own connections to the scratch database (:class:`Tally`): one
+  commit per connection (the backend's start-up transaction), one per statement run in
+  autocommit, one per committed transaction; a transaction rolled back counts none;
+- **liveness**: the worker's liveness upserts on ``awooop_worker`` (one statement, one
+  row inserted or updated, one transaction each): Δ(``n_tup_ins`` + ``n_tup_upd``) of that
+  table in ``pg_stat_user_tables`` of the scratch database;
+- **auth loads**: the web's project-auth cache reads (one statement, one transaction each):
+  Δ``awooop_project_auth_loads_total`` summed over the processes' multiprocess metrics
+  directory.
+
+``xact_commit`` is read from a connection to the configured database (``pg_stat_database``
+is cluster-wide), so those reads add nothing to the scratch database; every figure is read
+after the processes of the window exited (a backend flushes its statistics when it ends).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg2
+import psycopg2.extensions
+from prometheus_client import CollectorRegistry
+from prometheus_client.multiprocess import MultiProcessCollector
+
+from bench import scratch
+
+AUTH_LOADS = "awooop_project_auth_loads_total"
+
+
+class _Cursor(psycopg2.extensions.cursor):
+    def execute(self, query: Any, vars: Any = None) -> None:  # noqa: A002 - psycopg2's name
+        super().execute(query, vars)
+        conn = self.connection
+        if conn.autocommit and isinstance(conn, _Connection):
+            conn.commits += 1  # a statement in autocommit is a transaction of its own
+
+
+class _Connection(psycopg2.extensions.connection):
+    """Counts the commits this session makes: its start-up transaction, each autocommit
+    statement, each ``commit()`` of an open transaction (read-only ones count too)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commits = 1  # the backend's start-up transaction
+        self.cursor_factory = _Cursor
+
+    def commit(self) -> None:
+        if self.status == psycopg2.extensions.STATUS_BEGIN:
+            self.commits += 1
+        super().commit()
+
+
+class Tally:
+    """The harness's commits on the scratch database, over all its connections."""
+
+    def __init__(self) -> None:
+        self._closed = 0
+        self._open: list[_Connection] = []
+
+    @property
+    def commits(self) -> int:
+        return self._closed + sum(c.commits for c in self._open)
+
+    @contextlib.contextmanager
+    def connect(self, url: str, autocommit: bool = False) -> Iterator[Any]:
+        conn = psycopg2.connect(
+            scratch.libpq_url(url),
+            application_name="awooop-bench",
+            connect_timeout=5,
+            connection_factory=_Connection,
+        )
+        assert isinstance(conn, _Connection)
+        conn.autocommit = autocommit
+        self._open.append(conn)
+        try:
+            yield conn
+        finally:
+            conn.close()
+            self._open.remove(conn)
+            self._closed += conn.commits
+
+
+def xact_commit(maintenance_url: str, database: str) -> int:
+    """``xact_commit`` of ``database``, read in a transaction of the configured database that
+    is rolled back."""
+    conn = psycopg2.connect(
+        scratch.libpq_url(maintenance_url), application_name="awooop-bench", connect_timeout=5
+    )
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT pg_stat_clear_snapshot()")
+            cur.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = %s", (database,))
+            row = cur.fetchone()
+        conn.rollback()
+    finally:
+        conn.close()
+    if row is None:
+        raise LookupError(f"no database {database!r} in pg_stat_database")
+    return int(row[0])
+
+
+def liveness_writes(tally: Tally, url: str) -> int:
+    """Rows inserted or updated in ``awooop_worker`` (``pg_stat_user_tables`` exists per
+    database: read on the scratch database itself, through the tally, rolled back)."""
+    with tally.connect(url) as conn, conn.cursor() as cur:
+        cur.execute("SELECT pg_stat_clear_snapshot()")
+        cur.execute(
+            "SELECT coalesce(sum(n_tup_ins + n_tup_upd), 0) FROM pg_stat_user_tables"
+            " WHERE relname = 'awooop_worker'"
+        )
+        (value,) = cur.fetchone()
+        conn.rollback()
+    return int(value)
+
+
+def auth_loads(metrics_dir: Path) -> int:
+    """``awooop_project_auth_loads_total`` over every process that wrote to ``metrics_dir``
+    (counters of exited processes included)."""
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(metrics_dir))
+    return int(registry.get_sample_value(AUTH_LOADS) or 0)
+
+
+class Meter:
+    """Reads the counters of one scratch database: ``xact_commit`` through the configured
+    (maintenance) database, the liveness writes through the tally, the auth loads from the
+    processes' metrics directory."""
+
+    def __init__(self, maintenance_url: str, url: str, database: str, metrics_dir: Path) -> None:
+        self.maintenance_url, self.url, self.database = maintenance_url, url, database
+        self.metrics_dir = metrics_dir
+        self.tally = Tally()
+
+    def read(self) -> Reading:
+        """Call it once the sessions to count have closed: it waits a second, so that the
+        backends that ended (its own liveness read's included) flushed their statistics."""
+        liveness = liveness_writes(self.tally, self.url)
+        time.sleep(1.0)
+        return Reading(
+            xact_commit=xact_commit(self.maintenance_url, self.database),
+            liveness=liveness,
+            auth_loads=auth_loads(self.metrics_dir),
+            harness=self.tally.commits,
+        )
+
+
+# --- the arithmetic --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reading:
+    """The counters at one moment."""
+
+    xact_commit: int
+    liveness: int
+    auth_loads: int
+    harness: int
+
+
+@dataclass(frozen=True)
+class Count:
+    """What committed in a window, and what of it was not the benchmark's run work."""
+
+    total: int
+    liveness: int
+    auth_loads: int
+    harness: int
+
+    @classmethod
+    def between(cls, before: Reading, after: Reading) -> Count:
+        return cls(
+            total=after.xact_commit - before.xact_commit,
+            liveness=after.liveness - before.liveness,
+            auth_loads=after.auth_loads - before.auth_loads,
+            harness=after.harness - before.harness,
+        )
+
+    @property
+    def background(self) -> int:
+        return self.liveness + self.auth_loads + self.harness
+
+    @property
+    def runs(self) -> int:
+        """The commits of the benchmark's own work: the total less the background."""
+        return self.total - self.background
+
+    def per_run(self, runs: int) -> float:
+        return self.runs / runs if runs > 0 else float("nan")
+
+    def background_text(self) -> str:
+        return (
+            f"{self.background} background commits subtracted: {self.liveness} worker "
+            f"liveness upserts, {self.auth_loads} project-auth loads, {self.harness} the "
+            "harness's own"
+        )

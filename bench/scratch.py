@@ -1,0 +1,102 @@
+"""Scratch databases for the benchmarks: created on the server of ``AWOOOP_DATABASE_URL``,
+migrated to head (or left empty, for a peer's own schema), dropped at the end.
+
+``make bench``, ``make bench-peers`` and ``make bench-retention`` each measure in databases of
+their own, so that nothing else committing on the configured database (a ``make run``, the
+test suite, another bench) is counted, and so that their rows never mix with anyone's.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from pathlib import Path
+
+import psycopg2
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import make_url
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def server_url(url: str) -> str:
+    """The server's ``postgres`` database, where databases are created and dropped."""
+    return make_url(url).set(database="postgres").render_as_string(hide_password=False)
+
+
+def database_url(url: str, name: str) -> str:
+    """``url`` with its database replaced by ``name``."""
+    return make_url(url).set(database=name).render_as_string(hide_password=False)
+
+
+def libpq_url(url: str) -> str:
+    """The SQLAlchemy URL as libpq (psycopg2, psycopg 3) spells it."""
+    return url.replace("postgresql+psycopg2://", "postgresql://", 1)
+
+
+def new_name(prefix: str) -> str:
+    """``<prefix>_<yyyymmddhhmmss>_<hex>``: unique, and telling when it was made."""
+    return f"{prefix}_{time.strftime('%Y%m%d%H%M%S')}_{secrets.token_hex(3)}"
+
+
+def create_empty(admin: Engine, name: str) -> None:
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+
+
+def create_database(admin: Engine, url: str, name: str) -> str:
+    """A new database ``name`` beside ``url``'s, migrated to head (``awooop migrate``'s
+    Alembic upgrade); its URL."""
+    from alembic import command
+    from alembic.config import Config
+
+    create_empty(admin, name)
+    db_url = database_url(url, name)
+    engine = create_engine(db_url)
+    config = Config(str(ROOT / "alembic.ini"))
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.upgrade(config, "head")
+    engine.dispose()
+    return db_url
+
+
+def drop_database(admin: Engine, name: str) -> None:
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+def _tables(cur: psycopg2.extensions.cursor) -> list[str]:
+    cur.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY 1")
+    return [str(row[0]) for row in cur.fetchall()]
+
+
+def autovacuum_off(url: str) -> list[str]:
+    """Turn autovacuum (and autoanalyze) off on every table of the database's schema, TOAST
+    tables included; the tables."""
+    conn = psycopg2.connect(libpq_url(url), application_name="awooop-bench-setup")
+    try:
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            tables = _tables(cur)
+            for table in tables:
+                cur.execute(
+                    f'ALTER TABLE "{table}" SET '
+                    "(autovacuum_enabled = off, toast.autovacuum_enabled = off)"
+                )
+        return tables
+    finally:
+        conn.close()
+
+
+def vacuum_analyze(url: str) -> None:
+    """``VACUUM (ANALYZE)`` of every table of the database's schema."""
+    conn = psycopg2.connect(libpq_url(url), application_name="awooop-bench-setup")
+    try:
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            tables = _tables(cur)
+            cur.execute("VACUUM (ANALYZE) " + ", ".join(f'"{t}"' for t in tables))
+    finally:
+        conn.close()

@@ -1,0 +1,79 @@
+"""``make bench``'s commit counting (bench.commits) and its verdicts (bench.run): the
+arithmetic only; the counters themselves are read from a real PostgreSQL by the bench."""
+
+from __future__ import annotations
+
+import math
+
+from bench import commits, run
+
+
+def reading(xact: int, liveness: int = 0, auth: int = 0, harness: int = 0) -> commits.Reading:
+    return commits.Reading(xact_commit=xact, liveness=liveness, auth_loads=auth, harness=harness)
+
+
+def test_the_background_counted_where_it_happens_is_subtracted_from_the_database_delta():
+    before = reading(1000, liveness=3, auth=10, harness=4)
+    after = reading(3068, liveness=4, auth=16, harness=6)
+
+    count = commits.Count.between(before, after)
+
+    assert (count.total, count.liveness, count.auth_loads, count.harness) == (2068, 1, 6, 2)
+    assert count.background == 9
+    assert count.runs == 2059
+
+
+def test_five_commits_per_run_reads_5_000_and_meets_the_target():
+    count = commits.Count.between(reading(0), reading(2009, liveness=2, auth=5, harness=2))
+
+    per_run = count.per_run(400)
+
+    assert f"{per_run:.3f}" == "5.000"
+    assert run._verdict(per_run, run.TARGETS["commits_per_run"], False) == "met"
+
+
+def test_one_commit_more_than_five_per_run_is_missed_even_when_it_rounds_to_5_000():
+    count = commits.Count.between(reading(0), reading(12_001))
+
+    per_run = count.per_run(2_400)
+
+    assert f"{per_run:.3f}" == "5.000"
+    assert run._verdict(per_run, run.TARGETS["commits_per_run"], False) == "MISSED"
+
+
+def test_an_idle_window_whose_commits_are_all_background_leaves_nothing():
+    idle = commits.Count.between(reading(50, harness=1), reading(52, harness=2, liveness=1))
+
+    assert idle.runs == 0
+
+
+def test_no_runs_gives_no_figure_rather_than_a_division_by_zero():
+    assert math.isnan(commits.Count.between(reading(0), reading(5)).per_run(0))
+
+
+def test_the_background_line_names_each_part():
+    text = commits.Count(total=20, liveness=1, auth_loads=6, harness=2).background_text()
+
+    assert text == (
+        "9 background commits subtracted: 1 worker liveness upserts, 6 project-auth loads, "
+        "2 the harness's own"
+    )
+
+
+def test_a_database_with_fsync_or_synchronous_commit_off_fails_the_summary():
+    assert run.durability_failures({"fsync": "on", "synchronous_commit": "on"}) == []
+    assert run.durability_failures({"fsync": "on", "synchronous_commit": "local"}) == []
+
+    [line] = run.durability_failures({"fsync": "off", "synchronous_commit": "off"})
+
+    assert "fsync=off, synchronous_commit=off" in line
+
+
+def test_the_summary_lists_the_durability_failure_before_the_commits_one():
+    e2e = {"target_failures": ["PostgreSQL commits per run 5.147 > 5"]}
+
+    failures = run.target_failures({"fsync": "off", "synchronous_commit": "on"}, e2e)
+
+    assert len(failures) == 2
+    assert failures[0].startswith("PostgreSQL is not durable (fsync=off)")
+    assert failures[1] == "PostgreSQL commits per run 5.147 > 5"
