@@ -13,7 +13,7 @@ STATE := .awooop
 WITH_ENV := set -a && . $(STATE)/env && set +a &&
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install browser promtool pgbouncer services migrate run stop test test-integration test-e2e test-wheel lint bench bench-capacity bench-retention bench-peers chaos cluster clean
+.PHONY: help install browser promtool pgbouncer services migrate run stop test test-integration test-e2e test-wheel lint bench bench-capacity bench-growth bench-retention bench-peers chaos cluster clean
 
 help:
 	@echo "make run    set everything up and start web, workers, beat and flower"
@@ -24,6 +24,7 @@ help:
 	@echo "make test-wheel    build the wheel, install it with no extras and run one event through it"
 	@echo "make bench  admission and end-to-end benchmarks (writes docs/benchmarks.md)"
 	@echo "make bench-capacity   per-request, per-run and lease-keeping costs for sizing (docs/scaling.md)"
+	@echo "make bench-growth  cost as work grows: 1,000 projects, 64 KiB events, 2 worker processes (docs/benchmarks.md)"
 	@echo "make bench-retention  a month of history: latency, scrape, sweeps (docs/benchmarks.md)"
 	@echo "make bench-peers  the same workflows on AwoooP, Procrastinate and DBOS (docs/benchmarks.md)"
 	@echo "make chaos  fault-injection scenarios on a stack of their own (writes docs/reliability.md)"
@@ -132,6 +133,12 @@ bench: migrate
 # when it answers; writes its block of docs/scaling.md. BENCH_CAPACITY_QUICK=1: tiny sizes.
 bench-capacity: migrate
 	$(WITH_ENV) $(BIN)/python -m bench.capacity
+
+# Cost as work grows: admission with 1, 100 and 1,000 projects (auth cache misses) and with
+# 64 KiB bodies; end to end with 1 and 1,000 projects on 1 and 2 worker processes, and with
+# 64 KiB events; writes its block of docs/benchmarks.md. BENCH_GROWTH_QUICK=1: tiny sizes.
+bench-growth: migrate
+	$(WITH_ENV) $(BIN)/python -m bench.growth
 
 # 1,000,000 finished runs and 10,000,000 dedupe rows in a scratch database of its own on the
 # configured server (created and dropped); about half an hour on 2 cores.

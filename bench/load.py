@@ -4,6 +4,10 @@ N connections each keep exactly one request in flight (closed loop, like ``wrk``
 read the whole response, send the next. Responses are parsed minimally (status line and
 ``Content-Length``), so one process drives well over 2,000 requests/s on 2 cores.
 
+Requests come from a source: :class:`Requests` (one path and set of headers, optionally a
+header whose value changes per request), or :class:`RoundRobin` over several of them (e.g. one
+per project, each with its own path and API token).
+
 Two modes:
 - duration: ``warmup`` seconds whose responses are discarded, then ``duration`` seconds
   measured; requests still in flight at the end are drained (not counted) within ``grace``.
@@ -26,8 +30,9 @@ import socket
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 from urllib.parse import urlsplit
 
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -86,6 +91,41 @@ class Requests:
             return None
         self.issued += 1
         return self._before + key.encode("latin-1") + self._after
+
+
+class Source(Protocol):
+    """Where a load takes its requests from: ``next()`` gives the next request's bytes, None
+    once exhausted; ``issued`` counts the requests given out."""
+
+    issued: int
+
+    def next(self) -> bytes | None: ...
+
+
+class RoundRobin:
+    """Requests from several sources in turn — one ``Requests`` per project, each with its own
+    path and token, spreads consecutive requests over the projects. An exhausted source is
+    skipped; ``limit`` caps the total (None: until every source is exhausted)."""
+
+    def __init__(self, sources: Sequence[Source], limit: int | None = None) -> None:
+        if not sources:
+            raise LoadError("no sources to take requests from")
+        self._sources = list(sources)
+        self._turn = 0
+        self._limit = limit
+        self.issued = 0
+
+    def next(self) -> bytes | None:
+        if self._limit is not None and self.issued >= self._limit:
+            return None
+        for _ in range(len(self._sources)):
+            source = self._sources[self._turn]
+            self._turn = (self._turn + 1) % len(self._sources)
+            request = source.next()
+            if request is not None:
+                self.issued += 1
+                return request
+        return None
 
 
 def unique_keys(prefix: str | None = None) -> Iterator[str]:
@@ -279,7 +319,7 @@ class _Run:
         self,
         host: str,
         port: int,
-        source: Requests,
+        source: Source,
         connections: int,
         warmup: float,
         duration: float | None,
@@ -415,7 +455,7 @@ class _Run:
 
 def run(
     url: str,
-    source: Requests,
+    source: Source,
     connections: int,
     *,
     duration: float | None = None,

@@ -562,7 +562,7 @@ def _requests(
 
 
 def _phase(
-    label: str, web: Proc, port: int, source: load.Requests, conns: int, knobs: Knobs, noise: Noise
+    label: str, web: Proc, port: int, source: load.Source, conns: int, knobs: Knobs, noise: Noise
 ) -> dict[str, Any]:
     web.check()
     info: dict[str, Any] = {"label": label, "connections": conns}
