@@ -6,6 +6,15 @@ their cost. psycopg2 has no server-side prepared statements of its own, so a
 :class:`PreparedStatement` sends ``PREPARE name AS …`` the first time a pooled connection
 runs it, then ``EXECUTE name(…)``. The SQL stays written once, with ``:name`` parameters.
 
+Every ``EXECUTE`` is sent after ``SET LOCAL enable_seqscan TO OFF`` (same round trip, this
+transaction only). These statements are point reads and writes by key, but PostgreSQL plans
+an ``EXECUTE`` with the statistics of that moment and, after five executions, may keep one
+generic plan for the session: planned while the tables were empty — a fresh database, the
+first minute before autovacuum's first ANALYZE, tables analyzed while empty — that plan scans
+them sequentially, cheap then, and goes on scanning them as they grow (measured under
+``make bench``: tens of millions of rows read a minute, admission at half speed). With
+sequential scans priced out, every plan it makes or keeps uses the indexes.
+
 A prepared statement lives in one server session. Behind a pooler in transaction mode
 (PgBouncer) each transaction runs on whichever server connection is free, where the
 statement may not exist; PgBouncer's own prepared-statement support covers protocol-level
@@ -27,6 +36,10 @@ _PARAM = re.compile(r"(?<![:\w]):(\w+)")
 # Sent before a statement whose commit need not wait for the WAL flush (transaction-scoped,
 # so it is safe behind a pooler in transaction mode).
 _ASYNC_COMMIT = "SET LOCAL synchronous_commit TO OFF"
+
+# Sent before every EXECUTE: whatever the statistics say when the plan is made, a hot
+# statement's plan reads its rows through the indexes (see the module docstring).
+PLAN_ON_INDEXES = "SET LOCAL enable_seqscan TO OFF"
 
 # The execution option saying whether a connection's statements are prepared (default: yes).
 PREPARE = "awooop_prepare"
@@ -74,6 +87,7 @@ class PreparedStatement:
 
             self._execute = f"{_PARAM.sub(inline, lock)}; {self._execute}"
         self._plain = _pyformat(sql if lock is None else f"{lock}; {sql}")
+        self._execute = f"{PLAN_ON_INDEXES}; {self._execute}"
         if not synchronous_commit:
             self._execute = f"{_ASYNC_COMMIT}; {self._execute}"
             self._plain = f"{_ASYNC_COMMIT}; {self._plain}"

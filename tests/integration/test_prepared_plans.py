@@ -1,0 +1,64 @@
+"""A hot statement's cached plan must not come from the moment its tables were empty.
+
+PostgreSQL plans an ``EXECUTE`` of a prepared statement with the statistics of that moment and,
+after five executions, may keep one generic plan for the connection's life. On a fresh
+database (or tables that were just truncated, or analyzed while empty) that plan scans the
+tables sequentially — cheap while they are empty — and keeps doing so as they grow, until an
+ANALYZE happens to invalidate it: measured under ``make bench``, the web's connections then
+read tens of millions of rows per minute and admission ran at half its speed.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import text
+
+from awooop.store import admission
+from awooop.workflows import registry
+from tests.support import runs as test_runs
+
+
+def _plan(conn, project_id: str) -> str:
+    """The plan the connection's cached ``awooop_admit`` uses for an event of a new key."""
+    new = test_runs.new_run(project_id, registry.latest("noop-3"))
+    params = {
+        "project_id": new.project_id,
+        "channel_type": new.channel_type,
+        "provider_event_id": new.provider_event_id,
+        "request_digest": new.request_digest,
+        "run_id": "00000000-0000-0000-0000-000000000001",
+        "dedupe_id": "00000000-0000-0000-0000-000000000002",
+        "workflow_name": new.workflow_name,
+        "workflow_version": new.workflow_version,
+        "workflow_digest": new.workflow_digest,
+        "input": "{}",
+        "max_attempts": new.max_attempts,
+        "traceparent": None,
+        "deadline": None,
+    }
+    stmt = admission._ADMIT
+    values = tuple(params[p] for p in stmt._order)
+    execute = stmt._execute.rsplit("; ", 1)[-1]  # the EXECUTE itself, without its prefixes
+    rows = conn.exec_driver_sql(f"EXPLAIN {execute}", values).scalars().all()
+    return "\n".join(rows)
+
+
+def test_an_admission_planned_on_empty_tables_uses_the_indexes_once_they_have_grown(
+    engine, project
+):
+    with engine.connect() as conn:
+        conn.execute(text("ANALYZE awooop_channel_event_dedupe, awooop_run_state"))
+        # This connection prepares the statement and runs it past PostgreSQL's five custom
+        # plans while the tables hold a handful of rows: it keeps a plan from then on.
+        for _ in range(8):
+            admission.admit(
+                conn, test_runs.new_run(project["project_id"], registry.latest("noop-3"))
+            )
+        assert "awooop_admit" in conn.connection.info["awooop_prepared"]
+        # The tables grow (no ANALYZE, as between two autovacuum passes).
+        test_runs.admit_many(engine, project["project_id"], 3000)
+
+        plan = _plan(conn, project["project_id"])
+
+    assert "Seq Scan on awooop_channel_event_dedupe" not in plan, plan
+    assert "Seq Scan on awooop_run_state" not in plan, plan
+    assert "Index Scan using uq_awooop_channel_event_dedupe_event_key" in plan, plan
