@@ -67,6 +67,7 @@ class Tally:
     def __init__(self) -> None:
         self._closed = 0
         self._open: list[_Connection] = []
+        self.sessions = 0  # connections it opened
 
     @property
     def commits(self) -> int:
@@ -81,6 +82,7 @@ class Tally:
             connection_factory=_Connection,
         )
         assert isinstance(conn, _Connection)
+        self.sessions += 1
         conn.autocommit = autocommit
         self._open.append(conn)
         try:
@@ -91,23 +93,26 @@ class Tally:
             self._closed += conn.commits
 
 
-def xact_commit(maintenance_url: str, database: str) -> int:
-    """``xact_commit`` of ``database``, read in a transaction of the configured database that
-    is rolled back."""
+def database_counters(maintenance_url: str, database: str) -> tuple[int, int]:
+    """``xact_commit`` and ``sessions`` of ``database``, read in a transaction of the
+    configured database that is rolled back."""
     conn = psycopg2.connect(
         scratch.libpq_url(maintenance_url), application_name="awooop-bench", connect_timeout=5
     )
     try:
         with conn.cursor() as cur:
             cur.execute("SELECT pg_stat_clear_snapshot()")
-            cur.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = %s", (database,))
+            cur.execute(
+                "SELECT xact_commit, sessions FROM pg_stat_database WHERE datname = %s",
+                (database,),
+            )
             row = cur.fetchone()
         conn.rollback()
     finally:
         conn.close()
     if row is None:
         raise LookupError(f"no database {database!r} in pg_stat_database")
-    return int(row[0])
+    return int(row[0]), int(row[1])
 
 
 def liveness_writes(tally: Tally, url: str) -> int:
@@ -143,15 +148,28 @@ class Meter:
         self.tally = Tally()
 
     def read(self) -> Reading:
-        """Call it once the sessions to count have closed: it waits a second, so that the
-        backends that ended (its own liveness read's included) flushed their statistics."""
+        """Call it once the sessions to count have closed. Each of its own reads on the
+        scratch database is a session that flushes its statistics as it exits: it waits a
+        second after one before reading ``xact_commit``, and counts the harness's commits as
+        they were at that moment (the last read's land in the next reading, on both sides).
+        A liveness upsert between the counters and the liveness read would count on one side
+        only: then it reads again."""
         liveness = liveness_writes(self.tally, self.url)
-        time.sleep(1.0)
+        while True:
+            time.sleep(1.0)
+            harness, harness_sessions = self.tally.commits, self.tally.sessions
+            commits, sessions = database_counters(self.maintenance_url, self.database)
+            again = liveness_writes(self.tally, self.url)
+            if again == liveness:
+                break
+            liveness = again
         return Reading(
-            xact_commit=xact_commit(self.maintenance_url, self.database),
+            xact_commit=commits,
+            sessions=sessions,
             liveness=liveness,
             auth_loads=auth_loads(self.metrics_dir),
-            harness=self.tally.commits,
+            harness=harness,
+            harness_sessions=harness_sessions,
         )
 
 
@@ -166,6 +184,8 @@ class Reading:
     liveness: int
     auth_loads: int
     harness: int
+    sessions: int = 0  # sessions ever started on the database (the harness's included)
+    harness_sessions: int = 0
 
 
 @dataclass(frozen=True)
@@ -176,11 +196,18 @@ class Count:
     liveness: int
     auth_loads: int
     harness: int
+    # Sessions the bench's processes started in the window (the harness's own left out). Each
+    # commits its start-up, SQLAlchemy's first-connect queries and a PREPARE per hot
+    # statement: set-up, not run work, and not counted apart, so a window that counts runs
+    # exactly has none (the bench counts runs over warm processes).
+    sessions: int = 0
 
     @classmethod
     def between(cls, before: Reading, after: Reading) -> Count:
         return cls(
             total=after.xact_commit - before.xact_commit,
+            sessions=(after.sessions - before.sessions)
+            - (after.harness_sessions - before.harness_sessions),
             liveness=after.liveness - before.liveness,
             auth_loads=after.auth_loads - before.auth_loads,
             harness=after.harness - before.harness,

@@ -90,13 +90,54 @@ def autovacuum_off(url: str) -> list[str]:
         conn.close()
 
 
-def vacuum_analyze(url: str) -> None:
-    """``VACUUM (ANALYZE)`` of every table of the database's schema."""
+def vacuum_analyze(url: str, maintenance_url: str | None = None) -> None:
+    """``VACUUM (ANALYZE)`` of every table of the database's schema. With
+    ``maintenance_url``: returns once its session has ended on the server (a backend flushes
+    its statistics — here a commit per table — as it exits, after the client has gone)."""
     conn = psycopg2.connect(libpq_url(url), application_name="awooop-bench-setup")
     try:
         conn.autocommit = True
         with conn.cursor() as cur:
+            cur.execute("SELECT pg_backend_pid()")
+            (pid,) = cur.fetchone()
             tables = _tables(cur)
             cur.execute("VACUUM (ANALYZE) " + ", ".join(f'"{t}"' for t in tables))
     finally:
         conn.close()
+    if maintenance_url is not None:
+        _wait_ended(maintenance_url, pid)
+
+
+def wait_no_sessions(maintenance_url: str, database: str, timeout: float = 15.0) -> None:
+    """Until no session is connected to ``database``: every backend that was has exited and
+    flushed its statistics (engines the setup dropped close their connections when the
+    garbage collector gets to them, at no moment of ours)."""
+    conn = psycopg2.connect(libpq_url(maintenance_url), application_name="awooop-bench")
+    try:
+        conn.autocommit = True
+        deadline = time.monotonic() + timeout
+        with conn.cursor() as cur:
+            while time.monotonic() < deadline:
+                cur.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (database,))
+                if cur.fetchone()[0] == 0:
+                    return
+                time.sleep(0.05)  # polling the server's view until the sessions are gone
+    finally:
+        conn.close()
+    raise TimeoutError(f"sessions still connected to {database} after {timeout:.0f} s")
+
+
+def _wait_ended(maintenance_url: str, pid: int, timeout: float = 10.0) -> None:
+    conn = psycopg2.connect(libpq_url(maintenance_url), application_name="awooop-bench")
+    try:
+        conn.autocommit = True
+        deadline = time.monotonic() + timeout
+        with conn.cursor() as cur:
+            while time.monotonic() < deadline:
+                cur.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,))
+                if cur.fetchone() is None:
+                    return
+                time.sleep(0.05)  # polling the server's view until the backend is gone
+    finally:
+        conn.close()
+    raise TimeoutError(f"the VACUUM session (pid {pid}) had not ended after {timeout:.0f} s")

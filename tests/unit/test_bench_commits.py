@@ -77,3 +77,11 @@ def test_the_summary_lists_the_durability_failure_before_the_commits_one():
     assert len(failures) == 2
     assert failures[0].startswith("PostgreSQL is not durable (fsync=off)")
     assert failures[1] == "PostgreSQL commits per run 5.147 > 5"
+
+
+def test_sessions_the_bench_processes_started_are_counted_apart_from_the_harnesss():
+    before = commits.Reading(0, 0, 0, 0, sessions=10, harness_sessions=3)
+    after = commits.Reading(5_000, 0, 0, 0, sessions=16, harness_sessions=7)
+
+    # 6 sessions started on the database, 4 of them the harness's own.
+    assert commits.Count.between(before, after).sessions == 2
