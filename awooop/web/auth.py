@@ -11,6 +11,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from typing import cast
 
 from cachetools import TTLCache
 from sqlalchemy import Engine
@@ -46,7 +47,7 @@ class ProjectAuthCache:
                 # `cache[key]` reads it twice, and an entry expiring in between was a KeyError.
                 cached = self._cache.get(key, _MISSING)
                 if cached is not _MISSING:
-                    return cached  # type: ignore[return-value]
+                    return cast(projects.ProjectAuth | None, cached)
         with engine.connect() as conn:
             auth = projects.load_auth(conn, project_id, channel)
         metrics.PROJECT_AUTH_LOADS.inc()

@@ -33,7 +33,7 @@ import pytest
 from tests.chaos import checks
 from tests.chaos.providers import gitea_event
 from tests.chaos.report import scaled
-from tests.chaos.stack import LEASE_TTL, REAPER_INTERVAL, TIMINGS, children_of
+from tests.chaos.stack import LEASE_TTL, REAPER_INTERVAL, TIMINGS, ChaosStack, children_of
 
 EVENTS = scaled(4200, least=100)
 REDELIVERY_SHARE = 0.2
@@ -47,7 +47,7 @@ BOUND_AFTER_LAST_FAULT = LEASE_TTL + REAPER_INTERVAL + ORPHAN + 30
 NEW_RUNS = 24
 
 
-def _processes(stack) -> dict[str, set[int]]:  # type: ignore[no-untyped-def]
+def _processes(stack: ChaosStack) -> dict[str, set[int]]:
     """Every application process: name → {parent pid, its live children}."""
     found = {}
     for process in stack.processes:
