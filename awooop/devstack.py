@@ -297,7 +297,7 @@ def start_postgres(paths: Paths, port: int) -> str:
         (paths.pgdata / "pg_hba.conf").write_text(PG_HBA)
     # Durable, as a deployment runs it (fsync and synchronous_commit at their defaults, on):
     # `make bench` measures this server on a fresh machine, and DESIGN §8 wants its figures
-    # from a durable database; on this project's machines a flush costs well under 0.1 ms.
+    # from a durable database (a commit's flush costs 0.3-0.5 ms on this project's machines).
     options = f"-h 127.0.0.1 -p {port} -k {paths.pgdata} -c max_connections=200"
     subprocess.run(
         [
