@@ -99,6 +99,7 @@ from bench.run import (
     _tree,
     create_projects,
     delete_projects,
+    failed,
     log,
     machine_info,
     other_clients,
@@ -1373,19 +1374,8 @@ def main(argv: list[str] | None = None) -> int:
             write_block(knobs.output, render_block(results))
             log(f"wrote the capacity block of {knobs.output}")
         return 0
-    except BenchError as exc:
-        print(f"\nbench-capacity: error: {exc}", file=sys.stderr)
-        return 1
-    except Timeout:
-        print(
-            f"\nbench-capacity: error: gave up after BENCH_CAPACITY_TIMEOUT={knobs.timeout:.0f} s; "
-            f"process logs in {logdir}",
-            file=sys.stderr,
-        )
-        return 1
-    except KeyboardInterrupt:
-        print("\nbench-capacity: interrupted", file=sys.stderr)
-        return 130
+    except (BenchError, Timeout, KeyboardInterrupt) as exc:
+        return failed("bench-capacity", exc, "BENCH_CAPACITY_TIMEOUT", knobs.timeout, logdir)
     finally:
         signal.alarm(0)
         stop_all()

@@ -769,19 +769,8 @@ def main() -> int:
                 f"wrote the growth block of {knobs.output} (raw figures: {logdir}/results.json)"
             )
         return 0
-    except run.BenchError as exc:
-        print(f"\nbench-growth: error: {exc}", file=sys.stderr)
-        return 1
-    except run.Timeout:
-        print(
-            f"\nbench-growth: error: gave up after BENCH_TIMEOUT={knobs.timeout:.0f} s; "
-            f"process logs in {logdir}",
-            file=sys.stderr,
-        )
-        return 1
-    except KeyboardInterrupt:
-        print("\nbench-growth: interrupted", file=sys.stderr)
-        return 130
+    except (run.BenchError, run.Timeout, KeyboardInterrupt) as exc:
+        return run.failed("bench-growth", exc, "BENCH_TIMEOUT", knobs.timeout, logdir)
     finally:
         signal.alarm(0)
         for proc in reversed(procs):

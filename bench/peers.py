@@ -738,19 +738,8 @@ def main() -> int:
         )
         log(f"wrote {knobs.output} (raw figures: {logdir}/results.json)")
         return 0
-    except (BenchError, psycopg2.Error, redis.RedisError) as exc:
-        print(f"\nbench: error: {exc}", file=sys.stderr)
-        return 1
-    except run.Timeout:
-        print(
-            f"\nbench: error: gave up after BENCH_TIMEOUT={knobs.timeout:.0f} s; "
-            f"process logs in {logdir}",
-            file=sys.stderr,
-        )
-        return 1
-    except KeyboardInterrupt:
-        print("\nbench: interrupted", file=sys.stderr)
-        return 130
+    except (BenchError, psycopg2.Error, redis.RedisError, run.Timeout, KeyboardInterrupt) as exc:
+        return run.failed("bench", exc, "BENCH_TIMEOUT", knobs.timeout, logdir)
     finally:
         signal.alarm(0)
         for proc in reversed(procs):

@@ -122,6 +122,25 @@ class Knobs:
     )
 
 
+def failed(
+    command: str, exc: BaseException, timeout_knob: str, timeout: float, logdir: Path
+) -> int:
+    """What a bench's ``main()`` that stopped on ``exc`` says on stderr, and its exit status:
+    130 when interrupted, 1 otherwise (an error, or ``timeout_knob`` elapsed)."""
+    if isinstance(exc, KeyboardInterrupt):
+        print(f"\n{command}: interrupted", file=sys.stderr)
+        return 130
+    if isinstance(exc, Timeout):
+        print(
+            f"\n{command}: error: gave up after {timeout_knob}={timeout:.0f} s; "
+            f"process logs in {logdir}",
+            file=sys.stderr,
+        )
+    else:
+        print(f"\n{command}: error: {exc}", file=sys.stderr)
+    return 1
+
+
 def log(message: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
@@ -1638,19 +1657,8 @@ def main() -> int:
         )
         log(f"wrote {knobs.output} (raw figures: {logdir}/results.json)")
         return 0
-    except BenchError as exc:
-        print(f"\nbench: error: {exc}", file=sys.stderr)
-        return 1
-    except Timeout:
-        print(
-            f"\nbench: error: gave up after BENCH_TIMEOUT={knobs.timeout:.0f} s; "
-            f"process logs in {logdir}",
-            file=sys.stderr,
-        )
-        return 1
-    except KeyboardInterrupt:
-        print("\nbench: interrupted", file=sys.stderr)
-        return 130
+    except (BenchError, Timeout, KeyboardInterrupt) as exc:
+        return failed("bench", exc, "BENCH_TIMEOUT", knobs.timeout, logdir)
     finally:
         signal.alarm(0)
         for proc in reversed(procs):

@@ -112,32 +112,38 @@ def wait_no_sessions(maintenance_url: str, database: str, timeout: float = 15.0)
     """Until no session is connected to ``database``: every backend that was has exited and
     flushed its statistics (engines the setup dropped close their connections when the
     garbage collector gets to them, at no moment of ours)."""
+    _wait_gone(
+        maintenance_url,
+        "SELECT 1 FROM pg_stat_activity WHERE datname = %s LIMIT 1",
+        database,
+        f"sessions still connected to {database}",
+        timeout,
+    )
+
+
+def _wait_ended(maintenance_url: str, pid: int, timeout: float = 10.0) -> None:
+    _wait_gone(
+        maintenance_url,
+        "SELECT 1 FROM pg_stat_activity WHERE pid = %s",
+        pid,
+        f"the VACUUM session (pid {pid}) had not ended",
+        timeout,
+    )
+
+
+def _wait_gone(maintenance_url: str, query: str, arg: object, what: str, timeout: float) -> None:
+    """Until ``query`` (on ``pg_stat_activity``, through the configured database) finds no
+    row; TimeoutError naming ``what`` after ``timeout`` seconds."""
     conn = psycopg2.connect(libpq_url(maintenance_url), application_name="awooop-bench")
     try:
         conn.autocommit = True
         deadline = time.monotonic() + timeout
         with conn.cursor() as cur:
             while time.monotonic() < deadline:
-                cur.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (database,))
-                if cur.fetchone()[0] == 0:
+                cur.execute(query, (arg,))
+                if cur.fetchone() is None:
                     return
                 time.sleep(0.05)  # polling the server's view until the sessions are gone
     finally:
         conn.close()
-    raise TimeoutError(f"sessions still connected to {database} after {timeout:.0f} s")
-
-
-def _wait_ended(maintenance_url: str, pid: int, timeout: float = 10.0) -> None:
-    conn = psycopg2.connect(libpq_url(maintenance_url), application_name="awooop-bench")
-    try:
-        conn.autocommit = True
-        deadline = time.monotonic() + timeout
-        with conn.cursor() as cur:
-            while time.monotonic() < deadline:
-                cur.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,))
-                if cur.fetchone() is None:
-                    return
-                time.sleep(0.05)  # polling the server's view until the backend is gone
-    finally:
-        conn.close()
-    raise TimeoutError(f"the VACUUM session (pid {pid}) had not ended after {timeout:.0f} s")
+    raise TimeoutError(f"{what} after {timeout:.0f} s")
