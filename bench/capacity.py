@@ -39,7 +39,7 @@ How it measures:
   RabbitMQ: the ``beam.smp`` processes running ``rabbit``, with their children. "other CPU" is
   the share of all CPUs that nothing measured here (nor this process) used.
 - Commits: ``xact_commit`` of the database (``pg_stat_database``), read with every process of
-  the phase stopped, so their statistics are flushed (as ``bench.run.xact_commit`` does), and
+  the phase stopped, so their statistics are flushed (as ``bench.commits`` does), and
   the other databases' commits alongside (a line says when they were busy meanwhile). Phase 3
   reads them while the worker runs (an active backend flushes its statistics about once a
   second; the window opens once the claims' statistics are in), and the server's next
@@ -541,7 +541,7 @@ def read_counts(conn: Any) -> Counts:
 
 def database_counts(url: str) -> Counts:
     """:func:`read_counts` over a fresh connection, whose backend exits (flushing its own
-    statistics) when it closes — as ``bench.run.xact_commit`` reads ``xact_commit``."""
+    statistics) when it closes — as ``bench.commits`` reads ``xact_commit``."""
     with _pg(url) as conn:
         return read_counts(conn)
 

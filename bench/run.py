@@ -498,13 +498,6 @@ def _pg(url: str, autocommit: bool = True) -> Iterator[Any]:
         conn.close()
 
 
-def xact_commit(url: str) -> int:
-    with _pg(url) as conn, conn.cursor() as cur:
-        cur.execute("SELECT pg_stat_clear_snapshot()")
-        cur.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
-        return int(cur.fetchone()[0])
-
-
 def other_clients(url: str, database: str | None = None) -> int:
     """Sessions on ``database`` (default: ``url``'s own) other than this one."""
     with _pg(url) as conn, conn.cursor() as cur:
