@@ -12,7 +12,15 @@ commit. Of that, what is not run work is counted where it happens and subtracted
   table in ``pg_stat_user_tables`` of the scratch database;
 - **auth loads**: the web's project-auth cache reads (one statement, one transaction each):
   Δ``awooop_project_auth_loads_total`` summed over the processes' multiprocess metrics
-  directory.
+  directory;
+- **autovacuum visits**: PostgreSQL's autovacuum launcher sends a worker into every database
+  once per ``autovacuum_naptime`` (1 min), whatever the tables' settings. With nothing to
+  vacuum, a visit commits 2 transactions and scans ``pg_class`` sequentially 3 times (twice
+  to list the tables, once to update ``datfrozenxid``; measured on PostgreSQL 15 and 16). The
+  bench's processes never scan ``pg_class`` sequentially (their catalog lookups go through
+  the caches and the indexes, and the harness reads its counters by oid), so Δ``seq_scan`` of
+  ``pg_class`` in the scratch database counts the visits: 2 commits per 3 scans. A count of
+  scans that is not a multiple of 3 is not explained, and nothing is subtracted for it.
 
 ``xact_commit`` is read from a connection to the configured database (``pg_stat_database``
 is cluster-wide), so those reads add nothing to the scratch database; every figure is read
@@ -115,18 +123,26 @@ def database_counters(maintenance_url: str, database: str) -> tuple[int, int]:
     return int(row[0]), int(row[1])
 
 
-def liveness_writes(tally: Tally, url: str) -> int:
-    """Rows inserted or updated in ``awooop_worker`` (``pg_stat_user_tables`` exists per
-    database: read on the scratch database itself, through the tally, rolled back)."""
+# What a visit of the autovacuum launcher leaves in a database with nothing to vacuum.
+AUTOVACUUM_VISIT_COMMITS = 2
+AUTOVACUUM_VISIT_CATALOG_SCANS = 3
+
+
+def scratch_counters(tally: Tally, url: str) -> tuple[int, int]:
+    """Rows inserted or updated in ``awooop_worker``, and sequential scans of ``pg_class``
+    (table statistics exist per database: read on the scratch database itself, through the
+    tally, rolled back). Read by oid, not through the ``pg_stat_*_tables`` views, whose
+    query would scan ``pg_class`` itself."""
     with tally.connect(url) as conn, conn.cursor() as cur:
         cur.execute("SELECT pg_stat_clear_snapshot()")
         cur.execute(
-            "SELECT coalesce(sum(n_tup_ins + n_tup_upd), 0) FROM pg_stat_user_tables"
-            " WHERE relname = 'awooop_worker'"
+            "SELECT coalesce(pg_stat_get_tuples_inserted(w) + pg_stat_get_tuples_updated(w), 0),"
+            " pg_stat_get_numscans('pg_catalog.pg_class'::regclass)"
+            " FROM (SELECT to_regclass('awooop_worker') AS w) AS t"
         )
-        (value,) = cur.fetchone()
+        liveness, scans = cur.fetchone()
         conn.rollback()
-    return int(value)
+    return int(liveness), int(scans)
 
 
 def auth_loads(metrics_dir: Path) -> int:
@@ -152,21 +168,23 @@ class Meter:
         scratch database is a session that flushes its statistics as it exits: it waits a
         second after one before reading ``xact_commit``, and counts the harness's commits as
         they were at that moment (the last read's land in the next reading, on both sides).
-        A liveness upsert between the counters and the liveness read would count on one side
-        only: then it reads again."""
-        liveness = liveness_writes(self.tally, self.url)
+        A liveness upsert (or an autovacuum visit) between the counters and the scratch
+        database's own would count on one side only: then it reads again."""
+        counters = scratch_counters(self.tally, self.url)
         while True:
             time.sleep(1.0)
             harness, harness_sessions = self.tally.commits, self.tally.sessions
             commits, sessions = database_counters(self.maintenance_url, self.database)
-            again = liveness_writes(self.tally, self.url)
-            if again == liveness:
+            again = scratch_counters(self.tally, self.url)
+            if again == counters:
                 break
-            liveness = again
+            counters = again
+        liveness, catalog_scans = counters
         return Reading(
             xact_commit=commits,
             sessions=sessions,
             liveness=liveness,
+            catalog_scans=catalog_scans,
             auth_loads=auth_loads(self.metrics_dir),
             harness=harness,
             harness_sessions=harness_sessions,
@@ -186,6 +204,7 @@ class Reading:
     harness: int
     sessions: int = 0  # sessions ever started on the database (the harness's included)
     harness_sessions: int = 0
+    catalog_scans: int = 0  # sequential scans of pg_class in the database
 
 
 @dataclass(frozen=True)
@@ -201,6 +220,7 @@ class Count:
     # statement: set-up, not run work, and not counted apart, so a window that counts runs
     # exactly has none (the bench counts runs over warm processes).
     sessions: int = 0
+    catalog_scans: int = 0
 
     @classmethod
     def between(cls, before: Reading, after: Reading) -> Count:
@@ -211,11 +231,31 @@ class Count:
             liveness=after.liveness - before.liveness,
             auth_loads=after.auth_loads - before.auth_loads,
             harness=after.harness - before.harness,
+            catalog_scans=after.catalog_scans - before.catalog_scans,
         )
 
     @property
+    def autovacuum_visits(self) -> int:
+        """Visits of the autovacuum launcher told by their scans of ``pg_class``; none when
+        the scans are not a whole number of visits (then they are not explained)."""
+        visits, rest = divmod(self.catalog_scans, AUTOVACUUM_VISIT_CATALOG_SCANS)
+        return visits if rest == 0 else 0
+
+    @property
+    def unexplained_catalog_scans(self) -> int:
+        return (
+            0
+            if self.autovacuum_visits * AUTOVACUUM_VISIT_CATALOG_SCANS == self.catalog_scans
+            else self.catalog_scans
+        )
+
+    @property
+    def autovacuum(self) -> int:
+        return AUTOVACUUM_VISIT_COMMITS * self.autovacuum_visits
+
+    @property
     def background(self) -> int:
-        return self.liveness + self.auth_loads + self.harness
+        return self.liveness + self.auth_loads + self.harness + self.autovacuum
 
     @property
     def runs(self) -> int:
@@ -226,8 +266,14 @@ class Count:
         return self.runs / runs if runs > 0 else float("nan")
 
     def background_text(self) -> str:
-        return (
+        text = (
             f"{self.background} background commits subtracted: {self.liveness} worker "
             f"liveness upserts, {self.auth_loads} project-auth loads, {self.harness} the "
-            "harness's own"
+            f"harness's own, {self.autovacuum} of {self.autovacuum_visits} autovacuum visits"
         )
+        if self.unexplained_catalog_scans:
+            text += (
+                f"; {self.unexplained_catalog_scans} sequential scans of pg_class are not a "
+                "whole number of autovacuum visits: nothing subtracted for them"
+            )
+        return text

@@ -56,7 +56,7 @@ def test_the_background_line_names_each_part():
 
     assert text == (
         "9 background commits subtracted: 1 worker liveness upserts, 6 project-auth loads, "
-        "2 the harness's own"
+        "2 the harness's own, 0 of 0 autovacuum visits"
     )
 
 
@@ -85,3 +85,26 @@ def test_sessions_the_bench_processes_started_are_counted_apart_from_the_harness
 
     # 6 sessions started on the database, 4 of them the harness's own.
     assert commits.Count.between(before, after).sessions == 2
+
+
+def test_an_autovacuum_visit_told_by_its_three_scans_of_pg_class_is_subtracted():
+    before = commits.Reading(1000, 3, 0, 0, catalog_scans=7)
+    after = commits.Reading(1000 + 15_000 + 2 + 1, 4, 0, 0, catalog_scans=10)
+
+    count = commits.Count.between(before, after)
+
+    assert (count.autovacuum_visits, count.autovacuum) == (1, 2)
+    assert count.runs == 15_000
+    assert count.background_text().endswith(", 2 of 1 autovacuum visits")
+
+
+def test_scans_of_pg_class_that_are_not_whole_visits_are_not_explained_and_nothing_is_subtracted():
+    count = commits.Count.between(
+        commits.Reading(0, 0, 0, 0, catalog_scans=0),
+        commits.Reading(15_002, 0, 0, 0, catalog_scans=4),
+    )
+
+    assert (count.autovacuum_visits, count.autovacuum) == (0, 0)
+    assert count.runs == 15_002
+    assert "4 sequential scans of pg_class are not a whole number" in count.background_text()
+    assert run._verdict(count.per_run(3_000), run.TARGETS["commits_per_run"], False) == "MISSED"
