@@ -148,6 +148,10 @@ class Stack:
             env,
         )
         process.wait_for_log("beat: Starting")
+        if "AWOOOP_METRICS_PORT" in {**self.env, **(env or {})}:
+            # Beat opens its metrics endpoint just after it says it is starting: a scrape in
+            # between is refused (seen in CI under load).
+            process.wait_for_log('"action": "metrics_endpoint_started"')
         return process
 
     def web(self) -> tuple[Process, str]:
