@@ -269,7 +269,7 @@ class Count:
         text = (
             f"{self.background} background commits subtracted: {self.liveness} worker "
             f"liveness upserts, {self.auth_loads} project-auth loads, {self.harness} the "
-            f"harness's own, {self.autovacuum} of {self.autovacuum_visits} autovacuum visits"
+            f"harness's own, {self.autovacuum} from {self.autovacuum_visits} autovacuum visits"
         )
         if self.unexplained_catalog_scans:
             text += (

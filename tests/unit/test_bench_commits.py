@@ -56,7 +56,7 @@ def test_the_background_line_names_each_part():
 
     assert text == (
         "9 background commits subtracted: 1 worker liveness upserts, 6 project-auth loads, "
-        "2 the harness's own, 0 of 0 autovacuum visits"
+        "2 the harness's own, 0 from 0 autovacuum visits"
     )
 
 
@@ -95,7 +95,7 @@ def test_an_autovacuum_visit_told_by_its_three_scans_of_pg_class_is_subtracted()
 
     assert (count.autovacuum_visits, count.autovacuum) == (1, 2)
     assert count.runs == 15_000
-    assert count.background_text().endswith(", 2 of 1 autovacuum visits")
+    assert count.background_text().endswith(", 2 from 1 autovacuum visits")
 
 
 def test_scans_of_pg_class_that_are_not_whole_visits_are_not_explained_and_nothing_is_subtracted():
