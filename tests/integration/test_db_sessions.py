@@ -8,7 +8,7 @@ from sqlalchemy import text
 
 from awooop import db
 from awooop.config import Settings
-from tests.support.waiting import until
+from tests.support import db as support_db
 
 
 def _show(conn, name: str) -> str:
@@ -55,31 +55,13 @@ def test_the_keeper_renews_on_its_own_pool_with_the_keeper_limits(engine):
         assert _show(conn, "statement_timeout") == "5s"
 
 
-def _terminate(engine, pid: int) -> None:
-    admin = db.make_engine(engine.url, pool_size=1)
-    try:
-        with admin.connect() as conn:
-            conn.execute(text("SELECT pg_terminate_backend(:p)"), {"p": pid})
-            until(
-                lambda: (
-                    not conn.execute(
-                        text("SELECT count(*) FROM pg_stat_activity WHERE pid = :p"), {"p": pid}
-                    ).scalar_one()
-                ),
-                10,
-                "the backend to exit",
-            )
-    finally:
-        admin.dispose()
-
-
 def test_a_pooled_connection_whose_backend_was_terminated_is_replaced_before_use(database_url):
     # Given a pooled connection whose server session ended while it sat in the pool
     engine = db.make_engine(database_url, pool_size=1)
     try:
         with engine.connect() as conn:
             pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
-        _terminate(engine, pid)
+        support_db.terminate_backend(engine, pid)
 
         # When the next statement runs, then it succeeds, on a new session
         with engine.connect() as conn:
@@ -97,7 +79,7 @@ def test_a_statement_failing_on_a_connection_the_server_closed_is_retried_once(d
         pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
         tries.append(pid)
         if len(tries) == 1:
-            _terminate(engine, pid)
+            support_db.terminate_backend(engine, pid)
         return conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
 
     try:

@@ -12,29 +12,14 @@ from sqlalchemy import exc, text
 
 from awooop import db
 from awooop.store import leases, segments
+from tests.support import db as support_db
 from tests.support import runs as test_runs
-from tests.support.waiting import until
-
-
-def _terminate(engine, pid: int) -> None:
-    with engine.connect() as admin:
-        admin.execute(text("SELECT pg_terminate_backend(:p)"), {"p": pid})
-        until(
-            lambda: (
-                not admin.execute(
-                    text("SELECT count(*) FROM pg_stat_activity WHERE pid = :p"), {"p": pid}
-                ).scalar_one()
-            ),
-            10,
-            "the backend to exit",
-        )
 
 
 def test_a_lost_connection_is_reported_invalidated_and_the_claim_retries_on_a_new_one(
     database_url, project
 ):
     engine = db.make_engine(database_url, pool_size=2)
-    admin = db.make_engine(database_url, pool_size=1)
     try:
         run_id = test_runs.admit(engine, project["project_id"], "noop-3")
         with engine.connect() as conn:
@@ -42,7 +27,7 @@ def test_a_lost_connection_is_reported_invalidated_and_the_claim_retries_on_a_ne
             assert not conn.dispatch.before_cursor_execute
             assert not conn.dispatch.after_cursor_execute
             pid = conn.connection.dbapi_connection.get_backend_pid()
-            _terminate(admin, pid)
+            support_db.terminate_backend(engine, pid)
 
             with pytest.raises(exc.DBAPIError) as raised:
                 leases.claim(conn, "w1", 30.0, run_id)
@@ -56,7 +41,7 @@ def test_a_lost_connection_is_reported_invalidated_and_the_claim_retries_on_a_ne
         def claim_once_lost(conn):
             calls.append(conn.connection.dbapi_connection.get_backend_pid())
             if len(calls) == 1:
-                _terminate(admin, calls[0])
+                support_db.terminate_backend(engine, calls[0])
             return leases.claim(conn, "w1", 30.0, run_id)
 
         claim = db.retry_on_disconnect(engine, claim_once_lost)
@@ -65,7 +50,6 @@ def test_a_lost_connection_is_reported_invalidated_and_the_claim_retries_on_a_ne
         assert claim is not None and claim.run_id == run_id and claim.lease_epoch == 1
     finally:
         engine.dispose()
-        admin.dispose()
 
 
 def test_a_refused_statement_keeps_its_sqlstate_and_its_connection(engine, project):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.pool import NullPool
+
+from tests.support.waiting import until
 
 TABLES = ("awooop_channel_event_dedupe", "awooop_run_state", "awooop_run_event")
 
@@ -40,3 +43,23 @@ def events(engine: Engine, run_id: object) -> list[dict]:
 def rows(engine: Engine, sql: str, **params: object) -> list[dict]:
     with engine.connect() as conn:
         return [dict(r) for r in conn.execute(text(sql), params).mappings()]
+
+
+def terminate_backend(engine: Engine, pid: int) -> None:
+    """End server session ``pid`` of ``engine``'s database, from a connection of its own, and
+    wait until the backend is gone."""
+    admin = create_engine(engine.url, poolclass=NullPool, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(text("SELECT pg_terminate_backend(:p)"), {"p": pid})
+            until(
+                lambda: (
+                    not conn.execute(
+                        text("SELECT count(*) FROM pg_stat_activity WHERE pid = :p"), {"p": pid}
+                    ).scalar_one()
+                ),
+                10,
+                "the backend to exit",
+            )
+    finally:
+        admin.dispose()
