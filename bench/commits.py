@@ -243,11 +243,7 @@ class Count:
 
     @property
     def unexplained_catalog_scans(self) -> int:
-        return (
-            0
-            if self.autovacuum_visits * AUTOVACUUM_VISIT_CATALOG_SCANS == self.catalog_scans
-            else self.catalog_scans
-        )
+        return self.catalog_scans if self.catalog_scans % AUTOVACUUM_VISIT_CATALOG_SCANS else 0
 
     @property
     def autovacuum(self) -> int:

@@ -95,6 +95,8 @@ class PreparedStatement:
                 return "%s"
 
             self._execute = f"{_PARAM.sub(inline, lock)}; {self._execute}"
+        # The EXECUTE's placeholders: the lock statement's, then the prepared statement's.
+        self._execute_order = [*self._lock_order, *self._order]
         self._plain = _pyformat(sql if lock is None else f"{lock}; {sql}")
         self._execute = f"{PLAN_ON_INDEXES}; {self._execute}"
         if not synchronous_commit:
@@ -108,8 +110,7 @@ class PreparedStatement:
         if self.name not in prepared:
             _run(conn, self._prepare, None)
             prepared.add(self.name)
-        values = (*[params[p] for p in self._lock_order], *[params[p] for p in self._order])
-        return _run(conn, self._execute, values)
+        return _run(conn, self._execute, tuple(params[p] for p in self._execute_order))
 
 
 class Rows:
