@@ -5,7 +5,10 @@
     ``gunicorn.conf.py``; new events (unique ``Idempotency-Key``) and duplicates (the same keys
     again) at 16 and 64 keep-alive connections. No worker runs; the queued messages are purged.
 (b) End to end: raw Celery no-op tasks/s (``bench.raw_celery``) vs AwoooP ``noop-3`` runs/s,
-    one prefork worker process each, the queue filled first; PostgreSQL commits per run over
+    one prefork worker process each, the queue filled first; raw Celery runs just before and
+    again just after AwoooP's batch, and the ratio is taken against the mean of the two, so a
+    drift of the machine's speed across the phase cancels (a large gap between them is
+    reported: the ratio is then uncertain); PostgreSQL commits per run over
     the whole lifecycle (admission included), counted exactly (``bench.commits``): the
     delta of the scratch database's ``xact_commit`` less the worker's liveness upserts, the
     web's project-auth loads and the harness's own transactions, each counted where it
@@ -729,7 +732,12 @@ def bench_admission(
 
 
 def bench_raw_celery(
-    knobs: Knobs, logdir: Path, r: redis.Redis, procs: list[Proc], noise: Noise
+    knobs: Knobs,
+    logdir: Path,
+    r: redis.Redis,
+    procs: list[Proc],
+    noise: Noise,
+    name: str = "worker-raw-celery",
 ) -> dict[str, Any]:
     from bench import raw_celery
 
@@ -745,7 +753,7 @@ def bench_raw_celery(
     if queued != n:
         raise BenchError(f"raw Celery: {queued} messages in {raw_celery.QUEUE}, expected {n}")
     info: dict[str, Any] = {"tasks": n, "enqueue_per_s": n / enqueue_s}
-    worker = start_worker("worker-raw-celery", "bench.raw_celery", raw_celery.QUEUE, logdir)
+    worker = start_worker(name, "bench.raw_celery", raw_celery.QUEUE, logdir)
     procs.append(worker)
     started = time.perf_counter()
     deadline = started + max(60.0, n / 100)
@@ -790,6 +798,34 @@ SELECT (SELECT min(e.at) FROM awooop_run_event e JOIN awooop_run_state r USING (
         WHERE r.project_id = %(p)s AND e.kind = 'lease' AND e.trigger_id LIKE 'claim:%%'),
        (SELECT max(finished_at) FROM awooop_run_state WHERE project_id = %(p)s)
 """
+
+
+# Raw Celery's two rates further apart than this (% of their mean): the machine's speed changed
+# during the end-to-end phase, and the summary says the ratio is uncertain.
+RAW_DRIFT_WARN_PCT = 20.0
+
+
+def bracket_raw(before: dict[str, Any], after: dict[str, Any] | None) -> dict[str, Any]:
+    """Raw Celery's figures from before AwoooP's batch, with the run after it: ``after``,
+    the mean of the two rates (``bracket_per_s``, what the ratio divides by) and how far apart
+    they were (``drift_pct``, of that mean). Without ``after``, ``before`` as it is."""
+    if not after:
+        return before
+    a, b = before.get("per_s", float("nan")), after.get("per_s", float("nan"))
+    mean = (a + b) / 2
+    return {**before, "after": after, "bracket_per_s": mean, "drift_pct": abs(b - a) / mean * 100}
+
+
+def drift_note(raw: dict[str, Any]) -> str | None:
+    """A line for the summary when raw Celery's two rates are far apart, else None."""
+    drift = raw.get("drift_pct")
+    if drift is None or not drift > RAW_DRIFT_WARN_PCT:
+        return None
+    return (
+        f"note: raw Celery ran at {raw['per_s']:.0f} tasks/s before AwoooP's batch and "
+        f"{raw['after']['per_s']:.0f} after it ({drift:.0f} % apart): the machine's speed "
+        "changed during the phase, so the end-to-end ratio is uncertain; run the bench again"
+    )
 
 
 def _local_port_owned(pids: list[int], local_port: int, remote_port: int) -> bool:
@@ -952,7 +988,10 @@ def bench_awooop_e2e(
     r: redis.Redis,
     procs: list[Proc],
     noise: Noise,
+    raw_again: Callable[[], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
+    """``raw_again``: measures raw Celery once more, right after the batch (before the soak),
+    while AwoooP's web and worker idle; its figures are returned under ``raw_after``."""
     n, soak = knobs.e2e_runs, knobs.soak_runs
     url = meter.url
     info: dict[str, Any] = {"runs": n, "soak_runs": soak, "database": meter.database}
@@ -1023,6 +1062,8 @@ def bench_awooop_e2e(
         )
         mem["web"]["after_e2e"] = web.rss_mib()
         mem["worker"]["after_e2e"] = worker.rss_mib()
+        if raw_again is not None:
+            info["raw_after"] = raw_again()
 
         if soak > 0 and info["per_s"] == info["per_s"]:
             # Bounded in time: at most ~SOAK_BUDGET_S of work at the measured rate.
@@ -1199,7 +1240,7 @@ def ratios(
     rows.append(
         (f"p99 AwoooP new events / baseline @{c}", value, f"<= {t:.2f}", _verdict(value, t, False))
     )
-    value = _ratio(e2e.get("per_s"), raw.get("per_s"))
+    value = _ratio(e2e.get("per_s"), raw.get("bracket_per_s", raw.get("per_s")))
     t = TARGETS["e2e_ratio"]
     rows.append(
         (
@@ -1270,6 +1311,16 @@ def render_table(
         "End to end (one prefork worker process, queue filled first)",
         f"  raw Celery no-op        {raw.get('per_s', float('nan')):>8.0f} tasks/s"
         f"  ({raw.get('tasks')} tasks, worker CPU {raw.get('worker_cpu_ms', 0):.2f} ms/task)",
+    ]
+    after = raw.get("after")
+    if after:
+        out += [
+            f"  raw Celery, after       {after.get('per_s', float('nan')):>8.0f} tasks/s"
+            f"  (after AwoooP's batch; worker CPU {after.get('worker_cpu_ms', 0):.2f} ms/task)",
+            f"  raw Celery, mean        {raw['bracket_per_s']:>8.0f} tasks/s"
+            f"  (what the ratio divides by; the two {raw['drift_pct']:.0f} % apart)",
+        ]
+    out += [
         f"  AwoooP noop-3           {e2e.get('per_s', float('nan')):>8.0f} runs/s "
         f"  ({e2e.get('runs')} runs, worker CPU {e2e.get('worker_cpu_ms', 0):.2f} ms/run)",
         f"  commits                 {e2e.get('commits_runs', 'n/a'):>8} "
@@ -1292,8 +1343,32 @@ def render_table(
     for what, value, target, verdict in rows:
         out.append(f"  {what:<52}{_fmt(value, _digits(what)):>10}  {target:<9}{verdict}")
     out += [""] + [f"  {line}" for line in failure_summary(all_failures(results, e2e))]
+    note = drift_note(raw)
+    if note:
+        out.append(f"  {note}")
     out += [f"  FAIL {line}" for line in failed_targets]
     return "\n".join(out)
+
+
+def _raw_rows(raw: dict[str, Any]) -> list[str]:
+    """The raw Celery rows of the end-to-end table: before, after and their mean."""
+
+    def row(label: str, r: dict[str, Any]) -> str:
+        return (
+            f"| {label} | {r.get('tasks')} | {_fmt(r.get('per_s'), 0)} | "
+            f"{_fmt(r.get('seconds'), 2)} | {_fmt(r.get('worker_cpu_ms'), 2)} | "
+            f"{_fmt(r.get('other_cpu_pct'), 0)}% |"
+        )
+
+    after = raw.get("after")
+    if not after:
+        return [row("raw Celery no-op task", raw)]
+    return [
+        row("raw Celery no-op task, before AwoooP's batch", raw),
+        row("raw Celery no-op task, after it", after),
+        f"| raw Celery, mean of the two (the ratio's divisor) | | "
+        f"{_fmt(raw.get('bracket_per_s'), 0)} | | | |",
+    ]
 
 
 def render_markdown(
@@ -1343,6 +1418,9 @@ def render_markdown(
     failures = all_failures(results, e2e) + target_failures(machine, e2e)
     if failures:
         lines += [""] + [f"- **FAIL** {line}" for line in failures]
+    note = drift_note(raw)
+    if note:
+        lines += ["", f"- {note[0].upper()}{note[1:]}."]
     lines += [
         "",
         "## (a) Admission over HTTP",
@@ -1391,9 +1469,7 @@ def render_markdown(
         "",
         "| | count | per second | seconds | worker CPU ms/item | other CPU |",
         "|---|---:|---:|---:|---:|---:|",
-        f"| raw Celery no-op task | {raw.get('tasks')} | {_fmt(raw.get('per_s'), 0)} | "
-        f"{_fmt(raw.get('seconds'), 2)} | {_fmt(raw.get('worker_cpu_ms'), 2)} | "
-        f"{_fmt(raw.get('other_cpu_pct'), 0)}% |",
+        *_raw_rows(raw),
         f"| AwoooP `noop-3` run (3 steps) | {e2e.get('runs')} | {_fmt(e2e.get('per_s'), 0)} "
         f"| {_fmt(e2e.get('seconds'), 2)} | {_fmt(e2e.get('worker_cpu_ms'), 2)} | "
         f"{_fmt(e2e.get('other_cpu_pct'), 0)}% |",
@@ -1402,7 +1478,12 @@ def render_markdown(
         f"results ignored, queue `bench_noop`). {raw.get('tasks')} tasks are queued, then ONE "
         "worker starts (`celery -A bench.raw_celery worker -Q bench_noop -c 1 -P prefork "
         "--without-mingle --without-gossip --without-heartbeat`). Each task INCRs a Redis "
-        "counter; the first and the last record the time: tasks / (last - first).",
+        "counter; the first and the last record the time: tasks / (last - first). It runs "
+        "twice, just before AwoooP's batch and again just after it (before the soak), and the "
+        "ratio divides by the mean of the two: this machine's speed drifts by 10-30 % within "
+        "minutes, and a drift across the phase cancels. When the two are more than "
+        f"{RAW_DRIFT_WARN_PCT:.0f} % apart the summary says the ratio is uncertain."
+        + (f" Here: {raw['drift_pct']:.0f} % apart." if "drift_pct" in raw else ""),
         f"- AwoooP: {e2e.get('runs')} runs of `noop-3` are admitted over HTTP "
         f"({_fmt(e2e.get('admit_per_s'), 0)} req/s, 16 connections) with no worker running; "
         "then ONE worker starts (`celery -A awooop.tasks.app worker -Q runs`, same flags; "
@@ -1630,7 +1711,20 @@ def main() -> int:
         if "e2e" in knobs.phases:
             raw = bench_raw_celery(knobs, logdir, r, procs, noise)
             scratch.vacuum_analyze(meter.url, meter.maintenance_url)  # admission dead rows
-            e2e = bench_awooop_e2e(knobs, logdir, meter, e2e_id, tokens[e2e_id], r, procs, noise)
+            e2e = bench_awooop_e2e(
+                knobs,
+                logdir,
+                meter,
+                e2e_id,
+                tokens[e2e_id],
+                r,
+                procs,
+                noise,
+                raw_again=lambda: bench_raw_celery(
+                    knobs, logdir, r, procs, noise, name="worker-raw-celery-after"
+                ),
+            )
+            raw = bracket_raw(raw, e2e.pop("raw_after", None))
 
         rows = ratios(results, raw, e2e, knobs.connections)
         print(render_table(results, raw, e2e, rows, target_failures(machine, e2e)), flush=True)
