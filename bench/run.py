@@ -819,7 +819,8 @@ def bracket_raw(before: dict[str, Any], after: dict[str, Any] | None) -> dict[st
 def drift_note(raw: dict[str, Any]) -> str | None:
     """A line for the summary when raw Celery's two rates are far apart, else None."""
     drift = raw.get("drift_pct")
-    if drift is None or not drift > RAW_DRIFT_WARN_PCT:
+    # Compared as printed, so a note never says "20 % apart" against a limit of 20 %.
+    if drift is None or not round(drift) > RAW_DRIFT_WARN_PCT:
         return None
     return (
         f"note: raw Celery ran at {raw['per_s']:.0f} tasks/s before AwoooP's batch and "
