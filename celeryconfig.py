@@ -74,6 +74,11 @@ beat_schedule = {
         # A pass that could not start before the next one is due is dropped, not stacked.
         "options": {"expires": _settings.reaper_interval_seconds},
     },
+    "watch-workers": {
+        "task": "awooop.sweeps.watch_workers",
+        "schedule": _settings.worker_watch_interval_seconds,
+        "options": {"expires": _settings.worker_watch_interval_seconds},
+    },
     "resend-orphaned-runs": {
         "task": "awooop.sweeps.resend_orphans",
         "schedule": _settings.orphan_interval_seconds,

@@ -41,7 +41,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from awooop.domain import workflow
+from awooop.domain import timing, workflow
 
 # Where the embedded development services keep their data and the state file
 # (`.awooop/env`) that every process started by `make run` reads.
@@ -72,13 +72,17 @@ class Settings:
     lease_ttl_seconds: float = 300.0
     heartbeat_interval_seconds: float = 30.0
     reaper_interval_seconds: float = 60.0
-    # Worker liveness (DESIGN §9.5): each worker process's lease keeper renews its row in
-    # awooop_worker every liveness interval; the reaper takes the RUNNING runs of a worker not
-    # seen for dead_after seconds without waiting for their leases. A dead worker's runs are
-    # claimable again within dead_after + reaper_interval (80 s by default). Rows of workers
-    # not seen for worker_prune_after_seconds are deleted by the reaper's pass.
+    # Worker liveness (the rule: awooop.domain.timing): each worker process beats its row in
+    # awooop_worker every liveness interval, and stops believing it holds its runs when no
+    # beat committed for dead_after - belief_margin seconds. Every watch interval the reaper
+    # looks at the rows of workers holding runs, and takes the runs of one whose row it has
+    # itself seen unchanged for dead_after seconds (its own clock, not the database's): a
+    # dead worker's runs are claimable again within about dead_after + 2 x watch_interval
+    # (40 s by default). Rows of workers not seen for worker_prune_after_seconds are deleted.
     worker_liveness_interval_seconds: float = 5.0
     worker_dead_after_seconds: float = 20.0
+    worker_belief_margin_seconds: float = 5.0
+    worker_watch_interval_seconds: float = 10.0
     worker_prune_after_seconds: float = 3600.0
     # Sending a run's message after the commit (Redis broker): each try waits at most
     # publish_timeout; after a failed try, sends are skipped for publish_retry seconds (the
@@ -430,28 +434,22 @@ def _relation_problems(settings: Settings) -> list[str]:
 
 def _lease_timing_problems(settings: Settings) -> list[str]:
     """A lease is renewed at least ``RENEWALS_PER_TTL`` times per TTL, so one or two failed
-    renewals (a database hiccup, a dropped connection) do not lose it (DESIGN §9.5). The same
-    holds for a worker's liveness row and the age at which the reaper judges its worker dead."""
+    renewals (a database hiccup, a dropped connection) do not lose it; the liveness settings
+    keep the rule of :mod:`awooop.domain.timing`."""
     problems = []
     interval, ttl = settings.heartbeat_interval_seconds, settings.lease_ttl_seconds
-    most = ttl / workflow.RENEWALS_PER_TTL
-    if not workflow.renewals_fit(ttl, interval):
+    most = ttl / timing.RENEWALS_PER_TTL
+    if not timing.renewals_fit(ttl, interval):
         problems.append(
             f"AWOOOP_HEARTBEAT_INTERVAL_SECONDS={interval:g} must be positive and at most a "
             f"third of AWOOOP_LEASE_TTL_SECONDS={ttl:g} (at most {most:g}): "
             "a lease must survive two failed renewals"
         )
-    every, dead_after = (
+    problems += timing.liveness_problems(
         settings.worker_liveness_interval_seconds,
         settings.worker_dead_after_seconds,
+        settings.worker_belief_margin_seconds,
     )
-    if every <= 0 or dead_after < workflow.RENEWALS_PER_TTL * every:
-        problems.append(
-            f"AWOOOP_WORKER_DEAD_AFTER_SECONDS={dead_after:g} must be at least "
-            f"{workflow.RENEWALS_PER_TTL} times AWOOOP_WORKER_LIVENESS_INTERVAL_SECONDS={every:g} "
-            f"(at least {workflow.RENEWALS_PER_TTL * every:g}, the interval positive): "
-            "a live worker must survive two failed liveness renewals"
-        )
     return problems
 
 

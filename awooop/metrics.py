@@ -95,8 +95,10 @@ LEASE_RENEWALS = Counter(
 )
 LEASE_LOSSES = Counter(
     "awooop_lease_losses_total",
-    "Leases a worker found gone, by where it noticed: renewal (a heartbeat matched no row) "
-    "or write (a fenced write matched no row). The worker stopped without writing.",
+    "Leases a worker found gone, by where it noticed: renewal (a heartbeat matched no row), "
+    "write (a fenced write matched no row), keeper (not renewed within ttl - interval), "
+    "liveness (no liveness beat committed within dead_after - margin) or judged_dead (a beat "
+    "learnt that the reaper had judged the worker dead). The worker stopped without writing.",
     ["detected_by"],
 )
 REAPER_RECOVERIES = Counter(
@@ -171,7 +173,7 @@ def zero_known_series(sweeps: Iterable[str] = ()) -> None:
     change Prometheus can see (``increase()`` never sees a series appear at 1)."""
     for outcome in ("renewed", "lost", "error"):
         LEASE_RENEWALS.labels(outcome)
-    for detected_by in ("renewal", "write"):
+    for detected_by in ("renewal", "write", "keeper", "liveness", "judged_dead"):
         LEASE_LOSSES.labels(detected_by)
     for outcome in ("requeued", "failed"):
         REAPER_RECOVERIES.labels(outcome)

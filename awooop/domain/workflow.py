@@ -36,15 +36,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from awooop.domain.timing import RENEWALS_PER_TTL, renewals_fit
+
 DEFAULT_MAX_ATTEMPTS = 3
-# A lease is renewed at least this many times per TTL (DESIGN §9.5).
-RENEWALS_PER_TTL = 3
-
-
-def renewals_fit(ttl: float, interval: float) -> bool:
-    """Whether renewing every ``interval`` seconds renews a ``ttl`` lease at least
-    ``RENEWALS_PER_TTL`` times (with room for float rounding: 0.2 * 3 fits 0.6)."""
-    return interval > 0 and interval * RENEWALS_PER_TTL <= ttl * (1 + 1e-9)
 
 
 class LeaseTooShort(ValueError):

@@ -7,11 +7,19 @@ keeper's own small pool (:func:`awooop.db.keeper_engine`) and each gives up afte
 (:func:`awooop.db.bounded`), so a hung connection costs one attempt, not the lease: the next
 tick retries on a fresh connection.
 
-The lease's ``lost`` event is set, and the handler sees it (``StepContext.lease_lost``), when
+A worker believes it holds a run (``StepContext.lease_held``, :meth:`Lease.believed`) only
+while the timing rule of :mod:`awooop.domain.timing` says no one else may have been handed
+it. The lease's ``lost`` event is set, and the handler sees it (``StepContext.lease_lost``),
+when
 
 - a renewal matches no row (the reaper took the run, another worker re-claimed it), or
-- no renewal succeeded for ``ttl - interval`` seconds (the database stayed away, or the
-  keeper stalled): the lease may be about to expire, so the handler should stop.
+- no renewal succeeded for ``ttl - interval`` seconds since the start of the last one that
+  did (the database stayed away, or the keeper stalled): the lease may be about to expire, or
+- no liveness beat committed for ``dead_after - margin`` seconds since the start of the last
+  one that did: the reaper may be about to judge this process dead.
+
+``believed()`` is exact at the moment it is read; ``lost`` is set within a fraction of the
+margin by the keeper's threads.
 
 The runner checks ``lost`` and stops without writing. Before a segment's final write it calls
 :meth:`LeaseKeeper.drop`, after which no renewal of the lease is in flight, so the renewal
@@ -22,13 +30,12 @@ and the loop goes on; a supervisor thread replaces a keeper thread that died and
 lost that a stalled keeper failed to renew.
 
 The keeper also says that its process is alive: from the first lease it holds, a third
-thread renews the process's liveness row (``awooop_worker``, :mod:`awooop.store.workers`)
+thread beats the process's liveness row (``awooop_worker``, :mod:`awooop.store.workers`)
 every ``AWOOOP_WORKER_LIVENESS_INTERVAL_SECONDS``, leases held or not, for as long as the
 process lives (its own thread, so that a hung liveness write never delays a lease renewal).
-The reaper takes the runs of a worker whose row is older than
-``AWOOOP_WORKER_DEAD_AFTER_SECONDS`` — a killed process stops renewing at once, while a step
-that runs for hours under a live process keeps its run. Runs claimed before the first renewal
-have no row to judge them by, and are left to their lease.
+The reaper takes the runs of a worker whose row it has seen unchanged for
+``AWOOOP_WORKER_DEAD_AFTER_SECONDS`` (:mod:`awooop.engine.watch`) — a killed process stops
+beating at once, while a step that runs for hours under a live process keeps its run.
 """
 
 from __future__ import annotations
@@ -43,7 +50,7 @@ from sqlalchemy import Engine
 
 from awooop import db, metrics
 from awooop.config import ConfigError, Settings, get_settings
-from awooop.domain import workflow
+from awooop.domain import timing
 from awooop.store import leases, workers
 
 log = logging.getLogger("awooop.engine.lease")
@@ -69,7 +76,11 @@ class Lease:
         # Held for the whole of a renewal: drop() takes it to wait out one in flight.
         self._lock = threading.Lock()
         self._dropped = False
+        # When the last renewal that committed started (the claim counts as one): the
+        # database computed the lease's expiry after that moment.
         self._renewed_at = clock()
+        # The process's liveness belief (set by LeaseKeeper.hold); None: not judged by it.
+        self.liveness: Liveness | None = None
 
     def due(self, now: float) -> bool:
         return now - self._renewed_at >= self.interval
@@ -81,9 +92,20 @@ class Lease:
         :func:`awooop.config.check_lease_timing`; tests use it to mean "never renewed") has
         no such budget and is never overdue.
         """
-        if not workflow.renewals_fit(self.ttl, self.interval):
+        if not timing.renewals_fit(self.ttl, self.interval):
             return False
         return now - self._renewed_at >= self.ttl - self.interval
+
+    def believed(self) -> bool:
+        """Whether this worker may still act on the run: not lost, renewed in time, and its
+        process's liveness beats recent enough (:mod:`awooop.domain.timing`). Exact when
+        read; the handler reads it as ``ctx.lease_held`` right before a side effect."""
+        if self.lost.is_set():
+            return False
+        now = self._clock()
+        if self.overdue(now):
+            return False
+        return self.liveness is None or self.liveness.believed(now)
 
     def renew_now(self) -> bool:
         """Renew immediately (a long step's ``ctx.heartbeat()``); False once the lease is lost.
@@ -96,6 +118,7 @@ class Lease:
                 return False
             if self._dropped:
                 return True
+            started = self._clock()
             try:
                 held = self._renew()
             except Exception:
@@ -108,7 +131,7 @@ class Lease:
                 self.mark_lost("renewal", "lease lost")
                 metrics.LEASE_RENEWALS.labels("lost").inc()
             else:
-                self._renewed_at = self._clock()
+                self._renewed_at = started
                 metrics.LEASE_RENEWALS.labels("renewed").inc()
             return held
 
@@ -122,7 +145,8 @@ class Lease:
             return leases.renew(conn, self.claim, self.ttl)
 
     def mark_lost(self, cause: str, message: str) -> None:
-        """Set ``lost`` (once) and say why: ``renewal`` (no row matched) or ``keeper``."""
+        """Set ``lost`` (once) and say why: ``renewal`` (no row matched), ``keeper`` (not
+        renewed in time) or ``liveness`` (no liveness beat committed in time)."""
         if self.lost.is_set():
             return
         self.lost.set()
@@ -149,22 +173,77 @@ class Lease:
         }
 
 
+class Liveness:
+    """The process's belief that the reaper has not judged it dead (:mod:`awooop.domain.timing`).
+
+    It lasts ``dead_after - margin`` from the start of the last liveness beat that committed
+    — or, until one is known to have committed, from the start of the first beat attempted,
+    since an attempt whose reply was lost may have committed and been seen by the reaper.
+    Before any beat is attempted there is no row to judge this process by, and the belief
+    holds.
+    """
+
+    def __init__(self, dead_after: float, margin: float, clock: Clock = time.monotonic) -> None:
+        self.lasts = timing.belief_lasts(dead_after, margin)
+        self._clock = clock
+        self._basis: float | None = None
+        self._lock = threading.Lock()
+
+    def attempting(self) -> float:
+        """A beat is about to be sent: its start (the belief's basis if none came before)."""
+        started = self._clock()
+        with self._lock:
+            if self._basis is None:
+                self._basis = started
+        return started
+
+    def committed(self, started: float) -> None:
+        """The beat that started at ``started`` committed."""
+        with self._lock:
+            if self._basis is None or started > self._basis:
+                self._basis = started
+
+    def believed(self, now: float | None = None) -> bool:
+        basis = self._basis
+        if basis is None:
+            return True
+        return (self._clock() if now is None else now) - basis < self.lasts
+
+
 class LeaseKeeper:
     """The process's renewal thread and its supervisor, started on first use.
 
-    ``liveness_interval``: how often the worker's liveness row is renewed (default: the
-    settings' ``worker_liveness_interval_seconds``).
+    ``liveness_interval``, ``dead_after``, ``margin``: how often the worker's liveness row
+    is beaten, and how long its belief lasts after a beat (defaults: the settings'
+    ``worker_liveness_interval_seconds``, ``worker_dead_after_seconds`` and
+    ``worker_belief_margin_seconds``).
     """
 
     def __init__(
-        self, clock: Clock = time.monotonic, liveness_interval: float | None = None
+        self,
+        clock: Clock = time.monotonic,
+        liveness_interval: float | None = None,
+        dead_after: float | None = None,
+        margin: float | None = None,
     ) -> None:
+        settings = _settings()
         self._clock = clock
-        self._liveness_interval = liveness_interval or _settings().worker_liveness_interval_seconds
+        self._liveness_interval = liveness_interval or settings.worker_liveness_interval_seconds
+        self.liveness = Liveness(
+            dead_after or settings.worker_dead_after_seconds,
+            margin or settings.worker_belief_margin_seconds,
+            clock,
+        )
+        # Wake often enough to mark leases lost within a quarter of the belief's margin.
+        self._belief_tick = max(
+            0.05, min(self._liveness_interval, margin or settings.worker_belief_margin_seconds) / 4
+        )
         # Each worker id this keeper renews the liveness of (one in a worker process), with
         # the engine to reach its database through, and the last renewal's start.
         self._announced: dict[str, Engine] = {}
         self._announced_at: float | None = None
+        # The reaper's last judgement of each worker id, as its beats returned it.
+        self._judged_dead_at: dict[str, object] = {}
         self._leases: dict[int, Lease] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -175,7 +254,12 @@ class LeaseKeeper:
         self._supervisor: threading.Thread | None = None
 
     def hold(self, lease: Lease) -> None:
-        """Renew ``lease`` from now on (again, after a :meth:`drop`)."""
+        """Renew ``lease`` from now on (again, after a :meth:`drop`). A process whose
+        liveness belief has lapsed (the database was away) beats first, so that a run
+        claimed now is not lost at once."""
+        lease.liveness = self.liveness
+        if not self.liveness.believed():
+            self._announce_due(force=True)
         lease.reinstate()
         with self._lock:
             self._leases[id(lease)] = lease
@@ -248,20 +332,26 @@ class LeaseKeeper:
                 self._announce_due()
             except Exception:
                 log.exception("lease keeper error", extra={"action": "lease_keeper_error"})
-            self._announce.wait(timeout=max(0.05, self._liveness_interval / 4))
+            self._mark_unbelieved(self._held())
+            self._announce.wait(timeout=self._belief_tick)
             self._announce.clear()
 
-    def _announce_due(self) -> None:
-        """Renew the liveness row of each worker id held so far, when due. A failed renewal
-        is logged and retried at the next tick; the reaper judges by the last one that
-        committed (the database clock), so a late renewal costs nothing."""
+    def _announce_due(self, force: bool = False) -> None:
+        """Beat the liveness row of each worker id held so far, when due. A failed beat is
+        logged and retried at the next tick; the belief lasts from the start of the last
+        one that committed."""
         now = self._clock()
-        if self._announced_at is not None and now - self._announced_at < self._liveness_interval:
+        if (
+            not force
+            and self._announced_at is not None
+            and now - self._announced_at < self._liveness_interval
+        ):
             return
         with self._lock:
             announced = list(self._announced.items())
         if not announced:
             return
+        started = self.liveness.attempting()
         ok = True
         for worker_id, engine in announced:
             try:
@@ -269,7 +359,8 @@ class LeaseKeeper:
                     db.keeper_engine(engine).connect() as conn,
                     db.bounded(conn, db.keeper_deadline(engine, self._liveness_interval)),
                 ):
-                    workers.beat(conn, worker_id)
+                    judged = workers.beat(conn, worker_id)
+                self._judged(worker_id, judged)
             except Exception:
                 ok = False
                 log.warning(
@@ -279,6 +370,17 @@ class LeaseKeeper:
                 )
         if ok:
             self._announced_at = now
+            self.liveness.committed(started)
+
+    def _judged(self, worker_id: str, judged_dead_at: object) -> None:
+        """A beat returned the reaper's last judgement of this worker: a new one means the
+        runs held then were taken, so every lease held now is lost."""
+        if judged_dead_at is None or self._judged_dead_at.get(worker_id) == judged_dead_at:
+            return
+        self._judged_dead_at[worker_id] = judged_dead_at
+        for lease in self._held():
+            if lease.claim.worker_id == worker_id:
+                lease.mark_lost("judged_dead", "the reaper judged this worker dead; lease lost")
 
     def _renew_due(self, leases: list[Lease]) -> None:
         for lease in leases:
@@ -291,6 +393,16 @@ class LeaseKeeper:
         for lease in leases:
             if not lease.lost.is_set() and lease.overdue(now):
                 lease.mark_lost("keeper", "lease not renewed for ttl - interval; treated as lost")
+        self._mark_unbelieved(leases)
+
+    def _mark_unbelieved(self, leases: list[Lease]) -> None:
+        if self.liveness.believed():
+            return
+        for lease in leases:
+            lease.mark_lost(
+                "liveness",
+                "no liveness beat committed for dead_after - margin; lease treated as lost",
+            )
 
     def _supervise(self) -> None:
         """Replace a keeper or liveness thread that died; mark overdue leases lost if the
@@ -299,7 +411,7 @@ class LeaseKeeper:
             leases = self._held()
             thread = self._thread
             if thread is not None:
-                thread.join(timeout=self._tick(leases))
+                thread.join(timeout=min(self._tick(leases), self._belief_tick))
             if self._stopping.is_set():
                 return
             with self._lock:

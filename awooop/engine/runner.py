@@ -269,7 +269,7 @@ def _run_steps(
                     claim, steering = moved
                     continue
             entry = _attempt(claim, nxt, journal, held)
-            if held.lost.is_set():
+            if not held.believed():
                 log.warning(
                     "lease lost during step; result not recorded",
                     extra={**fields, "action": "lease_lost", "step": nxt.step.name},
@@ -422,7 +422,7 @@ def _attempt(
         command_id=f"{effect_id}:{nxt.attempt}:{claim.lease_epoch}",
         phase=nxt.phase,
         _heartbeat=held.renew_now,
-        _lease_held=lambda: not held.lost.is_set(),
+        _lease_held=held.believed,
         lease_lost=held.lost,
     )
     entry: dict[str, Any] = {

@@ -11,27 +11,37 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
+from datetime import datetime
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from awooop import db, metrics
 from awooop.config import Settings
 from awooop.domain import states
-from awooop.engine import identity
+from awooop.engine import identity, watch
 from awooop.store import dedupe, reaper, retention, timers, workers
 
 log = logging.getLogger("awooop.engine.sweeps")
 
 
-def reap_once(engine: Engine, settings: Settings | None = None) -> list[reaper.Reaped]:
-    """ADR-114 D3: runs whose lease expired, or whose worker is dead (its liveness row is
-    older than ``worker_dead_after_seconds``), back to PENDING (or FAILED when attempts are
-    exhausted). Then liveness rows of workers gone for long are pruned."""
+def reap_once(
+    engine: Engine,
+    settings: Settings | None = None,
+    watcher: watch.WorkerWatch | None = None,
+    prune: bool = True,
+) -> list[reaper.Reaped]:
+    """Runs whose lease expired, or whose worker this process's watch judged dead
+    (:mod:`awooop.engine.watch`), back to PENDING (or FAILED when attempts are exhausted).
+    Then, with ``prune``, liveness rows of workers gone for long are deleted."""
     settings = settings or Settings()
-    with engine.connect() as conn:
-        reaped = reaper.reap(
-            conn, actor=identity.worker_id(), worker_dead_after=settings.worker_dead_after_seconds
-        )
+    watcher = watcher or watch.watch(settings.worker_dead_after_seconds)
+    try:
+        with engine.connect() as conn:
+            watcher.observe(*_tokens(conn))
+            reaped = reaper.reap(conn, actor=identity.worker_id(), dead=watcher.dead())
+    except Exception:
+        watcher.forget()
+        raise
     for r in reaped:
         outcome = "requeued" if r.to_status == states.PENDING else "failed"
         metrics.REAPER_RECOVERIES.labels(outcome).inc()
@@ -49,14 +59,20 @@ def reap_once(engine: Engine, settings: Settings | None = None) -> list[reaper.R
                 "reason": r.reason,
             },
         )
-    with engine.connect() as conn:
-        pruned = workers.prune(conn, settings.worker_prune_after_seconds)
-    if pruned:
-        log.info(
-            "liveness rows of departed workers pruned",
-            extra={"action": "workers_pruned", "count": pruned},
-        )
+    if prune:
+        with engine.connect() as conn:
+            pruned = workers.prune(conn, settings.worker_prune_after_seconds)
+        if pruned:
+            log.info(
+                "liveness rows of departed workers pruned",
+                extra={"action": "workers_pruned", "count": pruned},
+            )
     return reaped
+
+
+def _tokens(conn: Connection) -> tuple[str, dict[str, datetime]]:
+    tokens = reaper.liveness_tokens(conn)
+    return tokens.server, tokens.seen
 
 
 def orphans_once(engine: Engine, settings: Settings) -> list[uuid.UUID]:

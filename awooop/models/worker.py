@@ -1,10 +1,11 @@
-"""``awooop_worker``: one row per worker process that has held a lease (DESIGN §9.5).
+"""``awooop_worker``: one row per worker process that has held a lease.
 
 Who writes it: the process's lease keeper, which inserts the row on first use and sets
-``seen_at = now()`` (the database clock) every ``AWOOOP_WORKER_LIVENESS_INTERVAL_SECONDS``.
-Who reads it: the stale-run reaper, which takes the RUNNING runs of a worker whose row is
-older than ``AWOOOP_WORKER_DEAD_AFTER_SECONDS`` (a dead process stops renewing; a slow step
-does not). Who deletes it: the reaper's pass, once the row is older than
+``seen_at = now()`` every ``AWOOOP_WORKER_LIVENESS_INTERVAL_SECONDS`` (a beat; ``seen_at``
+is the token that tells one beat from the next). Who reads it: the reaper, which takes the
+RUNNING runs of a worker whose token it has itself seen unchanged for
+``AWOOOP_WORKER_DEAD_AFTER_SECONDS`` (a dead process stops beating; a slow step does not),
+and stamps ``judged_dead_at``. Who deletes it: the reaper's pass, once the row is older than
 ``AWOOOP_WORKER_PRUNE_AFTER_SECONDS`` and its worker holds no run.
 """
 
@@ -29,3 +30,6 @@ class Worker(Base):
     seen_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), nullable=False, server_default=func.now()
     )
+    # Set by the reaper when it judges the worker dead (and takes its runs); returned to the
+    # worker by its next beat, which then treats the leases it held as lost.
+    judged_dead_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

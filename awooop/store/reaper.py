@@ -1,11 +1,13 @@
-"""The maintenance passes' statements on ``awooop_run_state``: the stale-run reaper
-(ADR-114 D3, and runs of dead workers) and the orphan sweep's marking of runs whose message
-was lost."""
+"""The maintenance passes' statements on ``awooop_run_state``: the stale-run reaper (expired
+leases, and runs of workers judged dead by :mod:`awooop.engine.watch`), the liveness tokens
+that judgement reads, and the orphan sweep's marking of runs whose message was lost."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy import Connection, text
 
@@ -14,29 +16,36 @@ from awooop.domain import states
 states.check_transition(states.RUNNING, states.PENDING)
 states.check_transition(states.RUNNING, states.FAILED)
 
-# ADR-114 D3, both halves in one statement over disjoint rows: a stale RUNNING run goes back
-# to PENDING while attempts remain, else FAILED. WAITING_* runs are never touched. The lock
-# (SKIP LOCKED) makes two concurrent reapers take disjoint runs.
+# A stale RUNNING run goes back to PENDING while attempts remain, else FAILED: both halves in
+# one statement over disjoint rows. WAITING_* runs are never touched. The lock (SKIP LOCKED)
+# makes two concurrent reapers take disjoint runs.
 #
-# A run is stale when its lease expired ('lease_expired'), or when its holder's liveness row
-# (awooop_worker, renewed by the worker's lease keeper every few seconds) is older than
-# :worker_dead_after ('worker_dead'): the process is gone, however long its lease still runs.
-# A holder with no liveness row (a worker of an older version) is judged by its lease alone.
+# A run is stale when its lease expired ('lease_expired', the database's clock), or when its
+# holder is one the caller judged dead ('worker_dead': :dead_ids, each with the liveness token
+# it saw unchanged for long enough) and the holder's row still holds that token. The row is
+# stamped judged_dead_at in the same statement: a beat that committed first saves the worker
+# (the compare-and-set on the token fails), and a beat that comes after reads the stamp and
+# tells its worker that the leases it held are gone.
 _REAP = text(
     """
-WITH stale AS (
+WITH dead AS (
+    SELECT * FROM unnest(CAST(:dead_ids AS text[]), CAST(:dead_tokens AS timestamptz[]))
+        AS d(worker_id, token)
+), judged AS (
+    UPDATE awooop_worker w
+    SET judged_dead_at = now()
+    FROM dead d
+    WHERE w.worker_id = d.worker_id AND w.seen_at = d.token
+    RETURNING w.worker_id, w.seen_at
+), stale AS (
     SELECT r.run_id, r.worker_id, r.lease_epoch,
            CASE WHEN r.lease_until < now() THEN 'lease_expired' ELSE 'worker_dead' END
                AS reason,
-           w.seen_at AS worker_seen_at
+           j.seen_at AS worker_seen_at
     FROM awooop_run_state r
-    LEFT JOIN awooop_worker w ON w.worker_id = r.worker_id
+    LEFT JOIN judged j ON j.worker_id = r.worker_id
     WHERE r.status = 'RUNNING'
-      AND (r.lease_until < now()
-           OR (w.seen_at < now() - make_interval(secs => :worker_dead_after)
-               -- a database that restarted within that time could not take liveness
-               -- beats: every worker looks dead then, and none is judged by it
-               AND pg_postmaster_start_time() < now() - make_interval(secs => :worker_dead_after)))
+      AND (r.lease_until < now() OR j.worker_id IS NOT NULL)
     ORDER BY r.lease_until
     LIMIT :batch_size
     FOR UPDATE OF r SKIP LOCKED
@@ -95,24 +104,52 @@ class Reaped:
     reason: str = "lease_expired"
 
 
-# Settings().worker_dead_after_seconds; callers pass the configured value.
-DEFAULT_WORKER_DEAD_AFTER = 20.0
-
-
 def reap(
     conn: Connection,
     actor: str,
     batch_size: int = 1000,
-    worker_dead_after: float = DEFAULT_WORKER_DEAD_AFTER,
+    dead: Mapping[str, datetime] | None = None,
 ) -> list[Reaped]:
-    """ADR-114 D3: reclaim RUNNING runs whose lease expired or whose worker is dead (its
-    liveness row is older than ``worker_dead_after`` seconds)."""
-    params = {"actor": actor, "batch_size": batch_size, "worker_dead_after": worker_dead_after}
+    """Reclaim RUNNING runs whose lease expired, or whose holder is in ``dead`` (worker id →
+    the liveness token judged stale) and has not beaten since."""
+    dead = dead or {}
+    params = {
+        "actor": actor,
+        "batch_size": batch_size,
+        "dead_ids": list(dead),
+        "dead_tokens": list(dead.values()),
+    }
     rows = conn.execute(_REAP, params).all()
     return [
         Reaped(r.run_id, r.project_id, r.to_status, r.attempt_count, r.lost_worker_id, r.reason)
         for r in rows
     ]
+
+
+# The liveness tokens of the workers holding RUNNING runs, with what identifies the database
+# server that answered (a restart or a failover changes it).
+_TOKENS = text(
+    """
+SELECT current_database() || '@' || pg_postmaster_start_time()::text AS server,
+       w.worker_id, w.seen_at
+FROM (SELECT 1) AS one
+LEFT JOIN awooop_worker w
+       ON w.worker_id IN (SELECT worker_id FROM awooop_run_state WHERE status = 'RUNNING')
+"""
+)
+
+
+@dataclass(frozen=True)
+class Tokens:
+    server: str
+    seen: dict[str, datetime]
+
+
+def liveness_tokens(conn: Connection) -> Tokens:
+    """Each holder's liveness token (its row's ``seen_at``, which every beat changes), and
+    which server answered."""
+    rows = conn.execute(_TOKENS).all()
+    return Tokens(rows[0].server, {r.worker_id: r.seen_at for r in rows if r.worker_id})
 
 
 _MARK_ORPHANS = text(

@@ -1,36 +1,46 @@
 """Worker liveness (DESIGN §9.5): the statements on ``awooop_worker``.
 
 A worker process's lease keeper calls :func:`beat` every few seconds; the reaper
-(:mod:`awooop.store.reaper`) reads the rows to tell a dead worker from a slow one, and its
-pass calls :func:`prune`. All times are the database's ``now()``.
+(:mod:`awooop.store.reaper`) reads each row's ``seen_at`` as a token that every beat changes,
+to tell a dead worker from a slow one, and its pass calls :func:`prune`.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+from datetime import datetime
 
 from sqlalchemy import Connection, text
 
+# ON CONFLICT DO UPDATE works on the row's latest version: a reaper's judgement (a stamp
+# in judged_dead_at) that committed first is returned; one that comes after finds seen_at
+# changed and judges nothing (its compare-and-set on the token fails).
 _BEAT = text(
     """
 INSERT INTO awooop_worker (worker_id, host, pid)
 VALUES (:worker_id, :host, :pid)
 ON CONFLICT (worker_id) DO UPDATE SET seen_at = now()
+RETURNING judged_dead_at
 """
 )
 
 
-def beat(conn: Connection, worker_id: str, host: str | None = None, pid: int | None = None) -> None:
-    """``worker_id`` is alive now: insert its row, or set ``seen_at = now()``."""
-    conn.execute(
+def beat(
+    conn: Connection, worker_id: str, host: str | None = None, pid: int | None = None
+) -> datetime | None:
+    """``worker_id`` is alive now: insert its row, or set ``seen_at = now()``. Returns when
+    the reaper last judged it dead (and took its runs), or None if it never did."""
+    row = conn.execute(
         _BEAT,
         {
             "worker_id": worker_id,
             "host": (host if host is not None else socket.gethostname())[:64],
             "pid": pid if pid is not None else os.getpid(),
         },
-    )
+    ).one()
+    judged_dead_at: datetime | None = row.judged_dead_at
+    return judged_dead_at
 
 
 # A worker still named as the holder of a RUNNING run keeps its row: the reaper decides

@@ -18,6 +18,16 @@ def reap() -> dict[str, int]:
     return {"requeued": len(requeued), "failed": len(reaped) - len(requeued)}
 
 
+@app.task(name="awooop.sweeps.watch_workers")
+def watch_workers() -> dict[str, int]:
+    """The reaper's look at worker liveness, more often than its full pass: a dead worker's
+    runs move within about dead_after + 2 watch intervals."""
+    reaped = sweeps.reap_once(db.get_engine(db.SWEEPS), get_settings(), prune=False)
+    requeued = [r.run_id for r in reaped if r.to_status == states.PENDING]
+    runs.enqueue(requeued)
+    return {"requeued": len(requeued), "failed": len(reaped) - len(requeued)}
+
+
 @app.task(name="awooop.sweeps.resend_orphans")
 def resend_orphans() -> int:
     return runs.enqueue(sweeps.orphans_once(db.get_engine(db.SWEEPS), get_settings()))

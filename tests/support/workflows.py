@@ -7,12 +7,15 @@ sleeps, so a test can SIGKILL the worker process mid-step.
 ``test-fail``: a step that raises.
 ``test-slow``: its ``work`` step appends a line to the run input's ``log`` file, then sleeps
 ``seconds`` — a long step under a live worker.
+``test-cooperative``: its ``act`` step checks ``ctx.lease_held`` before each side effect
+(a line in the input's ``log`` file) for ``seconds``.
 ``test-speaking``: its step logs a line with no fields of its own (log context tests).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from pathlib import Path
@@ -65,6 +68,26 @@ def _fail(ctx: StepContext) -> None:
     raise RuntimeError("the downstream service said no")
 
 
+def _act_while_held(ctx: StepContext) -> dict[str, Any]:
+    """A cooperative long step: before each side effect it reads ``ctx.lease_held``, and each
+    side effect is a line ``effect <pid> <wall time>`` appended to the input's ``log`` file
+    (outside the database, as a restart of a service would be). It stops when the lease is
+    no longer held (a line ``stopped``) or after ``seconds`` (a line ``finished``)."""
+    log = Path(ctx.input["event"]["log"])
+    end = time.monotonic() + float(ctx.input["event"]["seconds"])
+    while time.monotonic() < end:
+        if not ctx.lease_held:
+            with log.open("a") as f:
+                f.write(f"stopped {os.getpid()} {time.time():.6f}\n")
+            return {"stopped": True}
+        with log.open("a") as f:
+            f.write(f"effect {os.getpid()} {time.time():.6f}\n")
+        time.sleep(0.05)
+    with log.open("a") as f:
+        f.write(f"finished {os.getpid()} {time.time():.6f}\n")
+    return {"stopped": False}
+
+
 GATED = register(Workflow("test-gated", 1, [Step("wait", _wait_for_gate), Step("after", _noop)]))
 CRASH = register(
     Workflow(
@@ -74,6 +97,9 @@ CRASH = register(
     )
 )
 SLOW = register(Workflow("test-slow", 1, [Step("work", _sleep_for), Step("after", _noop)]))
+COOPERATIVE = register(
+    Workflow("test-cooperative", 1, [Step("act", _act_while_held), Step("after", _noop)])
+)
 FAIL = register(
     Workflow("test-fail", 1, [Step("first", _noop), Step("broken", _fail), Step("never", _noop)])
 )

@@ -1,14 +1,19 @@
-"""A lease is renewed at least three times per TTL (DESIGN §9.5): settings and workflows that
-break this are refused at start with a message naming what to change."""
+"""The lease protocol's timing rule: a lease is renewed at least three times per TTL, and a
+worker stops believing it holds its runs before the reaper may judge it dead. Settings and
+workflows that break it are refused at start with a message naming what to change; the
+holder's belief lapses exactly when the rule says."""
 
 from __future__ import annotations
+
+import types
 
 import pytest
 
 from awooop import secrets
 from awooop.config import ConfigError, Settings
-from awooop.domain import workflow
+from awooop.domain import timing, workflow
 from awooop.domain.workflow import Step, Workflow
+from awooop.engine import lease
 
 BASE = {
     "AWOOOP_DATABASE_URL": "postgresql://x/y",
@@ -59,16 +64,67 @@ def test_a_workflow_lease_ttl_must_be_positive():
         Workflow("zero-lease", 1, [Step("one", _noop)], lease_ttl_seconds=0)
 
 
-def test_worker_judged_dead_before_three_liveness_intervals_is_refused_naming_both_variables():
+def test_a_worker_whose_belief_would_not_survive_a_failed_beat_is_refused_naming_the_variables():
     with pytest.raises(
         ConfigError,
-        match="AWOOOP_WORKER_DEAD_AFTER_SECONDS=10 .*AWOOOP_WORKER_LIVENESS_INTERVAL_SECONDS=5",
+        match="AWOOOP_WORKER_DEAD_AFTER_SECONDS=10 minus AWOOOP_WORKER_BELIEF_MARGIN_SECONDS=5 "
+        ".*AWOOOP_WORKER_LIVENESS_INTERVAL_SECONDS=5",
     ):
         Settings.from_env({**BASE, "AWOOOP_WORKER_DEAD_AFTER_SECONDS": "10"})
 
 
-def test_default_liveness_timing_moves_a_dead_workers_runs_within_ninety_seconds():
+def test_a_belief_margin_within_the_clock_drift_bound_is_refused():
+    # 2 % of 20 s is 0.4 s: a margin below it could let the reaper act while the worker
+    # still believes, with clocks 1 % apart.
+    with pytest.raises(ConfigError, match="AWOOOP_WORKER_BELIEF_MARGIN_SECONDS=0.3 must be more"):
+        Settings.from_env({**BASE, "AWOOOP_WORKER_BELIEF_MARGIN_SECONDS": "0.3"})
+    Settings.from_env({**BASE, "AWOOOP_WORKER_BELIEF_MARGIN_SECONDS": "0.5"})
+
+
+def test_the_default_rule_holds_for_clocks_one_percent_apart():
     s = Settings.from_env(BASE)
-    assert s.worker_dead_after_seconds >= 3 * s.worker_liveness_interval_seconds
-    # Stale after dead_after, found by the next reaper pass, claimed at once.
-    assert s.worker_dead_after_seconds + s.reaper_interval_seconds < 90
+    rho = timing.CLOCK_RATE_BOUND
+    believes_at_most = (s.worker_dead_after_seconds - s.worker_belief_margin_seconds) / (1 - rho)
+    reaper_acts_at_least = s.worker_dead_after_seconds / (1 + rho)
+    assert believes_at_most < reaper_acts_at_least
+    # A dead worker's runs move within about dead_after + two watch intervals.
+    assert s.worker_dead_after_seconds + 2 * s.worker_watch_interval_seconds < 90
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_belief_lasts_dead_after_minus_margin_from_the_start_of_the_last_committed_beat():
+    clock = Clock()
+    liveness = lease.Liveness(dead_after=20, margin=5, clock=clock)
+    assert liveness.believed()  # no beat attempted: no row to be judged by
+
+    started = liveness.attempting()  # a first beat, whose reply is lost
+    clock.now += 14.9
+    assert liveness.believed()
+    clock.now += 0.1
+    assert not liveness.believed()  # from the first attempt: it may have committed
+
+    started = liveness.attempting()
+    clock.now += 3  # the beat took 3 s to commit: the belief counts from its start
+    liveness.committed(started)
+    clock.now += 11.9
+    assert liveness.believed()
+    clock.now += 0.1
+    assert not liveness.believed()
+
+
+def test_a_lease_is_not_believed_once_its_process_beliefs_lapse():
+    clock = Clock()
+    claim = types.SimpleNamespace(run_id="r", project_id="p", worker_id="w", lease_epoch=1)
+    held = lease.Lease(None, claim, ttl=300, interval=30, clock=clock)  # type: ignore[arg-type]
+    held.liveness = lease.Liveness(dead_after=20, margin=5, clock=clock)
+    held.liveness.committed(held.liveness.attempting())
+    assert held.believed()
+    clock.now += 15
+    assert not held.believed() and not held.lost.is_set()  # exact when read
