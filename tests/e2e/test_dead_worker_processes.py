@@ -32,6 +32,8 @@ TIMINGS = (
     "AWOOOP_TIMER_INTERVAL_SECONDS",
     "AWOOOP_WORKER_LIVENESS_INTERVAL_SECONDS",
     "AWOOOP_WORKER_DEAD_AFTER_SECONDS",
+    "AWOOOP_WORKER_BELIEF_MARGIN_SECONDS",
+    "AWOOOP_WORKER_WATCH_INTERVAL_SECONDS",
 )
 
 
@@ -117,6 +119,7 @@ def _defaults() -> str:
     return (
         f"lease {s.lease_ttl_seconds:g} s, reaper every {s.reaper_interval_seconds:g} s, "
         f"liveness every {s.worker_liveness_interval_seconds:g} s, "
+        f"watched every {s.worker_watch_interval_seconds:g} s, "
         f"dead after {s.worker_dead_after_seconds:g} s"
     )
 
@@ -156,9 +159,12 @@ def test_a_sigkilled_workers_run_is_running_on_another_worker_within_90_s(
 def test_a_live_worker_whose_step_outlives_several_lease_ttls_is_never_taken_over(
     stack, engine, project, tmp_path
 ):
-    # Given a 3 s lease renewed every 1 s, liveness every 1 s, dead after 3 s, reaper every 2 s
+    # Given a 3 s lease renewed every 1 s, liveness every 1 s, dead after 3 s (believed for
+    # 2.5 s after a beat), liveness watched every 0.5 s, reaper every 2 s
     stack.env["AWOOOP_WORKER_LIVENESS_INTERVAL_SECONDS"] = "1"
     stack.env["AWOOOP_WORKER_DEAD_AFTER_SECONDS"] = "3"
+    stack.env["AWOOOP_WORKER_BELIEF_MARGIN_SECONDS"] = "0.5"
+    stack.env["AWOOOP_WORKER_WATCH_INTERVAL_SECONDS"] = "0.5"
     ttl = float(stack.env["AWOOOP_LEASE_TTL_SECONDS"])
     log = tmp_path / "executions"
     seconds = 4 * ttl
@@ -186,6 +192,7 @@ def test_a_live_worker_whose_step_outlives_several_lease_ttls_is_never_taken_ove
     assert run["attempt_count"] == 1
     assert len(log.read_text().splitlines()) == 1
     assert [e for e in db.events(engine, run_id) if e["trigger"] == "reaper"] == []
-    assert maintenance.log().count("awooop.sweeps.reap[") >= 4
+    # (watched every 0.5 s for `seconds`: about 2 x seconds passes)
+    assert maintenance.log().count("awooop.sweeps.watch_workers[") >= seconds
     [liveness] = db.rows(engine, "SELECT * FROM awooop_worker WHERE worker_id = :w", w=worker_id)
     assert (liveness["seen_at"] - liveness["started_at"]).total_seconds() >= seconds - 1
