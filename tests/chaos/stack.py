@@ -5,9 +5,9 @@
 group; optionally two beats and two maintenance workers (``start(beats=2,
 maintenance_workers=2)``) — with the lease, heartbeat, liveness and reaper settings at
 production's ratios (:data:`TIMINGS`) and short orphan and timer sweeps, and stops exactly
-what it started (also when a test fails). A worker is a :class:`Worker`
-handle: its parent and prefork children, SIGKILL of either, SIGSTOP / SIGCONT of the whole
-group, restart, and the ``worker_id`` prefixes (``host:pid:``) its processes write into journals.
+what it started (also when a test fails). A worker is a :class:`Worker` handle: its parent
+and prefork children, SIGKILL of either, SIGSTOP / SIGCONT of the whole group, restart, and
+the ``worker_id`` prefixes (``host:pid:``) its processes write into journals.
 """
 
 from __future__ import annotations
