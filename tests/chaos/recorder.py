@@ -18,6 +18,7 @@ import collections
 import http.server
 import json
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,7 @@ class Call:
     key: str
     body: dict[str, Any]
     duplicate: bool
+    at: float  # when it arrived (the test process's time.monotonic())
 
 
 class Recorder:
@@ -86,7 +88,7 @@ class Recorder:
                 return 503, {"error": "try again"}
             duplicate = key in self.counts
             self.counts[key] += 1
-            self.calls.append(Call(key, body, duplicate))
+            self.calls.append(Call(key, body, duplicate, time.monotonic()))
             if not duplicate:
                 self.first[key] = body
             return 200, {"key": key, "duplicate": duplicate}
@@ -119,6 +121,15 @@ class Recorder:
     def calls_for(self, key: str) -> list[Call]:
         with self._lock:
             return [c for c in self.calls if c.key == key]
+
+    def calls_of(self, run_id: str, what: str) -> list[Call]:
+        """The calls of one run whose body says ``what`` (e.g. ``tick``), in arrival order."""
+        with self._lock:
+            return [
+                c
+                for c in self.calls
+                if c.body.get("run_id") == run_id and c.body.get("what") == what
+            ]
 
     def figures(self) -> dict[str, Any]:
         repeated = self.repeated()

@@ -3,10 +3,11 @@
 :class:`ChaosStack` starts gunicorn (web), two Celery workers (prefork, ``runs`` and
 ``notifications`` queues), the maintenance worker and beat — each in its own process
 group; optionally two beats and two maintenance workers (``start(beats=2,
-maintenance_workers=2)``) — with short lease, heartbeat, reaper, orphan and timer settings,
-and stops exactly what it started (also when a test fails). A worker is a :class:`Worker`
-handle: its parent and prefork children, SIGKILL of either, SIGSTOP / SIGCONT of the whole
-group, restart, and the ``worker_id`` prefixes (``host:pid:``) its processes write into journals.
+maintenance_workers=2)``) — with the lease, heartbeat, liveness and reaper settings at
+production's ratios (:data:`TIMINGS`) and short orphan and timer sweeps, and stops exactly
+what it started (also when a test fails). A worker is a :class:`Worker` handle: its parent
+and prefork children, SIGKILL of either, SIGSTOP / SIGCONT of the whole group, restart, and
+the ``worker_id`` prefixes (``host:pid:``) its processes write into journals.
 """
 
 from __future__ import annotations
@@ -36,22 +37,27 @@ from awooop.store import projects
 from tests.chaos import checks, workflows
 from tests.chaos.providers import Provider
 from tests.chaos.recorder import Recorder
+from tests.support import timings
 from tests.support.netproxy import FaultProxy
 from tests.support.processes import BIN, ROOT, Process, free_port, listening, wait_until
 
-# Short timings so recovery fits in seconds (checked as a deployment would: the heartbeat
-# is at most a third of the lease, see awooop.config.check_lease_timing).
+# The lease, heartbeat, liveness and reaper settings at production's ratios, a tenth of
+# production's length (a 30 s lease renewed every 3 s, a liveness beat every 0.5 s, a worker
+# dead after 2 s, the reaper every 6 s): a worker that stops or loses its database is taken
+# over by the dead-worker path, as in production, long before its lease expires. The orphan,
+# timer and outbox sweeps are short so that recovery fits in seconds.
+TIME_SCALE = 0.1
 TIMINGS = {
-    "AWOOOP_LEASE_TTL_SECONDS": "6",
-    "AWOOOP_HEARTBEAT_INTERVAL_SECONDS": "2",
-    "AWOOOP_REAPER_INTERVAL_SECONDS": "3",
+    **timings.production_ratios(TIME_SCALE),
     "AWOOOP_ORPHAN_AFTER_SECONDS": "5",
     "AWOOOP_ORPHAN_INTERVAL_SECONDS": "2",
     "AWOOOP_TIMER_INTERVAL_SECONDS": "1",
     "AWOOOP_OUTBOX_INTERVAL_SECONDS": "5",
 }
-LEASE_TTL = float(TIMINGS["AWOOOP_LEASE_TTL_SECONDS"])
-REAPER_INTERVAL = float(TIMINGS["AWOOOP_REAPER_INTERVAL_SECONDS"])
+LEASE_TTL = timings.seconds(TIMINGS, "lease_ttl_seconds")
+HEARTBEAT_INTERVAL = timings.seconds(TIMINGS, "heartbeat_interval_seconds")
+REAPER_INTERVAL = timings.seconds(TIMINGS, "reaper_interval_seconds")
+WORKER_DEAD_AFTER = timings.seconds(TIMINGS, "worker_dead_after_seconds")
 HOST = socket.gethostname()[:64]
 
 

@@ -26,6 +26,15 @@ wake-up that ran twice shows as a key seen twice), effects under their ``effect_
 
 A run has ``fail_times + 1 + unknown_polls`` timers (:func:`timer_ids`).
 
+``chaos-cooperative`` v1 — a long handler that acts only while it holds the run (scenarios 9
+and 10), then a report:
+
+- ``act``: for ``event["act_for"]`` seconds, every ``event["tick"]`` seconds, reads
+  ``ctx.lease_held`` and, while it is true, makes a side effect at the recorder (``what`` =
+  ``tick``, a key of its own per call: each is a separate act, timed by the recorder); stops
+  (raises) as soon as it reads false;
+- ``report``: an effect.
+
 A recorder call that gets a 5xx or no answer raises (a transient failure: the step is
 retried with back-off). The event payload comes from the API channel (``POST …/runs``);
 other channels' payloads work too (no ``slow``, no ``reject``).
@@ -38,6 +47,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import urllib.request
 from typing import Any
 
@@ -223,3 +233,39 @@ def executions(run_id: str, fail_times: int, unknown_polls: int) -> set[str]:
     keys.add(execution_key(run_id, "forward", "unsure", 1))
     keys |= {execution_key(run_id, "resolve", "unsure", p) for p in range(1, unknown_polls + 2)}
     return keys
+
+
+# --- chaos-cooperative (scenarios 9 and 10) -----------------------------------------------
+
+COOPERATIVE_NAME = "chaos-cooperative"
+TICK = "tick"
+
+
+def _act(ctx: StepContext) -> dict[str, Any]:
+    event = _event(ctx)
+    act_for = float(event.get("act_for", 0) or 0)
+    tick = float(event.get("tick", 0.2) or 0.2)
+    started = time.monotonic()
+    acts = 0
+    while True:
+        if not ctx.lease_held:
+            raise LeaseLostStop(f"lease lost after {acts} acts: no further side effect")
+        effect(ctx, TICK, f"{ctx.run_id}:{TICK}:{os.getpid()}:{ctx.attempt}:{acts}")
+        acts += 1
+        if time.monotonic() - started >= act_for:
+            return {"acts": acts}
+        ctx.lease_lost.wait(tick)
+
+
+COOPERATIVE = register(
+    Workflow(
+        COOPERATIVE_NAME,
+        1,
+        [
+            Step("act", _act, retry=RETRY),
+            Step("report", _report, retry=RETRY),
+        ],
+        max_attempts=5,
+        description="chaos suite: a long handler that checks its lease before each side effect",
+    )
+)

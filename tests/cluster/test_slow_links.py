@@ -30,16 +30,17 @@ from tests.chaos import checks
 from tests.chaos.providers import api_event
 from tests.cluster import checks as cluster_checks
 from tests.cluster.suite import SUITE
+from tests.support.timings import production_ratios, seconds
 
 WINDOW = SUITE.scaled(120, least=30)  # seconds of arrivals, delays and stalls
 RATE = 4.0  # runs per second
 DELAY, JITTER = 0.100, 0.050
 STALL_SECONDS = (2.0, 8.0)
 STALL_EVERY = (5.0, 15.0)
-DEFAULT_TIMINGS = {
-    "AWOOOP_LEASE_TTL_SECONDS": "300",
-    "AWOOOP_HEARTBEAT_INTERVAL_SECONDS": "30",
-}
+# Production's lease, heartbeat and liveness settings themselves; the reaper alone passes more
+# often than production's (every 3 s, not 60 s), so that a falsely lost lease or liveness
+# would be acted on at once, within the window.
+DEFAULT_TIMINGS = {**production_ratios(1.0), "AWOOOP_REAPER_INTERVAL_SECONDS": "3"}
 
 
 @pytest.mark.timeout(1200)
@@ -100,8 +101,8 @@ def test_slow_and_stalling_links_complete_everything_without_false_lease_loss(
             {
                 "runs": runs,
                 "delay_each_way_ms": f"{DELAY * 1000:.0f} ± {JITTER * 1000:.0f}",
-                "lease_ttl_s": 300,
-                "heartbeat_s": 30,
+                "lease_ttl_s": seconds(DEFAULT_TIMINGS, "lease_ttl_seconds"),
+                "heartbeat_s": seconds(DEFAULT_TIMINGS, "heartbeat_interval_seconds"),
                 "stalls": len(stalls),
                 "stalled_s_total": round(sum(stalls), 1),
                 "longest_stall_s": round(max(stalls, default=0), 1),

@@ -1,0 +1,62 @@
+"""The lease, heartbeat, worker-liveness and reaper settings at production's ratios, scaled
+down together, for the suites that run real processes (``tests/chaos``, ``tests/cluster``).
+
+:func:`production_ratios` multiplies every production default by one factor, so what
+production relies on between them still holds: the heartbeat renews a lease ten times per
+TTL, the reaper passes within a lease, and a worker stops being live (``dead_after``) long
+before its leases expire — the dead-worker takeover, not the lease's expiry, is what hands a
+stalled or cut-off worker's runs to another, as it does in production.
+
+The defaults are read from :class:`awooop.config.Settings`, the one place they are set. A
+setting this checkout does not have yet gets its documented default (:data:`FALLBACKS`); a
+process ignores an ``AWOOOP_*`` variable that is not one of its settings, so the scaled
+environment works before and after that setting exists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+from awooop.config import Settings, variable
+
+# The settings scaled together, by field name.
+SCALED = (
+    "lease_ttl_seconds",
+    "heartbeat_interval_seconds",
+    "reaper_interval_seconds",
+    "worker_liveness_interval_seconds",
+    "worker_dead_after_seconds",
+    "worker_belief_margin_seconds",
+    "worker_liveness_check_seconds",
+)
+# Production defaults of the settings above that Settings may not define yet.
+FALLBACKS = {
+    "worker_belief_margin_seconds": 5.0,
+    "worker_liveness_check_seconds": 10.0,
+}
+
+
+def production_defaults() -> dict[str, float]:
+    """Each setting of :data:`SCALED` → its production default (seconds)."""
+    defaults = Settings()
+    known = {f.name for f in fields(Settings)}
+    return {
+        name: float(getattr(defaults, name)) if name in known else FALLBACKS[name]
+        for name in SCALED
+    }
+
+
+def production_ratios(scale: float) -> dict[str, str]:
+    """The ``AWOOOP_*`` environment of :data:`SCALED`: every production default times
+    ``scale`` (0.1: a 30 s lease renewed every 3 s, liveness every 0.5 s, dead after 2 s, the
+    reaper every 6 s)."""
+    if scale <= 0:
+        raise ValueError(f"scale must be positive, not {scale!r}")
+    return {
+        variable(name): f"{seconds * scale:g}" for name, seconds in production_defaults().items()
+    }
+
+
+def seconds(env: dict[str, str], name: str) -> float:
+    """The value of the setting ``name`` (e.g. ``lease_ttl_seconds``) in ``env``."""
+    return float(env[variable(name)])
