@@ -20,20 +20,12 @@ from awooop.tasks import runs as run_tasks
 from tests.support import runs as test_runs
 from tests.support.netproxy import FaultProxy
 from tests.support.processes import Stack, wait_until
+from tests.support.timings import production_ratios
 
 pytestmark = pytest.mark.slow
 
-# The defaults (lease 300 s, renewal 30 s, reaper 60 s, liveness beat 5 s, dead after 20 s,
-# belief margin 5 s, liveness judged every 10 s), each divided by five.
-SCALED_PRODUCTION = {
-    "AWOOOP_LEASE_TTL_SECONDS": "60",
-    "AWOOOP_HEARTBEAT_INTERVAL_SECONDS": "6",
-    "AWOOOP_REAPER_INTERVAL_SECONDS": "12",
-    "AWOOOP_WORKER_LIVENESS_INTERVAL_SECONDS": "1",
-    "AWOOOP_WORKER_DEAD_AFTER_SECONDS": "4",
-    "AWOOOP_WORKER_BELIEF_MARGIN_SECONDS": "1",
-    "AWOOOP_WORKER_WATCH_INTERVAL_SECONDS": "2",
-}
+# The lease, liveness and reaper defaults, each divided by five.
+SCALED_PRODUCTION = production_ratios(0.2)
 STEP_SECONDS = 40.0
 
 

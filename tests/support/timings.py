@@ -7,15 +7,10 @@ TTL, the reaper passes within a lease, and a worker stops being live (``dead_aft
 before its leases expire — the dead-worker takeover, not the lease's expiry, is what hands a
 stalled or cut-off worker's runs to another, as it does in production.
 
-The defaults are read from :class:`awooop.config.Settings`, the one place they are set. A
-setting this checkout does not have yet gets its documented default (:data:`FALLBACKS`); a
-process ignores an ``AWOOOP_*`` variable that is not one of its settings, so the scaled
-environment works before and after that setting exists.
+The defaults are read from :class:`awooop.config.Settings`, the one place they are set.
 """
 
 from __future__ import annotations
-
-from dataclasses import fields
 
 from awooop.config import Settings, variable
 
@@ -27,23 +22,14 @@ SCALED = (
     "worker_liveness_interval_seconds",
     "worker_dead_after_seconds",
     "worker_belief_margin_seconds",
-    "worker_liveness_check_seconds",
+    "worker_watch_interval_seconds",
 )
-# Production defaults of the settings above that Settings may not define yet.
-FALLBACKS = {
-    "worker_belief_margin_seconds": 5.0,
-    "worker_liveness_check_seconds": 10.0,
-}
 
 
 def production_defaults() -> dict[str, float]:
     """Each setting of :data:`SCALED` → its production default (seconds)."""
     defaults = Settings()
-    known = {f.name for f in fields(Settings)}
-    return {
-        name: float(getattr(defaults, name)) if name in known else FALLBACKS[name]
-        for name in SCALED
-    }
+    return {name: float(getattr(defaults, name)) for name in SCALED}
 
 
 def production_ratios(scale: float) -> dict[str, str]:

@@ -26,7 +26,7 @@ def test_production_ratios_at_one_are_the_production_defaults():
     assert seconds(env, "worker_liveness_interval_seconds") == 5
     assert seconds(env, "worker_dead_after_seconds") == 20
     assert seconds(env, "worker_belief_margin_seconds") == 5
-    assert seconds(env, "worker_liveness_check_seconds") == 10
+    assert seconds(env, "worker_watch_interval_seconds") == 10
 
 
 @pytest.mark.parametrize("scale", [0.1, 0.05, 0.5])
@@ -47,7 +47,9 @@ def test_the_scaled_settings_pass_the_settings_checks(scale):
 
 def test_the_chaos_suite_takes_a_dead_worker_over_before_its_lease_would_expire():
     settings = Settings.from_env({**BASE, **TIMINGS})
-    dead_worker_taken_by = settings.worker_dead_after_seconds + settings.reaper_interval_seconds
+    dead_worker_taken_by = (
+        settings.worker_dead_after_seconds + 2 * settings.worker_watch_interval_seconds
+    )
     assert dead_worker_taken_by < settings.lease_ttl_seconds - settings.heartbeat_interval_seconds
 
 
