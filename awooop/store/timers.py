@@ -135,7 +135,8 @@ FROM changed
 
 # The workflow's run deadline passed: a run still going forward turns back, like a cancel,
 # and ends FAILED (E-SAGA-003) after compensating. A run already compensating, waiting for a
-# person, or finished is left alone.
+# person, or finished is left alone. A run waiting for a tool result keeps waiting for it (or
+# its timeout, kept armed): the result says whether the call is compensated.
 _DEADLINE_PASSED = text(
     f"""
 WITH changed AS (
@@ -143,8 +144,7 @@ WITH changed AS (
     SET saga_status = 'CANCELLING',
         failure_code = 'E-SAGA-003',
         failure_reason = 'the run deadline passed',
-        status = CASE WHEN r.status IN ('WAITING_TOOL', 'WAITING_APPROVAL') THEN 'RESUMED'
-                      ELSE r.status END,
+        status = CASE WHEN r.status = 'WAITING_APPROVAL' THEN 'RESUMED' ELSE r.status END,
         attempt_count = CASE WHEN r.status = 'RUNNING' THEN r.attempt_count ELSE 0 END,
         available_at = now(),
         enqueued_at = now(),
@@ -153,8 +153,13 @@ WITH changed AS (
     WHERE r.run_id = :run_id
       AND r.status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')
       AND r.saga_status IN ('RUNNING', 'WAITING_RESOLUTION')
-    RETURNING r.run_id, r.status
+    RETURNING r.run_id, r.status, r.version
 ), superseded AS ({interventions.SUPERSEDE_PENDING}
+), rearmed AS (
+    UPDATE awooop_timer tm SET expected_version = c.version
+    FROM changed c
+    WHERE tm.run_id = c.run_id AND tm.state = 'PENDING' AND tm.kind = 'tool_timeout'
+      AND c.status = 'WAITING_TOOL'
 )
 INSERT INTO awooop_run_event (run_id, kind, to_status, trigger, trigger_id, detail)
 SELECT run_id, 'saga', status, 'timer', :timer_id,
