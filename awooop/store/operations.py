@@ -83,16 +83,17 @@ WITH prior AS (
            OR t.version = CAST(:expected_version AS bigint))
       AND ({precondition})
     RETURNING r.run_id, t.status AS from_status, r.status AS to_status, r.version,
-              r.saga_status, r.control_state
+              t.version AS from_version, r.saga_status, r.control_state
 ), rearmed AS (
     -- Pause and resume do not move the saga: its pending timers (deferred while paused)
     -- stay valid at the new version. A run still waiting for a tool result keeps that
-    -- result's timeout.
+    -- result's timeout (the one valid until now, not a stale one of an earlier attempt).
     UPDATE awooop_timer tm SET expected_version = c.version
     FROM changed c
     WHERE tm.run_id = c.run_id AND tm.state = 'PENDING'
       AND (CAST(:operation AS text) IN ('pause', 'resume')
-           OR (tm.kind = 'tool_timeout' AND c.to_status = 'WAITING_TOOL'))
+           OR (tm.kind = 'tool_timeout' AND c.to_status = 'WAITING_TOOL'
+               AND tm.expected_version = c.from_version))
 ), settled AS (
     -- The run stops waiting: its pending intervention is this operator's decision (retry:
     -- approved, manual close: rejected); a pending approval is superseded.

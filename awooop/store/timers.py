@@ -72,7 +72,9 @@ def fire_due(conn: Connection, sweeper: str, batch_size: int) -> list[FiredTimer
     ]
 
 
-# The tool timeout timer fired: the missing result is a transient failure of that attempt.
+# The tool timeout timer fired: the missing result is a transient failure of that attempt,
+# if the run still waits for it — its call the step's latest. (Not the run's version: a cancel
+# or the run deadline applied in the same sweep batch moves it, and the run keeps waiting.)
 _TIME_OUT = text(
     """
 WITH changed AS (
@@ -87,7 +89,8 @@ WITH changed AS (
         version = r.version + 1,
         updated_at = now()
     WHERE r.run_id = :run_id AND r.status = 'WAITING_TOOL' AND r.current_step = :step
-      AND r.version = :expected_version
+      AND (SELECT max((e ->> 'attempt')::int) FROM jsonb_array_elements(r.saga_steps) e
+           WHERE e ->> 'step' = :step AND e ->> 'status' = 'DISPATCHED') = :attempt
     RETURNING r.run_id
 )
 INSERT INTO awooop_run_event (run_id, kind, from_status, to_status, trigger, trigger_id, detail)
@@ -156,10 +159,11 @@ WITH changed AS (
     RETURNING r.run_id, r.status, r.version
 ), superseded AS ({interventions.SUPERSEDE_PENDING}
 ), rearmed AS (
+    -- the awaited result's timeout: the one valid until this statement bumped the version
     UPDATE awooop_timer tm SET expected_version = c.version
     FROM changed c
     WHERE tm.run_id = c.run_id AND tm.state = 'PENDING' AND tm.kind = 'tool_timeout'
-      AND c.status = 'WAITING_TOOL'
+      AND c.status = 'WAITING_TOOL' AND tm.expected_version = c.version - 1
 )
 INSERT INTO awooop_run_event (run_id, kind, to_status, trigger, trigger_id, detail)
 SELECT run_id, 'saga', status, 'timer', :timer_id,

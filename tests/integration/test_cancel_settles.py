@@ -7,7 +7,9 @@ from __future__ import annotations
 import threading
 import uuid
 
+from awooop import db as awooop_db
 from awooop.engine import runner, tools
+from awooop.store import timers
 from tests.support import db, waiting
 from tests.support import runs as test_runs
 from tests.support import workflows as wf
@@ -218,3 +220,61 @@ def test_the_run_deadline_waits_for_a_dispatched_tool_call_too(engine, project, 
     assert runner.execute(engine, settings, run_id) == runner.Outcome.FAILED
     assert wf.CALLS[str(run_id)][-2:] == ["undo:hold", "undo:a"]
     assert _ended(engine, run_id) == ("FAILED", "COMPENSATED", "E-SAGA-003")
+
+
+def _tool_timeout_timers(engine, run_id) -> dict[int, dict]:
+    rows = db.rows(
+        engine,
+        "SELECT * FROM awooop_timer WHERE run_id = :r AND kind = 'tool_timeout'",
+        r=run_id,
+    )
+    return {row["attempt"]: row for row in rows}
+
+
+def test_a_cancel_keeps_the_awaited_calls_timeout_and_no_stale_one(engine, project, settings):
+    # Given a tool step on its second call: the first failed, its timeout timer left stale
+    run_id = test_runs.admit(engine, project["project_id"], "test-tool-undone")
+    assert runner.execute(engine, settings, run_id) == runner.Outcome.WAITING_TOOL
+    assert _deliver(engine, project, run_id, "failed")
+    assert runner.execute(engine, settings, run_id) == runner.Outcome.RETRY_SCHEDULED
+    waiting.fire_when_due(engine, settings, run_id, "retry")
+    assert runner.execute(engine, settings, run_id) == runner.Outcome.WAITING_TOOL
+
+    # When an operator cancels
+    _cancel(engine, settings, project, run_id)
+
+    # Then the second call's timeout is valid at the run's new version, the first's is not
+    version = db.run(engine, run_id)["version"]
+    armed = _tool_timeout_timers(engine, run_id)
+    assert armed[2]["expected_version"] == version
+    assert armed[1]["expected_version"] != version
+
+
+def test_a_tool_timeout_swept_with_the_run_deadline_still_applies(engine, project, settings):
+    # Given a run waiting for a tool call, its timeout and its deadline both due in one batch
+    run_id = test_runs.admit(engine, project["project_id"], "test-tool-undone")
+    assert runner.execute(engine, settings, run_id) == runner.Outcome.WAITING_TOOL
+    tool_timer = _tool_timeout_timers(engine, run_id)[1]
+    fired_timeout = timers.FiredTimer(
+        tool_timer["timer_id"],
+        run_id,
+        "tool_timeout",
+        True,
+        0.0,
+        "diagnose",
+        1,
+        tool_timer["expected_version"],
+    )
+    fired_deadline = timers.FiredTimer(f"{run_id}:deadline", run_id, "deadline", True, 0.0)
+
+    # When the deadline's effect is applied first, then the timeout's (same transaction)
+    with awooop_db.transaction(engine) as conn:
+        assert timers.deadline_passed(conn, fired_deadline)
+        timed_out = timers.tool_timed_out(conn, fired_timeout)
+
+    # Then the missing result is still recorded: the run does not wait forever
+    assert timed_out
+    row = db.run(engine, run_id)
+    assert (row["status"], row["saga_status"]) == ("PENDING", "CANCELLING")
+    assert runner.execute(engine, settings, run_id) == runner.Outcome.FAILED
+    assert wf.CALLS[str(run_id)] == ["do:a", "dispatch:diagnose", "undo:a"]
