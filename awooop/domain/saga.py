@@ -20,7 +20,10 @@ The journal (``saga_steps``) is an append-only list of entries:
   next worker turns that result into the attempt's outcome.
 
 The runner asks :func:`next_step`, runs the handler, and asks :func:`decide` what to write.
-Nothing here touches the database or the clock.
+While a cancel (an operator's, or the run deadline's) waits to turn the saga back, it asks
+:func:`next_step` with the :class:`Cancel`: a step whose effect is in doubt is settled first
+(its resolver polled, its tool result awaited, or a person asked), and :func:`cancel` then
+freezes the plan over the steps that happened. Nothing here touches the database or the clock.
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ TOOL_RESULT = "tool_result"
 APPROVAL = "approval"
 # Entries that say something is awaited rather than what happened.
 _AWAITING = (DISPATCHED, REQUESTED)
+# A forward step's latest entries that leave its effect in doubt: a cancel settles them first.
+_IN_DOUBT = (UNKNOWN, HALTED, DISPATCHED)
 
 # Run failure codes (``failure_code``).
 STEP_REJECTED = "E-STEP-001"
@@ -63,6 +68,22 @@ APPROVAL_REJECTED = "E-APPROVAL-001"  # a person said no
 APPROVAL_EXPIRED = "E-APPROVAL-002"  # nobody decided within the approval's TTL
 
 Journal = Sequence[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """A cancel waiting to turn the saga back: its failure code and reason."""
+
+    code: str
+    reason: str
+
+    @classmethod
+    def of(cls, cause: str | None) -> Cancel:
+        """The cancel a CANCELLING run's ``failure_code`` stands for: the run deadline's
+        (E-SAGA-003) or, by default, an operator's (E-SAGA-002)."""
+        code = cause or CANCELLED
+        reason = "the run deadline passed" if code == DEADLINE else "cancelled by an operator"
+        return cls(code, reason)
 
 
 @dataclass(frozen=True)
@@ -169,10 +190,48 @@ def freeze_plan(workflow: Workflow, journal: Journal) -> list[str]:
     return [s.name for s in reversed(workflow.steps) if s.name in succeeded and s.compensate]
 
 
-def next_step(workflow: Workflow, journal: Journal) -> Next | None:
+def dispatched(journal: Journal, nxt: Next) -> bool:
+    """Whether this attempt of a tool step has already sent its call."""
+    return any(
+        e.get("phase") == FORWARD
+        and e.get("step") == nxt.step.name
+        and e.get("attempt") == nxt.attempt
+        and e.get("status") == DISPATCHED
+        for e in journal
+    )
+
+
+def _in_doubt(workflow: Workflow, journal: Journal) -> Next | None:
+    """The forward step whose effect may or may not have happened — its latest forward entry
+    UNKNOWN, HALTED or DISPATCHED — as the attempt that settles it, or None.
+
+    UNKNOWN or HALTED: a resolver poll (a step without a resolver gets one that cannot
+    tell, and goes to a person). DISPATCHED: the tool call's attempt, whose result (or
+    timeout) becomes its outcome. Forward steps run in order, so only the first one not
+    succeeded can be in doubt."""
+    done = forward_outputs(journal)
+    step = next((s for s in workflow.steps if s.name not in done), None)
+    if step is None:
+        return None
+    entries = [e for e in journal if e.get("phase") == FORWARD and e.get("step") == step.name]
+    if not entries or entries[-1].get("status") not in _IN_DOUBT:
+        return None
+    if entries[-1].get("status") == DISPATCHED:
+        return _next(workflow, journal, step, FORWARD)
+    return _next(workflow, journal, step, RESOLVE)
+
+
+def next_step(
+    workflow: Workflow, journal: Journal, cancelling: Cancel | None = None
+) -> Next | None:
     """The step to run now: the first forward step not yet succeeded or, once a plan is
-    frozen, the first planned compensation not yet succeeded. None: nothing is left."""
+    frozen, the first planned compensation not yet succeeded. None: nothing is left.
+
+    ``cancelling`` (a cancel not yet turned into a plan): only the attempt that settles a
+    step in doubt; None: every step that ran has a known outcome, :func:`cancel` now."""
     plan = frozen_plan(journal)
+    if plan is None and cancelling is not None:
+        return _in_doubt(workflow, journal)
     if plan is None:
         done = forward_outputs(journal)
         candidates = [(s, FORWARD) for s in workflow.steps if s.name not in done]
@@ -233,8 +292,14 @@ def decide(
     nxt: Next,
     entry: dict[str, Any],
     rng: random.Random | None = None,
+    cancelling: Cancel | None = None,
 ) -> Decision:
-    """The decision for ``entry``, the outcome of running ``nxt`` (not yet in ``journal``)."""
+    """The decision for ``entry``, the outcome of running ``nxt`` (not yet in ``journal``).
+
+    ``cancelling``: ``nxt`` was the attempt settling a step in doubt before a cancel turns
+    the saga back (:func:`next_step` with the cancel)."""
+    if cancelling is not None and frozen_plan(journal) is None:
+        return _decide_settling(workflow, journal, nxt, entry, cancelling)
     status = entry["status"]
     after = [*journal, entry]
     if status == DISPATCHED:
@@ -295,11 +360,9 @@ def _decide_resolution(
     resolver = nxt.step.resolver
     if status in (SUCCEEDED, REJECTED):
         # The settled outcome is the unknown forward attempt's: same identity, same try.
-        attempt = latest_attempt(journal, nxt.step.name, FORWARD)
+        settled = _settled_forward(journal, nxt, entry)
         tries = recorded_attempts(journal, nxt.step.name, FORWARD)
-        settled = {k: v for k, v in entry.items() if k not in ("phase", "attempt")}
-        settled.update(phase=FORWARD, attempt=attempt, resolved=True)
-        forward = Next(nxt.step, nxt.index, FORWARD, attempt, tries)
+        forward = Next(nxt.step, nxt.index, FORWARD, settled["attempt"], tries)
         follow = decide(workflow, [*journal, entry], forward, settled, rng)
         return Decision(
             follow.kind,
@@ -317,6 +380,63 @@ def _decide_resolution(
         failure_code=OUTCOME_UNKNOWN,
         failure_reason=f"step {nxt.step.name}: outcome still unknown after "
         f"{nxt.tries} resolver polls",
+    )
+
+
+def _settled_forward(journal: Journal, nxt: Next, entry: dict[str, Any]) -> dict[str, Any]:
+    """A resolver's verdict as the outcome of the forward attempt it was asked about (same
+    identity)."""
+    settled = {k: v for k, v in entry.items() if k not in ("phase", "attempt")}
+    settled.update(
+        phase=FORWARD, attempt=latest_attempt(journal, nxt.step.name, FORWARD), resolved=True
+    )
+    return settled
+
+
+def _decide_settling(
+    workflow: Workflow, journal: Journal, nxt: Next, entry: dict[str, Any], cancelling: Cancel
+) -> Decision:
+    """A step in doubt while a cancel waits: once its outcome is known, turn back over what
+    happened (it is compensated if it did). Until then: wait for the tool's result, poll the
+    resolver again within its budget, or hand the run to a person — never a retry of the
+    step itself."""
+    status = entry["status"]
+    step = nxt.step
+    if status == DISPATCHED:  # the call is out: its result (or its timeout) settles it
+        return Decision("wait_tool", [entry], delay=step.tool_timeout or 0.0)
+    settled = [entry]  # a tool call's result: the attempt's outcome
+    if nxt.phase == RESOLVE:
+        if status not in (SUCCEEDED, REJECTED):
+            return _settle_later(nxt, entry, cancelling)
+        settled.append(_settled_forward(journal, nxt, entry))
+    turn = cancel(workflow, [*journal, *settled], cancelling.code, cancelling.reason)
+    return Decision(
+        turn.kind,
+        [*settled, *turn.entries],
+        failure_code=turn.failure_code,
+        failure_reason=turn.failure_reason,
+    )
+
+
+def _settle_later(nxt: Next, entry: dict[str, Any], cancelling: Cancel) -> Decision:
+    """A resolver poll that could not tell, while a cancel waits: poll again (the saga stays
+    CANCELLING) or, past the resolver's budget or without a resolver, ask a person. The
+    escalation keeps the cancel's failure code, so an operator's retry resolution resumes
+    the cancel rather than the saga."""
+    resolver = nxt.step.resolver
+    if resolver is not None and nxt.tries < resolver.max_polls:
+        return Decision("retry", [entry], delay=resolver.poll_interval)
+    why = (
+        f"still unknown after {nxt.tries} resolver polls"
+        if resolver is not None
+        else "unknown and it has no resolver"
+    )
+    return Decision(
+        "escalate",
+        [entry],
+        failure_code=cancelling.code,
+        failure_reason=f"{cancelling.reason}, but whether step {nxt.step.name} happened is "
+        f"{why}: a person must settle it before compensating",
     )
 
 
@@ -363,7 +483,9 @@ def _decide_compensation(
 
 def cancel(workflow: Workflow, journal: Journal, code: str, reason: str) -> Decision:
     """Turn back on a cancel (an operator's, or the run deadline's): freeze the plan over
-    what succeeded so far."""
+    what happened so far — the forward steps that succeeded, a step in doubt included once
+    its resolver settled it as happened. Called when :func:`next_step` with the cancel has
+    nothing left to settle."""
     plan = {
         "phase": PLAN,
         "steps": freeze_plan(workflow, journal),

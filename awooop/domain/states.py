@@ -53,8 +53,8 @@ ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
     RESUMED: frozenset({RUNNING, FAILED, CANCELLED, WAITING_APPROVAL}),
     # segment ends (worker); reaper; step timeout (timer)
     RUNNING: frozenset({PENDING, WAITING_TOOL, WAITING_APPROVAL, COMPLETED, FAILED, CANCELLED}),
-    # tool result or its timeout; cancel / deadline (RESUMED)
-    WAITING_TOOL: frozenset({PENDING, RESUMED, FAILED, CANCELLED, WAITING_APPROVAL}),
+    # tool result or its timeout (a cancel or the deadline waits for them too)
+    WAITING_TOOL: frozenset({PENDING, FAILED, CANCELLED, WAITING_APPROVAL}),
     # a decision, the expiry, an operator's retry, cancel or deadline; manual close
     WAITING_APPROVAL: frozenset({RESUMED, FAILED, CANCELLED}),
     COMPLETED: frozenset(),
@@ -92,11 +92,15 @@ ALLOWED_SAGA_TRANSITIONS: dict[str, frozenset[str]] = {
             "MANUAL_INTERVENTION",
         }
     ),
-    # the worker turns back at its next step boundary
-    "CANCELLING": frozenset({"COMPENSATING", "COMPENSATED"}),
+    # the worker turns back at its next step boundary, once every step's outcome is known;
+    # a step in doubt that nothing settles goes to a person
+    "CANCELLING": frozenset({"COMPENSATING", "COMPENSATED", "MANUAL_INTERVENTION"}),
     "COMPENSATING": frozenset({"COMPENSATED", "MANUAL_INTERVENTION"}),
-    # an operator's retry compensation / retry resolution / manual close
-    "MANUAL_INTERVENTION": frozenset({"COMPENSATING", "WAITING_RESOLUTION", "MANUALLY_CLOSED"}),
+    # an operator's retry compensation / retry resolution (back to the cancel that waited
+    # for it, if any) / manual close
+    "MANUAL_INTERVENTION": frozenset(
+        {"COMPENSATING", "WAITING_RESOLUTION", "CANCELLING", "MANUALLY_CLOSED"}
+    ),
     "COMPENSATED": frozenset(),
     "COMPLETED": frozenset(),
     "MANUALLY_CLOSED": frozenset(),

@@ -8,7 +8,9 @@ the HTTP layer answers with (404, 409, 412); it changes nothing.
 
 A paused run takes no automatic action: claims skip it, its timers wait, and a worker holding
 it stops at the next step boundary. A cancel turns the saga back at the next step boundary
-(or at once when no worker holds it) and ends CANCELLED after compensating.
+(or at once when no worker holds it) and ends CANCELLED after compensating; a step whose
+outcome is in doubt is settled first (its resolver, its tool result, or a person), and only
+the steps that happened are compensated.
 """
 
 from __future__ import annotations

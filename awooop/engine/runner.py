@@ -222,14 +222,15 @@ def _run_steps(
     steering = segments.Steering.of(claim.saga_status, claim.failure_code, claim.paused)
     while True:
         entry: dict[str, Any] | None = None
+        # An operator cancelled, or the deadline passed: settle a step in doubt (poll its
+        # resolver, wait for its tool result, or ask a person), then turn back over what
+        # happened. No other step runs first.
+        cancelling = None
         if steering.cancelling and saga.frozen_plan(journal) is None:
-            # An operator cancelled, or the deadline passed: turn back over what succeeded
-            # (no step runs first).
-            code = steering.cause or saga.CANCELLED
-            reason = (
-                "the run deadline passed" if code == saga.DEADLINE else "cancelled by an operator"
-            )
-            decision = saga.cancel(workflow, journal, code, reason)
+            cancelling = saga.Cancel.of(steering.cause)
+        settling = saga.next_step(workflow, journal, cancelling) if cancelling else None
+        if cancelling is not None and settling is None:
+            decision = saga.cancel(workflow, journal, cancelling.code, cancelling.reason)
             nxt = None
         elif steering.paused:
             lease.keeper().drop(held)  # no renewal in flight races the segment's last write
@@ -248,7 +249,7 @@ def _run_steps(
             log.info("run paused at a step boundary", extra={**fields, "action": "run_paused"})
             return Outcome.PAUSED
         else:
-            nxt = saga.next_step(workflow, journal)
+            nxt = settling or saga.next_step(workflow, journal)
             if nxt is None:
                 # Finishing statements record the last outcome themselves, so a claimed run
                 # always has something left to do.
@@ -275,7 +276,7 @@ def _run_steps(
                     extra={**fields, "action": "lease_lost", "step": nxt.step.name},
                 )
                 return Outcome.LEASE_LOST
-            decision = saga.decide(workflow, journal, nxt, entry)
+            decision = saga.decide(workflow, journal, nxt, entry, cancelling=cancelling)
         if not decision.continues:
             lease.keeper().drop(held)  # no renewal in flight races the segment's last write
         write = functools.partial(
@@ -316,7 +317,7 @@ def _run_steps(
         steering = written
         if not decision.continues:
             outcome = _SEGMENT_ENDS[decision.kind]
-            if decision.failure_code == saga.CANCELLED:
+            if outcome is Outcome.FAILED and decision.failure_code == saga.CANCELLED:
                 outcome = Outcome.CANCELLED
             if outcome in _FINAL_STATUS:
                 metrics.RUNS_FINISHED.labels(_FINAL_STATUS[outcome]).inc()
@@ -446,6 +447,9 @@ def _attempt(
         if delivered is not None:  # the call's result came in: it is this attempt's outcome
             entry.update(status=delivered["status"], tool_event_id=delivered.get("event_id"))
             entry.update({k: delivered[k] for k in ("output", "error") if k in delivered})
+            return entry
+        if saga.dispatched(journal, nxt):  # the call is out: wait for it, never send it twice
+            entry.update(status=saga.DISPATCHED, late_result=nxt.step.late_result)
             return entry
     handler = {
         saga.FORWARD: nxt.step.handler,

@@ -26,12 +26,13 @@ OPERATIONS: dict[str, tuple[str, str]] = {
         "control_state = 'ACTIVE', enqueued_at = now()",
         "t.control_state = 'PAUSED'",
     ),
-    # A running run turns back at its next step boundary; a waiting one is resumed so a
-    # worker can compensate it.
+    # A running run turns back at its next step boundary; one waiting for a person is
+    # resumed so a worker can compensate it. One waiting for a tool result keeps waiting
+    # (its timeout stays armed): the result says whether the call happened, and so whether
+    # it is compensated.
     "cancel": (
         "saga_status = 'CANCELLING', failure_code = 'E-SAGA-002',"
-        " status = CASE WHEN t.status IN ('WAITING_TOOL', 'WAITING_APPROVAL') THEN 'RESUMED'"
-        " ELSE t.status END,"
+        " status = CASE WHEN t.status = 'WAITING_APPROVAL' THEN 'RESUMED' ELSE t.status END,"
         " attempt_count = CASE WHEN t.status = 'RUNNING' THEN r.attempt_count ELSE 0 END,"
         " available_at = now(), enqueued_at = now()",
         f"t.status NOT IN {_TERMINAL} AND t.saga_status IN ('RUNNING', 'WAITING_RESOLUTION')",
@@ -44,8 +45,12 @@ OPERATIONS: dict[str, tuple[str, str]] = {
         "t.saga_status = 'MANUAL_INTERVENTION' AND t.direction = 'BACKWARD'"
         " AND t.status = 'WAITING_APPROVAL'",
     ),
+    # A step whose outcome a cancel (or the deadline) was waiting for goes back to the
+    # cancel: once resolved, the saga turns back.
     "retry_resolution": (
-        "status = 'RESUMED', saga_status = 'WAITING_RESOLUTION', attempt_count = 0,"
+        "status = 'RESUMED', attempt_count = 0,"
+        " saga_status = CASE WHEN t.failure_code IN ('E-SAGA-002', 'E-SAGA-003')"
+        " THEN 'CANCELLING' ELSE 'WAITING_RESOLUTION' END,"
         " available_at = now(), enqueued_at = now(),"
         " saga_steps = r.saga_steps || jsonb_build_array(jsonb_build_object("
         "'phase', 'reset', 'operation_id', CAST(:operation_id AS text), 'recorded_at', now()))",
@@ -64,7 +69,7 @@ WITH prior AS (
     SELECT seq, detail ->> 'operation' AS operation FROM awooop_run_event
     WHERE run_id = :run_id AND trigger = 'operator' AND trigger_id = :operation_id
 ), target AS (
-    SELECT run_id, status, saga_status, control_state, direction, version
+    SELECT run_id, status, saga_status, control_state, direction, version, failure_code
     FROM awooop_run_state
     WHERE run_id = :run_id AND project_id = :project_id
     FOR UPDATE
@@ -78,14 +83,17 @@ WITH prior AS (
            OR t.version = CAST(:expected_version AS bigint))
       AND ({precondition})
     RETURNING r.run_id, t.status AS from_status, r.status AS to_status, r.version,
-              r.saga_status, r.control_state
+              t.version AS from_version, r.saga_status, r.control_state
 ), rearmed AS (
     -- Pause and resume do not move the saga: its pending timers (deferred while paused)
-    -- stay valid at the new version.
+    -- stay valid at the new version. A run still waiting for a tool result keeps that
+    -- result's timeout (the one valid until now, not a stale one of an earlier attempt).
     UPDATE awooop_timer tm SET expected_version = c.version
     FROM changed c
     WHERE tm.run_id = c.run_id AND tm.state = 'PENDING'
-      AND CAST(:operation AS text) IN ('pause', 'resume')
+      AND (CAST(:operation AS text) IN ('pause', 'resume')
+           OR (tm.kind = 'tool_timeout' AND c.to_status = 'WAITING_TOOL'
+               AND tm.expected_version = c.from_version))
 ), settled AS (
     -- The run stops waiting: its pending intervention is this operator's decision (retry:
     -- approved, manual close: rejected); a pending approval is superseded.

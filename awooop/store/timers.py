@@ -72,7 +72,9 @@ def fire_due(conn: Connection, sweeper: str, batch_size: int) -> list[FiredTimer
     ]
 
 
-# The tool timeout timer fired: the missing result is a transient failure of that attempt.
+# The tool timeout timer fired: the missing result is a transient failure of that attempt,
+# if the run still waits for it — its call the step's latest. (Not the run's version: a cancel
+# or the run deadline applied in the same sweep batch moves it, and the run keeps waiting.)
 _TIME_OUT = text(
     """
 WITH changed AS (
@@ -87,7 +89,8 @@ WITH changed AS (
         version = r.version + 1,
         updated_at = now()
     WHERE r.run_id = :run_id AND r.status = 'WAITING_TOOL' AND r.current_step = :step
-      AND r.version = :expected_version
+      AND (SELECT max((e ->> 'attempt')::int) FROM jsonb_array_elements(r.saga_steps) e
+           WHERE e ->> 'step' = :step AND e ->> 'status' = 'DISPATCHED') = :attempt
     RETURNING r.run_id
 )
 INSERT INTO awooop_run_event (run_id, kind, from_status, to_status, trigger, trigger_id, detail)
@@ -135,7 +138,8 @@ FROM changed
 
 # The workflow's run deadline passed: a run still going forward turns back, like a cancel,
 # and ends FAILED (E-SAGA-003) after compensating. A run already compensating, waiting for a
-# person, or finished is left alone.
+# person, or finished is left alone. A run waiting for a tool result keeps waiting for it (or
+# its timeout, kept armed): the result says whether the call is compensated.
 _DEADLINE_PASSED = text(
     f"""
 WITH changed AS (
@@ -143,8 +147,7 @@ WITH changed AS (
     SET saga_status = 'CANCELLING',
         failure_code = 'E-SAGA-003',
         failure_reason = 'the run deadline passed',
-        status = CASE WHEN r.status IN ('WAITING_TOOL', 'WAITING_APPROVAL') THEN 'RESUMED'
-                      ELSE r.status END,
+        status = CASE WHEN r.status = 'WAITING_APPROVAL' THEN 'RESUMED' ELSE r.status END,
         attempt_count = CASE WHEN r.status = 'RUNNING' THEN r.attempt_count ELSE 0 END,
         available_at = now(),
         enqueued_at = now(),
@@ -153,8 +156,14 @@ WITH changed AS (
     WHERE r.run_id = :run_id
       AND r.status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')
       AND r.saga_status IN ('RUNNING', 'WAITING_RESOLUTION')
-    RETURNING r.run_id, r.status
+    RETURNING r.run_id, r.status, r.version
 ), superseded AS ({interventions.SUPERSEDE_PENDING}
+), rearmed AS (
+    -- the awaited result's timeout: the one valid until this statement bumped the version
+    UPDATE awooop_timer tm SET expected_version = c.version
+    FROM changed c
+    WHERE tm.run_id = c.run_id AND tm.state = 'PENDING' AND tm.kind = 'tool_timeout'
+      AND c.status = 'WAITING_TOOL' AND tm.expected_version = c.version - 1
 )
 INSERT INTO awooop_run_event (run_id, kind, to_status, trigger, trigger_id, detail)
 SELECT run_id, 'saga', status, 'timer', :timer_id,

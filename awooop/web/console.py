@@ -96,7 +96,8 @@ EXPLANATIONS = {
     "wait, and a worker holding it stops at the next step boundary.",
     "resume": "The run becomes active again and its waiting timers are re-armed.",
     "cancel": "The saga turns back at the next step boundary, compensates what it did, and "
-    "ends CANCELLED.",
+    "ends CANCELLED. A step whose outcome is in doubt is settled first (its resolver, its "
+    "tool result, or you), so only what happened is undone.",
     "retry_compensation": "The compensation's retry budget is reset and the rollback "
     "carries on from the step that stopped it.",
     "retry_resolution": "The step that stopped the run is resolved again: its resolver "

@@ -14,13 +14,25 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 from awooop import db as awooop_db
-from awooop.engine import runner, sweeps
+from awooop.engine import runner, sweeps, tools
 from awooop.store import approvals, operations, timers
 from tests.support import db, waiting
 from tests.support import runs as test_runs
 from tests.support import workflows as wf
 
-OUTCOMES = list(wf.HELD_STEPS)
+# The step ends with a known outcome: the intent turns the saga back at once.
+OUTCOMES = ["succeed", "complete", "fail", "reject", "approval"]
+# The step's effect is left in doubt: the intent settles it first.
+IN_DOUBT = {
+    # the resolver cannot tell yet: polled again later, the intent kept
+    "unknown": (runner.Outcome.RETRY_SCHEDULED, "PENDING", "CANCELLING"),
+    # nothing can settle it: a person decides, nothing compensated; the intent kept
+    "unknown-no-resolver": (runner.Outcome.ESCALATED, "WAITING_APPROVAL", "MANUAL_INTERVENTION"),
+    "halt": (runner.Outcome.ESCALATED, "WAITING_APPROVAL", "MANUAL_INTERVENTION"),
+    # the call went out: wait for its result (or timeout), the intent kept
+    "tool": (runner.Outcome.WAITING_TOOL, "WAITING_TOOL", "CANCELLING"),
+}
+assert sorted([*OUTCOMES, *IN_DOUBT]) == sorted(wf.HELD_STEPS)
 
 
 def _cancel(engine, settings, project, run_id) -> None:
@@ -71,6 +83,61 @@ def test_an_intent_recorded_while_a_step_runs_survives_however_the_step_ends(
     hold = [e for e in row["saga_steps"] if e.get("step") == "hold" and e["phase"] == "forward"]
     assert len(hold) == 1
     assert db.count(engine, "awooop_approval", "run_id = :r", r=run_id) == 0
+
+
+@pytest.mark.parametrize("intent", ["cancel", "deadline"])
+@pytest.mark.parametrize("outcome", list(IN_DOUBT))
+def test_an_intent_recorded_while_a_step_runs_settles_a_step_left_in_doubt_first(
+    engine, project, settings, outcome, intent
+):
+    # Given a worker inside step "hold", held on a gate
+    gate = uuid.uuid4().hex
+    wf.GATES[gate] = threading.Event()
+    name = f"test-held-{outcome}" + ("-deadline" if intent == "deadline" else "")
+    run_id = test_runs.admit(
+        engine, project["project_id"], name, {"gate": gate, "outcome": outcome}
+    )
+    worker, result = test_runs.execute_in_thread(engine, settings, run_id)
+    waiting.until(lambda: db.run(engine, run_id)["current_step"] == "hold", what="step hold")
+
+    # When the operator cancels (or the deadline passes) and then the step ends in doubt
+    if intent == "cancel":
+        _cancel(engine, settings, project, run_id)
+    else:
+        _fire_deadline(engine, settings, run_id)
+    wf.GATES[gate].set()
+    worker.join(timeout=20)
+
+    # Then nothing is compensated yet: the step's outcome is being settled, the intent kept
+    expected, status, saga_status = IN_DOUBT[outcome]
+    cause = "E-SAGA-002" if intent == "cancel" else "E-SAGA-003"
+    row = db.run(engine, run_id)
+    assert result == [expected]
+    assert (row["status"], row["saga_status"], row["failure_code"]) == (
+        status,
+        saga_status,
+        cause,
+    )
+    calls = wf.CALLS[str(run_id)]
+    assert calls == ["do:a", "do:hold"]  # nothing undone, nothing run again
+    assert not [e for e in row["saga_steps"] if e["phase"] == "plan"]
+    if outcome != "tool":
+        return
+    # and once the tool's result says the call happened, it is undone with the rest
+    delivered = tools.deliver_result(
+        engine,
+        project["project_id"],
+        run_id,
+        event_id="evt-1",
+        step="hold",
+        status="succeeded",
+        output={},
+    )
+    assert delivered.delivery.accepted
+    runner.execute(engine, settings, run_id)
+    row = db.run(engine, run_id)
+    assert (row["saga_status"], row["failure_code"]) == ("COMPENSATED", cause)
+    assert wf.CALLS[str(run_id)] == ["do:a", "do:hold", "undo:hold", "undo:a"]
 
 
 def test_the_test_database_refuses_a_transition_the_state_machine_does_not_list(

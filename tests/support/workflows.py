@@ -317,6 +317,17 @@ TOOL = register(
         ],
     )
 )
+TOOL_UNDONE = register(
+    Workflow(
+        "test-tool-undone",
+        1,
+        [
+            Step("a", _do, compensate=_undo),
+            Step("diagnose", _dispatch, compensate=_undo, tool_timeout=30.0, retry=FAST_RETRY),
+            Step("report", _do),
+        ],
+    )
+)
 TOOL_SHORT = register(
     Workflow(
         "test-tool-timeout",
