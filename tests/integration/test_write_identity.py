@@ -112,7 +112,9 @@ def _tool_result(engine, project, run_id) -> None:
 
 
 def _approve(engine, project, run_id) -> None:
-    (approval,) = db.rows(engine, "SELECT token_hash FROM awooop_approval WHERE run_id = :r", r=run_id)
+    (approval,) = db.rows(
+        engine, "SELECT token_hash FROM awooop_approval WHERE run_id = :r", r=run_id
+    )
     with engine.connect() as conn:
         decided = approvals.decide(
             conn,
@@ -176,7 +178,8 @@ def test_a_committed_segment_end_whose_reply_was_lost_is_read_as_landed_after_an
     if ending == "wait_approval":  # and the prompt it queued is sent now
         prompts = db.rows(
             engine,
-            "SELECT message_id FROM awooop_outbox WHERE run_id = :r AND purpose = 'approval_prompt'",
+            "SELECT message_id FROM awooop_outbox"
+            " WHERE run_id = :r AND purpose = 'approval_prompt'",
             r=run_id,
         )
         assert prompts and {p["message_id"] for p in prompts} <= set(notified)
