@@ -12,7 +12,7 @@ run deadline. Every write here is a compare-and-set on where this worker last sa
 intent. Each goes through one segment commit (:meth:`_Segment.commit`), which says what
 happened: the write was applied (on this try, or an earlier one whose reply was lost —
 known by the identity the write carries); an intent was recorded meanwhile (the runner
-keeps the step's outcome in the journal and decides again from the intent, DESIGN §9.2);
+keeps the step's outcome in the journal and decides again from the intent);
 or the lease is lost. A miss that no intent explains while the lease is still held, and a
 worker that stopped believing in its lease, hand the run back at once. A write the database
 refuses for good (not a transient error) sends the run to a person at once (E-RUN-002).

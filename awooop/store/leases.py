@@ -9,7 +9,7 @@ that:
 
 - never replaces an intent someone else recorded while the worker ran (an operator's cancel,
   the run deadline: both move ``saga_status`` to CANCELLING);
-- applied twice is applied once, so a write whose reply was lost can be retried (DESIGN §9.4).
+- applied twice is applied once, so a write whose reply was lost can be retried.
 
 Each segment write stamps its own identity (:data:`STAMP`, ``last_write_id``). When one
 matched no row, :func:`after_miss` reads the run back once and says which of three things

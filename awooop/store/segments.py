@@ -6,7 +6,7 @@ lease, the saga status the holder last saw and the journal's length — and stam
 write's identity (:data:`awooop.store.leases.STAMP`). Each returns where it left the run
 (:class:`awooop.store.leases.Position`), or None when it matched no row and wrote nothing:
 the caller asks :func:`awooop.store.leases.after_miss` whether an earlier try of it committed,
-an intent was recorded meanwhile (DESIGN §9.2), or the lease is gone. Each statement that
+an intent was recorded meanwhile, or the lease is gone. Each statement that
 changes the run's state bumps ``version`` and writes one ``awooop_run_event`` row.
 """
 

@@ -1,5 +1,5 @@
 """A worker recognises its own committed write by the identity the write carries, never by
-the journal's length (DESIGN §9.4); a miss while its lease is still held hands the run back
+the journal's length; a miss while its lease is still held hands the run back
 at once. Each interleaving is forced: the other actor commits from inside the worker's
 statement hook, between the worker's statement and its (lost) reply."""
 
