@@ -390,9 +390,7 @@ def _run_steps(workflow: Workflow, segment: _Segment) -> Outcome:
                     journal += kept
                 continue
             if decision.kind == "wait_approval" and done.after_lost_reply:
-                # the prompt it queued was not sent with the reply that was lost
-                with segment.engine.connect() as conn:
-                    segment.send(approval_rows.unsent_prompts(conn, claim.run_id))
+                _send_unsent_prompts(segment)
             journal += decision.entries
             if not decision.continues:
                 outcome = _SEGMENT_ENDS[decision.kind]
@@ -411,6 +409,20 @@ def _run_steps(workflow: Workflow, segment: _Segment) -> Outcome:
                 return outcome
     except _WriteRefused as refused:
         return _escalate_refused(segment, entry, refused)
+
+
+def _send_unsent_prompts(segment: _Segment) -> None:
+    """An approval request committed but its reply was lost, and with it the prompt's
+    message ids: send the run's unsent prompts now (the outbox sweep sends them otherwise)."""
+    try:
+        with segment.engine.connect() as conn:
+            segment.send(approval_rows.unsent_prompts(conn, segment.claim.run_id))
+    except exc.DBAPIError:
+        log.warning(
+            "could not look up the approval prompt to send; the outbox sweep sends it",
+            exc_info=True,
+            extra={**_fields(segment.claim), "action": "prompt_lookup_failed"},
+        )
 
 
 def _pause_release(
