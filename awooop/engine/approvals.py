@@ -22,7 +22,7 @@ from awooop.domain import saga
 from awooop.domain.workflow import Step
 from awooop.outbound import messages
 from awooop.store import approvals
-from awooop.store.leases import Claim
+from awooop.store.leases import Claim, Position
 
 log = logging.getLogger("awooop.engine.approvals")
 
@@ -75,9 +75,11 @@ def request(
     attempt: int,
     entries: list[dict[str, Any]],
     settings: Settings,
-) -> list[uuid.UUID] | None:
-    """Create the approval, queue its prompt and release the run, in one fenced statement.
-    The prompt's outbox message ids; None when the lease was lost."""
+    write_id: uuid.UUID | None = None,
+) -> tuple[Position, list[uuid.UUID]] | None:
+    """Create the approval, queue its prompt and release the run, in one fenced statement
+    (identity ``write_id``): where it left the run and the prompt's outbox message ids; None
+    when it matched no row."""
     approval = step.approval
     assert approval is not None
     token = crypto.new_token(32)
@@ -115,6 +117,7 @@ def request(
         approvers=_approvers(step, claim.input, targets),
         prompt=prompt,
         messages=prompts,
+        write_id=write_id,
     )
 
 

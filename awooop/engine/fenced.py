@@ -3,9 +3,10 @@
 Every fenced write is a compare-and-set on the lease, the saga status the holder saw and the
 journal's length, so applying it twice is applying it once. That makes it safe to try again
 after a transient error — even one whose statement committed before its reply was lost: the
-second try matches no row, and :func:`landed` tells the caller its first one did. A write
-that still fails after ``AWOOOP_WRITE_RETRIES`` tries raises :class:`GaveUp`; the runner then
-hands the run back so another worker can claim it at once.
+second try matches no row, and the identity the write carries tells the caller that its
+first one did (:func:`awooop.store.leases.after_miss`). A write that still fails after
+``AWOOOP_WRITE_RETRIES`` tries raises :class:`GaveUp`; the runner then hands the run back so
+another worker can claim it at once. :func:`hand_back` is that release, fenced.
 
 Retrying a statement on a transient error is what DBOS's ``@db_retry`` does for its system
 database; written here rather than taken from a retry library because the classification
@@ -23,6 +24,7 @@ from typing import TypeVar
 from sqlalchemy import Connection, Engine, exc
 
 from awooop.config import Settings
+from awooop.store import leases
 
 log = logging.getLogger("awooop.engine.fenced")
 
@@ -58,7 +60,7 @@ def backoff(settings: Settings, retry: int, rng: random.Random | None = None) ->
     return ceiling * (rng or random).uniform(0.5, 1.0)
 
 
-def write(
+def run_with_retries(
     engine: Engine,
     settings: Settings,
     statement: Callable[[Connection], T],
@@ -67,7 +69,7 @@ def write(
 ) -> tuple[T, bool]:
     """Run ``statement`` (one fenced compare-and-set) on a fresh connection, again after a
     transient error. Returns its result and whether it was retried (then a "no row matched"
-    may mean an earlier try committed: ask :func:`awooop.store.leases.landed`).
+    may mean an earlier try committed: ask :func:`awooop.store.leases.after_miss`).
 
     ``abandoned``: whether the write can no longer matter (the lease is known to be lost);
     then a failed try is not repeated — each try may wait out a lock timeout, and a worker
@@ -96,3 +98,39 @@ def write(
             retried = True
             time.sleep(delay)  # back-off between tries, not a synchronisation
     raise AssertionError("unreachable")
+
+
+def hand_back(engine: Engine, settings: Settings, claim: leases.Claim, reason: str) -> bool:
+    """Release a run whose holder stops while its lease may still be held — the run moved in
+    a way no intent explains, or the holder stopped believing in its lease — so that another
+    worker claims it at once instead of after the lease expires, and without counting the
+    claim against the crash budget. Fenced by the lease and the journal's length as ``claim``
+    saw it (:data:`awooop.store.leases.HELD_AT`): a lease already gone, or a journal grown
+    since, releases nothing. Tried again on transient errors (the database may just be
+    answering again); False when nothing was released."""
+    fields = {
+        "run_id": str(claim.run_id),
+        "project_id": claim.project_id,
+        "worker_id": claim.worker_id,
+        "lease_epoch": claim.lease_epoch,
+    }
+    try:
+        released, _ = run_with_retries(
+            engine,
+            settings,
+            lambda conn: leases.release(conn, claim, 0.0, reason, refund=True),
+            "hand_back",
+        )
+    except (GaveUp, exc.DBAPIError):
+        log.warning(
+            "could not hand the run back; its lease will expire",
+            exc_info=True,
+            extra={**fields, "action": "release_failed", "reason": reason},
+        )
+        return False
+    if released:
+        log.info(
+            "lease still held when the worker stopped; run handed back",
+            extra={**fields, "action": "run_released", "reason": reason},
+        )
+    return released

@@ -107,6 +107,10 @@ class Lease:
             return False
         return self.liveness is None or self.liveness.believed(now)
 
+    def unbelieved(self) -> bool:
+        """``not believed()``: whether a write should no longer be retried."""
+        return not self.believed()
+
     def renew_now(self) -> bool:
         """Renew immediately (a long step's ``ctx.heartbeat()``); False once the lease is lost.
 

@@ -6,11 +6,16 @@ is never re-executed after a crash: the journal says what is done. A segment end
 run completes, fails after compensation, waits for a retry, needs a person, or the lease is
 lost (then nothing more is written).
 
-Someone else may record an intent while a step runs — an operator's cancel, the run
-deadline. Every write here is a compare-and-set on where this worker last saw the run
+Someone else may record an intent while a step runs — an operator's pause or cancel, the
+run deadline. Every write here is a compare-and-set on where this worker last saw the run
 (:data:`awooop.store.leases.FENCE`), so such a write matches no row instead of replacing the
-intent; the runner then reads the run back, keeps the step's outcome in the journal and
-decides again from the intent (DESIGN §9.2).
+intent. Each goes through one segment commit (:meth:`_Segment.commit`), which says what
+happened: the write was applied (on this try, or an earlier one whose reply was lost —
+known by the identity the write carries); an intent was recorded meanwhile (the runner
+keeps the step's outcome in the journal and decides again from the intent);
+or the lease is lost. A miss that no intent explains while the lease is still held, and a
+worker that stopped believing in its lease, hand the run back at once. A write the database
+refuses for good (not a transient error) sends the run to a person at once (E-RUN-002).
 """
 
 from __future__ import annotations
@@ -19,13 +24,13 @@ import enum
 import functools
 import json
 import logging
+import re
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, exc
 
 from awooop import db, logs, metrics
 from awooop.config import Settings
@@ -34,12 +39,15 @@ from awooop.domain.workflow import Halt, Reject, StepContext, Unknown, Workflow
 from awooop.engine import approvals, fenced, identity, lease
 from awooop.engine.lease import Lease
 from awooop.outbound import messages
+from awooop.store import approvals as approval_rows
 from awooop.store import leases, segments
 from awooop.workflows import registry
 
 log = logging.getLogger("awooop.engine.runner")
 
 WORKFLOW_UNAVAILABLE_RETRY_SECONDS = 60.0
+# The run's failure code when the database refused one of its worker's writes for good.
+WRITE_REFUSED = "E-RUN-002"
 
 
 class Outcome(enum.Enum):
@@ -76,7 +84,10 @@ _FINAL_STATUS = {
 
 # Sends the outbox messages a segment queued (after their statement committed).
 Notify = Callable[[list[uuid.UUID]], object]
-_T = TypeVar("_T")
+# One fenced segment statement: given the claim it is fenced by and its identity, where it
+# left the run, or None when it matched no row.
+Statement = Callable[[Connection, leases.Claim, uuid.UUID], leases.Position | None]
+Committed = leases.Applied | leases.Intent | leases.Lost
 
 
 def execute(
@@ -161,16 +172,19 @@ def _drive(
         return Outcome.LEASE_LOST
     keeper = lease.keeper()
     keeper.hold(held)
+    segment = _Segment(engine, settings, notify, held, claim)
     try:
-        return _run_steps(engine, claim, workflow, held, _Segment(engine, settings, notify, held))
+        return _run_steps(workflow, segment)
     except fenced.GaveUp as gave_up:
-        if held.lost.is_set():  # nothing to give back: the run is someone else's now
+        if not held.believed():
             log.warning(
                 "lease lost while the database refused a write",
                 extra={**_fields(claim), "action": "lease_lost", "reason": str(gave_up)},
             )
+            # the lease may still be ours if only our belief in it expired
+            fenced.hand_back(engine, settings, segment.claim, "lease_lost")
             return Outcome.LEASE_LOST
-        return _give_back(engine, claim, gave_up)
+        return _give_back(engine, segment.claim, gave_up)
     finally:
         keeper.drop(held)
 
@@ -193,216 +207,313 @@ def _give_back(engine: Engine, claim: leases.Claim, gave_up: fenced.GaveUp) -> O
     return Outcome.RELEASED
 
 
+class _WriteRefused(Exception):
+    """The database refused a fenced write for good (not a transient error)."""
+
+    def __init__(self, what: str, error: exc.DBAPIError) -> None:
+        super().__init__(f"{what}: {type(error.orig).__name__}: {error.orig}")
+        self.what = what
+        self.error = error
+
+
 class _Segment:
-    """What writing a segment's decisions needs beyond the claim."""
+    """The segment being driven: the claim as the holder last saw the run, and what
+    committing a write needs beyond it."""
 
     def __init__(
-        self, engine: Engine, settings: Settings, notify: Notify | None, held: Lease
+        self,
+        engine: Engine,
+        settings: Settings,
+        notify: Notify | None,
+        held: Lease,
+        claim: leases.Claim,
     ) -> None:
         self.engine = engine
         self.settings = settings
         self.notify = notify
         self.held = held
+        self.claim = claim
 
-    def write(self, statement: Callable[[Connection], _T], what: str) -> tuple[_T, bool]:
-        """One fenced statement, retried on transient errors while the lease may still be
-        held: (its result, retried)."""
-        return fenced.write(self.engine, self.settings, statement, what, self.held.lost.is_set)
+    def commit(self, statement: Statement, what: str, ends_segment: bool) -> Committed:
+        """Commit one fenced write under a fresh identity, retried on transient errors while
+        the lease may still be held, and say what happened:
+
+        - :class:`~awooop.store.leases.Applied`: it committed (on this try, or an earlier one
+          whose reply was lost); the claim moves to where it left the run;
+        - :class:`~awooop.store.leases.Intent`: the lease is still ours and an operator or a
+          timer recorded an intent meanwhile; the claim moves to the run as it is now;
+        - :class:`~awooop.store.leases.Lost`: the lease is gone — or still ours but the run
+          moved in a way no intent explains, and then the run is handed back at once.
+
+        ``ends_segment``: no renewal is in flight while it runs (so none races it into a
+        false "lease lost"); renewals start again if an intent lets the segment go on.
+        :class:`_WriteRefused` when the database refused the write for good."""
+        claim, write_id = self.claim, uuid.uuid4()
+        if ends_segment:
+            lease.keeper().drop(self.held)
+        try:
+            written, _ = fenced.run_with_retries(
+                self.engine,
+                self.settings,
+                lambda conn: statement(conn, claim, write_id),
+                what,
+                self.held.unbelieved,
+            )
+            result: Committed
+            if written is not None:
+                result = leases.Applied(written)
+            else:
+                result, _ = fenced.run_with_retries(
+                    self.engine,
+                    self.settings,
+                    lambda conn: leases.after_miss(conn, claim, write_id, ends_segment),
+                    "after_miss",
+                    self.held.unbelieved,
+                )
+        except exc.DBAPIError as error:  # transient errors were retried (or gave up)
+            raise _WriteRefused(what, error) from error
+        if isinstance(result, leases.Lost):
+            self._stop(result)
+            return result
+        if isinstance(result, leases.Intent):
+            log.info(
+                "intent recorded while the step ran; deciding again",
+                extra={
+                    **_fields(claim),
+                    "action": "intent_noticed",
+                    "saga_status": result.position.saga_status,
+                    "failure_code": result.position.failure_code,
+                    "paused": result.position.paused,
+                },
+            )
+            if ends_segment:
+                lease.keeper().hold(self.held)  # the segment goes on: keep renewing
+        self.claim = claim.advanced(result.position)
+        # The keeper's view of the claim follows, so a release it makes is fenced where the
+        # runner last saw the run.
+        self.held.claim = self.claim
+        return result
+
+    def _stop(self, lost: leases.Lost) -> None:
+        """A write matched no row and the lease is not ours to go on with (counted once,
+        where noticed first). A lease row still ours is handed back now."""
+        if not self.held.lost.is_set():
+            self.held.lost.set()
+            metrics.LEASE_LOSSES.labels("write").inc()
+        if lost.held is not None:
+            fenced.hand_back(
+                self.engine, self.settings, self.claim.advanced(lost.held), "unexplained_change"
+            )
+        log.warning(
+            "lease lost; result discarded", extra={**_fields(self.claim), "action": "lease_lost"}
+        )
 
     def send(self, message_ids: list[uuid.UUID]) -> None:
         if message_ids and self.notify is not None:
             self.notify(message_ids)
 
 
-def _run_steps(
-    engine: Engine, claim: leases.Claim, workflow: Workflow, held: Lease, segment: _Segment
-) -> Outcome:
-    fields = _fields(claim)
-    journal = list(claim.saga_steps)
-    steering = segments.Steering.of(claim.saga_status, claim.failure_code, claim.paused)
-    while True:
-        entry: dict[str, Any] | None = None
-        # An operator cancelled, or the deadline passed: settle a step in doubt (poll its
-        # resolver, wait for its tool result, or ask a person), then turn back over what
-        # happened. No other step runs first.
-        cancelling = None
-        if steering.cancelling and saga.frozen_plan(journal) is None:
-            cancelling = saga.Cancel.of(steering.cause)
-        settling = saga.next_step(workflow, journal, cancelling) if cancelling else None
-        if cancelling is not None and settling is None:
-            decision = saga.cancel(workflow, journal, cancelling.code, cancelling.reason)
-            nxt = None
-        elif steering.paused:
-            lease.keeper().drop(held)  # no renewal in flight races the segment's last write
-            paused, retried = segment.write(
-                functools.partial(segments.pause_release, c=claim), "pause_release"
-            )
-            if not paused and retried:
-                paused = _landed(segment, claim, 0, ends_segment=True) is not None
-            if not paused:
-                lease.keeper().hold(held)
-                moved = _moved_meanwhile(segment, claim, held)
-                if moved is None:
+def _run_steps(workflow: Workflow, segment: _Segment) -> Outcome:
+    fields = _fields(segment.claim)
+    journal = list(segment.claim.saga_steps)
+    entry: dict[str, Any] | None = None
+    try:
+        while True:
+            entry = None
+            claim = segment.claim
+            # An operator cancelled, or the deadline passed: settle a step in doubt (poll
+            # its resolver, wait for its tool result, or ask a person), then turn back over
+            # what happened. No other step runs first.
+            cancelling = None
+            if claim.position.cancelling and saga.frozen_plan(journal) is None:
+                cancelling = saga.Cancel.of(claim.position.cause)
+            settling = saga.next_step(workflow, journal, cancelling) if cancelling else None
+            if cancelling is not None and settling is None:
+                decision = saga.cancel(workflow, journal, cancelling.code, cancelling.reason)
+                nxt = None
+            elif claim.paused:
+                paused = segment.commit(_pause_release, "pause_release", ends_segment=True)
+                if isinstance(paused, leases.Lost):
                     return Outcome.LEASE_LOST
-                claim, steering = moved
-                continue
-            log.info("run paused at a step boundary", extra={**fields, "action": "run_paused"})
-            return Outcome.PAUSED
-        else:
-            nxt = settling or saga.next_step(workflow, journal)
-            if nxt is None:
-                # Finishing statements record the last outcome themselves, so a claimed run
-                # always has something left to do.
-                raise AssertionError(f"run {claim.run_id} claimed with nothing left to do")
-            if nxt.phase == saga.FORWARD and nxt.step.timeout and not nxt.step.is_tool:
-                arm = functools.partial(
-                    segments.arm_step_timeout,
-                    c=claim,
-                    step=nxt.step.name,
-                    attempt=nxt.attempt,
-                    timeout=nxt.step.timeout,
-                )
-                armed, _ = segment.write(arm, "arm_step_timeout")
-                if not armed:
-                    moved = _moved_meanwhile(segment, claim, held)
-                    if moved is None:
-                        return Outcome.LEASE_LOST
-                    claim, steering = moved
+                if isinstance(paused, leases.Intent):  # resumed, or cancelled, meanwhile
                     continue
-            entry = _attempt(claim, nxt, journal, held)
-            if not held.believed():
-                log.warning(
-                    "lease lost during step; result not recorded",
-                    extra={**fields, "action": "lease_lost", "step": nxt.step.name},
-                )
-                return Outcome.LEASE_LOST
-            decision = saga.decide(workflow, journal, nxt, entry, cancelling=cancelling)
-        if not decision.continues:
-            lease.keeper().drop(held)  # no renewal in flight races the segment's last write
-        write = functools.partial(
-            _write,
-            claim=claim,
-            workflow=workflow,
-            journal=journal,
-            nxt=nxt,
-            d=decision,
-            segment=segment,
-        )
-        written, retried = segment.write(write, decision.kind)
-        if written is None and retried:
-            # An earlier try may have committed before its reply was lost.
-            done = _landed(segment, claim, len(decision.entries), not decision.continues)
-            if done is not None:
-                written = segments.Steering.of(done.saga_status, done.failure_code, done.paused)
-        if written is None:
-            if not decision.continues:
-                lease.keeper().hold(held)  # the segment may go on: keep renewing
-            moved = _moved_meanwhile(segment, claim, held)
-            if moved is None:
-                return Outcome.LEASE_LOST
-            claim, steering = moved
-            if entry is not None:
-                # The step ran: keep what it did (not the plan it led to), then act on the
-                # new intent.
-                kept = [e for e in decision.entries if e.get("phase") != saga.PLAN]
-                recorded = _keep_outcome(segment, claim, workflow, journal, kept)
-                if recorded is None:
-                    _lost_on_write(held)
+                log.info("run paused at a step boundary", extra={**fields, "action": "run_paused"})
+                return Outcome.PAUSED
+            else:
+                nxt = settling or saga.next_step(workflow, journal)
+                if nxt is None:
+                    # Finishing statements record the last outcome themselves, so a claimed
+                    # run always has something left to do.
+                    raise AssertionError(f"run {claim.run_id} claimed with nothing left to do")
+                if nxt.phase == saga.FORWARD and nxt.step.timeout and not nxt.step.is_tool:
+                    arm = functools.partial(
+                        _arm_step_timeout,
+                        step=nxt.step.name,
+                        attempt=nxt.attempt,
+                        timeout=nxt.step.timeout,
+                    )
+                    armed = segment.commit(arm, "arm_step_timeout", ends_segment=False)
+                    if isinstance(armed, leases.Lost):
+                        return Outcome.LEASE_LOST
+                    if isinstance(armed, leases.Intent):
+                        continue
+                entry = _attempt(segment.claim, nxt, journal, segment.held)
+                if not segment.held.believed():
+                    log.warning(
+                        "lease lost during step; result not recorded",
+                        extra={**fields, "action": "lease_lost", "step": nxt.step.name},
+                    )
+                    # Only this worker's belief may have expired: if the lease row is still
+                    # its own, hand the run back now rather than after the lease expires.
+                    fenced.hand_back(segment.engine, segment.settings, segment.claim, "lease_lost")
                     return Outcome.LEASE_LOST
-                claim, steering = recorded
-                journal += kept
-            continue
-        journal += decision.entries
-        claim = claim.advanced(len(decision.entries), written.saga_status)
-        steering = written
-        if not decision.continues:
-            outcome = _SEGMENT_ENDS[decision.kind]
-            if outcome is Outcome.FAILED and decision.failure_code == saga.CANCELLED:
-                outcome = Outcome.CANCELLED
-            if outcome in _FINAL_STATUS:
-                metrics.RUNS_FINISHED.labels(_FINAL_STATUS[outcome]).inc()
-            log.info(
-                "run segment ended",
-                extra={
-                    **fields,
-                    "action": f"run_{outcome.value}",
-                    "failure_code": decision.failure_code,
-                },
+                decision = saga.decide(workflow, journal, nxt, entry, cancelling=cancelling)
+            record = functools.partial(
+                _record_decision,
+                workflow=workflow,
+                journal=journal,
+                nxt=nxt,
+                d=decision,
+                segment=segment,
             )
-            return outcome
+            done = segment.commit(record, decision.kind, ends_segment=not decision.continues)
+            if isinstance(done, leases.Lost):
+                return Outcome.LEASE_LOST
+            if isinstance(done, leases.Intent):
+                if entry is not None:
+                    # The step ran: keep what it did (not the plan it led to), then act on
+                    # the new intent.
+                    kept = [e for e in decision.entries if e.get("phase") != saga.PLAN]
+                    if not _keep_outcome(segment, workflow, journal, kept):
+                        return Outcome.LEASE_LOST
+                    journal += kept
+                continue
+            if decision.kind == "wait_approval" and done.after_lost_reply:
+                _send_unsent_prompts(segment)
+            journal += decision.entries
+            if not decision.continues:
+                outcome = _SEGMENT_ENDS[decision.kind]
+                if outcome is Outcome.FAILED and decision.failure_code == saga.CANCELLED:
+                    outcome = Outcome.CANCELLED
+                if outcome in _FINAL_STATUS:
+                    metrics.RUNS_FINISHED.labels(_FINAL_STATUS[outcome]).inc()
+                log.info(
+                    "run segment ended",
+                    extra={
+                        **fields,
+                        "action": f"run_{outcome.value}",
+                        "failure_code": decision.failure_code,
+                    },
+                )
+                return outcome
+    except _WriteRefused as refused:
+        return _escalate_refused(segment, entry, refused)
 
 
-def _landed(
-    segment: _Segment, claim: leases.Claim, appended: int, ends_segment: bool
-) -> leases.Position | None:
-    done, _ = segment.write(
-        lambda conn: leases.landed(conn, claim, appended, ends_segment), "landed"
-    )
-    return done
-
-
-def _moved_meanwhile(
-    segment: _Segment, claim: leases.Claim, held: Lease
-) -> tuple[leases.Claim, segments.Steering] | None:
-    """A fenced write matched no row. If the lease is still ours, someone recorded an intent
-    meanwhile (the saga status moved): the claim as it is now and what it asks. None: the
-    lease is gone (or the run changed in a way no intent explains) — stop."""
-    now, _ = segment.write(lambda conn: leases.position(conn, claim), "position")
-    if (
-        now is None
-        or now.journal_length != claim.journal_length
-        or (now.saga_status, now.paused) == (claim.saga_status, claim.paused)
-    ):
-        _lost_on_write(held)
+def _send_unsent_prompts(segment: _Segment) -> None:
+    """An approval request committed but its reply was lost, and with it the prompt's
+    message ids: send the run's unsent prompts now (the outbox sweep sends them otherwise)."""
+    try:
+        with segment.engine.connect() as conn:
+            segment.send(approval_rows.unsent_prompts(conn, segment.claim.run_id))
+    except exc.DBAPIError:
         log.warning(
-            "lease lost; result discarded", extra={**_fields(claim), "action": "lease_lost"}
+            "could not look up the approval prompt to send; the outbox sweep sends it",
+            exc_info=True,
+            extra={**_fields(segment.claim), "action": "prompt_lookup_failed"},
         )
-        return None
-    log.info(
-        "intent recorded while the step ran; deciding again",
-        extra={
-            **_fields(claim),
-            "action": "intent_noticed",
-            "saga_status": now.saga_status,
-            "failure_code": now.failure_code,
-        },
-    )
-    moved = replace(
-        claim, saga_status=now.saga_status, failure_code=now.failure_code, paused=now.paused
-    )
-    return moved, segments.Steering.of(now.saga_status, now.failure_code, now.paused)
+
+
+def _pause_release(
+    conn: Connection, claim: leases.Claim, write_id: uuid.UUID
+) -> leases.Position | None:
+    return segments.pause_release(conn, claim, write_id=write_id)
+
+
+def _arm_step_timeout(
+    conn: Connection,
+    claim: leases.Claim,
+    write_id: uuid.UUID,
+    *,
+    step: str,
+    attempt: int,
+    timeout: float,
+) -> leases.Position | None:
+    return segments.arm_step_timeout(conn, claim, step, attempt, timeout, write_id=write_id)
 
 
 def _keep_outcome(
     segment: _Segment,
-    claim: leases.Claim,
     workflow: Workflow,
     journal: list[dict[str, Any]],
     entries: list[dict[str, Any]],
-) -> tuple[leases.Claim, segments.Steering] | None:
+) -> bool:
     """Record a step's outcome as a plain step record, when the decision it led to can no
-    longer be written because of an intent recorded meanwhile. None: the lease is gone."""
+    longer be written because of an intent recorded meanwhile (again after each further
+    intent). False: the lease is gone."""
     upcoming = saga.next_step(workflow, [*journal, *entries])
-    steering, retried = segment.write(
-        lambda conn: segments.record_step(
-            conn, claim, entries, next_step=upcoming.step.name if upcoming else None
-        ),
-        "record",
+
+    def record(
+        conn: Connection, claim: leases.Claim, write_id: uuid.UUID
+    ) -> leases.Position | None:
+        return segments.record_step(
+            conn,
+            claim,
+            entries,
+            next_step=upcoming.step.name if upcoming else None,
+            write_id=write_id,
+        )
+
+    while True:
+        kept = segment.commit(record, "record", ends_segment=False)
+        if not isinstance(kept, leases.Intent):
+            return isinstance(kept, leases.Applied)
+
+
+# What an escalated attempt's journal entry keeps of the outcome the database refused.
+_ATTEMPT_IDENTITY = (
+    "step",
+    "index",
+    "phase",
+    "attempt",
+    "claim",
+    "lease_epoch",
+    "worker_id",
+    "effect_id",
+    "command_id",
+)
+
+
+def _escalate_refused(
+    segment: _Segment, entry: dict[str, Any] | None, refused: _WriteRefused
+) -> Outcome:
+    """The database refused a write for good: retrying it would fail the same way, so the run
+    goes to a person at once, under its fence (E-RUN-002). The attempt whose outcome could
+    not be recorded is journaled HALTED (its identity stays taken); a person's retry runs it
+    again."""
+    claim = segment.claim
+    reason = _storable(f"the database refused to record {refused}")[:1000]
+    log.error(
+        "the database refused a write; run escalated",
+        extra={**_fields(claim), "action": "write_refused", "failure_code": WRITE_REFUSED},
     )
-    if steering is None and retried:
-        done = _landed(segment, claim, len(entries), ends_segment=False)
-        if done is not None:
-            steering = segments.Steering.of(done.saga_status, done.failure_code, done.paused)
-    if steering is None:
-        return None
-    return claim.advanced(len(entries), steering.saga_status), steering
+    entries = []
+    if entry is not None:
+        halted = {k: entry[k] for k in _ATTEMPT_IDENTITY if k in entry}
+        entries = [{**halted, "status": saga.HALTED, "error": reason}]
 
+    def escalate(conn: Connection, c: leases.Claim, write_id: uuid.UUID) -> leases.Position | None:
+        return segments.escalate(conn, c, entries, WRITE_REFUSED, reason, write_id=write_id)
 
-def _lost_on_write(held: Lease) -> None:
-    """A fenced write matched no row: the lease is gone (counted once, where noticed first)."""
-    if not held.lost.is_set():
-        held.lost.set()
-        metrics.LEASE_LOSSES.labels("write").inc()
+    while True:
+        try:
+            escalated = segment.commit(escalate, "escalate", ends_segment=True)
+        except _WriteRefused:
+            raise refused.error from None
+        if isinstance(escalated, leases.Applied):
+            return Outcome.ESCALATED
+        if isinstance(escalated, leases.Lost):
+            return Outcome.LEASE_LOST
 
 
 def _attempt(
@@ -463,13 +574,13 @@ def _attempt(
     try:
         output = handler(ctx)
     except Reject as exc:
-        entry.update(status=saga.REJECTED, error=str(exc) or "rejected")
+        entry.update(status=saga.REJECTED, error=_storable(str(exc) or "rejected"))
     except Halt as exc:
-        entry.update(status=saga.HALTED, error=str(exc) or "halted")
+        entry.update(status=saga.HALTED, error=_storable(str(exc) or "halted"))
     except Unknown as exc:
-        entry.update(status=saga.UNKNOWN, error=str(exc) or "outcome unknown")
+        entry.update(status=saga.UNKNOWN, error=_storable(str(exc) or "outcome unknown"))
     except Exception as exc:
-        entry.update(status=saga.FAILED, error=f"{type(exc).__name__}: {exc}"[:1000])
+        entry.update(status=saga.FAILED, error=_storable(f"{type(exc).__name__}: {exc}")[:1000])
         policy = nxt.step.retry if nxt.phase == saga.FORWARD else nxt.step.compensation_retry
         if not policy.retries(exc):
             entry["retryable"] = False
@@ -482,7 +593,9 @@ def _attempt(
                 status=saga.FAILED,
                 retryable=False,
                 failure_code=saga.OUTPUT_NOT_JSON,
-                error=f"the step's return value cannot be stored as JSON: {unstorable}"[:1000],
+                error=_storable(f"the step's return value cannot be stored as JSON: {unstorable}")[
+                    :1000
+                ],
             )
             return entry
         dispatched = nxt.step.is_tool and nxt.phase == saga.FORWARD
@@ -504,44 +617,67 @@ def _attempt(
     return entry
 
 
+# A NUL escape in JSON text: ``\u0000`` after an even run of backslashes (an odd run of
+# backslashes before "u0000" is an escape, not an escaped backslash followed by text).
+_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
 def _not_json(output: Any) -> str | None:
-    """Why ``output`` cannot go into the journal (JSON), or None when it can."""
+    """Why ``output`` cannot go into the journal (PostgreSQL's jsonb), or None when it can:
+    not JSON at all, or text jsonb refuses — the character U+0000, a lone surrogate."""
     try:
-        json.dumps(output, allow_nan=False)
+        text = json.dumps(output, allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError, RecursionError) as exc:
         return f"{type(exc).__name__}: {exc}"
+    if _NUL_ESCAPE.search(text):
+        return "it holds the character U+0000, which PostgreSQL cannot store"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "it holds a lone surrogate, which PostgreSQL cannot store"
     return None
 
 
-def _write(
+def _storable(text: str) -> str:
+    """``text`` with what PostgreSQL cannot store in text or jsonb spelled out: U+0000 as
+    ``\\u0000``, a lone surrogate as its escape."""
+    return text.replace("\x00", "\\u0000").encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _record_decision(
     conn: Connection,
     claim: leases.Claim,
+    write_id: uuid.UUID,
     workflow: Workflow,
     journal: list[dict[str, Any]],
     nxt: saga.Next | None,
     d: saga.Decision,
     segment: _Segment,
-) -> segments.Steering | None:
-    """Write ``d`` in one fenced statement; None when it matched no row (the lease is gone,
-    or an intent was recorded meanwhile)."""
+) -> leases.Position | None:
+    """Record ``d`` in one fenced statement of identity ``write_id``: where it left the run,
+    or None when it matched no row."""
     after = [*journal, *d.entries]
     upcoming = saga.next_step(workflow, after)
     if d.kind == "record":
         return segments.record_step(
-            conn, claim, d.entries, next_step=upcoming.step.name if upcoming else None
+            conn,
+            claim,
+            d.entries,
+            next_step=upcoming.step.name if upcoming else None,
+            write_id=write_id,
         )
     if d.kind == "wait_approval":
         assert nxt is not None
-        sent = approvals.request(conn, claim, nxt.step, nxt.attempt, d.entries, segment.settings)
-        if sent is None:
+        asked = approvals.request(
+            conn, claim, nxt.step, nxt.attempt, d.entries, segment.settings, write_id
+        )
+        if asked is None:
             return None
-        segment.send(sent)
-        return segments.Steering()
+        waiting, prompts = asked
+        segment.send(prompts)
+        return waiting
     report = any(s.is_approval for s in workflow.steps)
-    if not _write_change(conn, claim, upcoming, nxt, d, report):
-        return None
-    # Only turning back continues the segment; it leaves the saga compensating.
-    return segments.Steering(saga_status="COMPENSATING" if d.kind == "turn_back" else None)
+    return _change_state(conn, claim, write_id, upcoming, nxt, d, report)
 
 
 def _outcome_messages(claim: leases.Claim, status: str, code: str | None) -> list[Any]:
@@ -552,18 +688,27 @@ def _outcome_messages(claim: leases.Claim, status: str, code: str | None) -> lis
     )
 
 
-def _write_change(
+def _change_state(
     conn: Connection,
     claim: leases.Claim,
+    write_id: uuid.UUID,
     upcoming: saga.Next | None,
     nxt: saga.Next | None,
     d: saga.Decision,
     report: bool,
-) -> bool:
+) -> leases.Position | None:
+    """The statement of a decision that changes the run's state: turn back, finish, release
+    until a retry or a resolver poll, wait for a tool, escalate."""
     if d.kind == "turn_back":
         assert upcoming is not None
         return segments.turn_back(
-            conn, claim, d.entries, upcoming.step.name, d.failure_code or "", d.failure_reason or ""
+            conn,
+            claim,
+            d.entries,
+            upcoming.step.name,
+            d.failure_code or "",
+            d.failure_reason or "",
+            write_id=write_id,
         )
     if d.kind == "complete":
         return segments.finish(
@@ -574,6 +719,7 @@ def _write_change(
             saga_status="COMPLETED",
             output=d.output,
             messages=_outcome_messages(claim, states.COMPLETED, None) if report else [],
+            write_id=write_id,
         )
     if d.kind == "compensated":
         cancelled = d.failure_code == saga.CANCELLED
@@ -587,11 +733,19 @@ def _write_change(
             saga_status="COMPENSATED",
             failure_code=d.failure_code,
             failure_reason=d.failure_reason,
+            write_id=write_id,
         )
     if d.kind == "retry":
         assert nxt is not None
         return segments.retry_later(
-            conn, claim, d.entries, d.delay, nxt.step.name, nxt.phase, nxt.attempt
+            conn,
+            claim,
+            d.entries,
+            d.delay,
+            nxt.step.name,
+            nxt.phase,
+            nxt.attempt,
+            write_id=write_id,
         )
     if d.kind == "resolve":
         assert nxt is not None
@@ -606,13 +760,21 @@ def _write_change(
             nxt.phase,
             nxt.attempt,
             saga_status="WAITING_RESOLUTION",
+            write_id=write_id,
         )
     if d.kind == "wait_tool":
         assert nxt is not None
-        return segments.wait_for_tool(conn, claim, d.entries, nxt.step.name, nxt.attempt, d.delay)
+        return segments.wait_for_tool(
+            conn, claim, d.entries, nxt.step.name, nxt.attempt, d.delay, write_id=write_id
+        )
     if d.kind == "escalate":
         return segments.escalate(
-            conn, claim, d.entries, d.failure_code or "", d.failure_reason or ""
+            conn,
+            claim,
+            d.entries,
+            d.failure_code or "",
+            d.failure_reason or "",
+            write_id=write_id,
         )
     raise AssertionError(f"unknown decision {d.kind}")
 

@@ -113,6 +113,9 @@ class RunState(Base):
     worker_id: Mapped[str | None] = mapped_column(String(128))
     # The fencing token: incremented on every claim; every lease holder write checks it.
     lease_epoch: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default=text("0"))
+    # The identity of the lease holder's last fenced write: a holder whose reply was lost
+    # asks by it whether that write committed.
+    last_write_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
     max_attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("3"))
     # Not claimable before this instant (retry back-off).
     available_at: Mapped[datetime] = mapped_column(

@@ -20,7 +20,7 @@ from sqlalchemy import Connection, text
 
 from awooop.domain import states
 from awooop.outbound.messages import Message
-from awooop.store.leases import FENCE, Claim, fence_params
+from awooop.store.leases import FENCE, STAMP, Claim, Position, fence_params
 from awooop.store.outbox import INSERT_FROM_CHANGED, messages_param
 from awooop.store.segments import HISTORY, JOURNAL_APPEND, RELEASE_TO_WAIT
 
@@ -35,11 +35,12 @@ _WAIT = text(
 WITH changed AS (
     UPDATE awooop_run_state
     SET {JOURNAL_APPEND},
+        {STAMP},
         status = 'WAITING_APPROVAL',
         current_step = :step,
         {RELEASE_TO_WAIT}
     WHERE {FENCE}
-    RETURNING run_id, project_id, status, version
+    RETURNING run_id, project_id, status, version, saga_status, failure_code, control_state
 ), approval AS (
     INSERT INTO awooop_approval
         (token_hash, project_id, run_id, step, attempt, action, approvers, prompt, expires_at)
@@ -57,8 +58,9 @@ WITH changed AS (
     ON CONFLICT (timer_id) DO NOTHING
 ), outbox AS ({INSERT_FROM_CHANGED}
 ), history AS ({HISTORY})
-SELECT (SELECT count(*) FROM changed) AS changed,
+SELECT saga_status, failure_code, control_state,
        (SELECT array_agg(message_id) FROM outbox) AS message_ids
+FROM changed
 """
 )
 
@@ -76,11 +78,12 @@ def wait_for_approval(
     approvers: dict[str, Any],
     prompt: str,
     messages: list[Message],
-) -> list[uuid.UUID] | None:
-    """Release the run to WAITING_APPROVAL, fenced. The prompt's outbox message ids, or
-    None when the lease was lost (nothing written)."""
+    write_id: uuid.UUID | None = None,
+) -> tuple[Position, list[uuid.UUID]] | None:
+    """Release the run to WAITING_APPROVAL, fenced: where it left the run, and the prompt's
+    outbox message ids; None when it matched no row (nothing written)."""
     params = {
-        **fence_params(c),
+        **fence_params(c, write_id),
         "entries": json.dumps(entries),
         "event_kind": "transition",
         "trigger_id": f"wait_approval:{c.lease_epoch}",
@@ -95,10 +98,30 @@ def wait_for_approval(
         "timer_id": f"{c.run_id}:approval:{step}:{attempt}",
         "messages": messages_param(messages),
     }
-    row = conn.execute(_WAIT, params).one()
-    if row.changed != 1:
+    row = conn.execute(_WAIT, params).first()
+    if row is None:
         return None
-    return list(row.message_ids or [])
+    waiting = Position(
+        row.saga_status,
+        row.failure_code,
+        row.control_state == "PAUSED",
+        c.journal_length + len(entries),
+    )
+    return waiting, list(row.message_ids or [])
+
+
+_UNSENT_PROMPTS = text(
+    """
+SELECT message_id FROM awooop_outbox
+WHERE run_id = :run_id AND purpose = 'approval_prompt' AND status = 'PENDING'
+"""
+)
+
+
+def unsent_prompts(conn: Connection, run_id: uuid.UUID) -> list[uuid.UUID]:
+    """The run's approval prompts not sent yet (to send those a request queued when its
+    reply was lost)."""
+    return [r.message_id for r in conn.execute(_UNSENT_PROMPTS, {"run_id": run_id})]
 
 
 # The run still waits for this approval (a: the approval row, r: its run): a token is worth

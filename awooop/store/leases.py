@@ -2,18 +2,21 @@
 fence every write of a lease holder carries.
 
 A claim bumps ``lease_epoch``, the fencing token. Renewals carry :data:`LEASE_HELD`
-(``worker_id``, ``lease_epoch``, ``status = 'RUNNING'``). A segment write carries
-:data:`FENCE`, which adds where the holder last saw the run — its ``saga_status`` and the
-journal's length — so it is a compare-and-set that:
+(``worker_id``, ``lease_epoch``, ``status = 'RUNNING'``). A release carries :data:`HELD_AT`,
+which adds the journal's length as the holder last saw it. A segment write carries
+:data:`FENCE`, which adds the saga status the holder last saw too, so it is a compare-and-set
+that:
 
 - never replaces an intent someone else recorded while the worker ran (an operator's cancel,
-  the run deadline: both move ``saga_status`` to CANCELLING). The worker reads the run back
-  with :func:`position` and re-decides (DESIGN §9.2);
-- applied twice is applied once (the journal has grown after the first), so a write whose
-  reply was lost can be retried (DESIGN §9.4).
+  the run deadline: both move ``saga_status`` to CANCELLING);
+- applied twice is applied once, so a write whose reply was lost can be retried.
 
-Zero rows and no lease in :func:`position` means the lease is gone: the caller stops without
-writing. All times are the database's ``now()``.
+Each segment write stamps its own identity (:data:`STAMP`, ``last_write_id``). When one
+matched no row, :func:`after_miss` reads the run back once and says which of three things
+happened: the write committed after all, on a try whose reply was lost (:class:`Applied`,
+recognised by its identity, never by the journal's length); an intent was recorded meanwhile
+while the lease is still the holder's (:class:`Intent`); or the lease is gone (:class:`Lost`).
+All times are the database's ``now()``.
 """
 
 from __future__ import annotations
@@ -110,14 +113,42 @@ class Claim:
     journal_length: int = 0
     paused: bool = False
 
-    def advanced(self, appended: int, saga_status: str | None = None) -> Claim:
-        """The claim after this holder's own write appended ``appended`` entries (and, when
-        given, set ``saga_status``)."""
+    @property
+    def position(self) -> Position:
+        """Where the holder last saw the run."""
+        return Position(self.saga_status, self.failure_code, self.paused, self.journal_length)
+
+    def advanced(self, now: Position) -> Claim:
+        """The claim once the holder saw the run at ``now``: after its own write (where the
+        write left the run), or after reading an intent recorded meanwhile."""
         return replace(
             self,
-            journal_length=self.journal_length + appended,
-            saga_status=saga_status or self.saga_status,
+            saga_status=now.saga_status,
+            failure_code=now.failure_code,
+            paused=now.paused,
+            journal_length=now.journal_length,
         )
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a held run is: its saga status, what operators (or the run deadline) asked of
+    it — a pause; a cancel and its cause in ``failure_code`` — and the journal's length. Every
+    segment write returns it (no extra query); :func:`after_miss` reads it back."""
+
+    saga_status: str
+    failure_code: str | None
+    paused: bool
+    journal_length: int
+
+    @property
+    def cancelling(self) -> bool:
+        return self.saga_status == "CANCELLING"
+
+    @property
+    def cause(self) -> str | None:
+        """Why it is cancelling: E-SAGA-002 (an operator) or E-SAGA-003 (the run deadline)."""
+        return self.failure_code
 
 
 class UnloadableRun(Exception):
@@ -175,23 +206,27 @@ LEASE_HELD = (
     "run_id = :run_id AND worker_id = :worker_id AND lease_epoch = :lease_epoch"
     " AND status = 'RUNNING'"
 )
-# ... and the run is where the holder last saw it: no intent recorded by someone else since,
-# and this write not applied already.
-FENCE = (
-    f"{LEASE_HELD} AND saga_status = :seen_saga_status"
-    " AND jsonb_array_length(saga_steps) = :journal_length"
-)
+# ... and the journal is as long as the holder last saw it: nothing appended since by anyone,
+# this holder's own writes included.
+HELD_AT = f"{LEASE_HELD} AND jsonb_array_length(saga_steps) = :journal_length"
+# ... and no intent recorded by someone else since (the saga status the holder last saw).
+FENCE = f"{HELD_AT} AND saga_status = :seen_saga_status"
+# The SET clause of every segment write: the identity that write carries.
+STAMP = "last_write_id = :write_id"
 
 
 def lease_params(c: Claim) -> dict[str, Any]:
     return {"run_id": c.run_id, "worker_id": c.worker_id, "lease_epoch": c.lease_epoch}
 
 
-def fence_params(c: Claim) -> dict[str, Any]:
+def fence_params(c: Claim, write_id: uuid.UUID | None = None) -> dict[str, Any]:
+    """The parameters of :data:`FENCE` and :data:`STAMP`; ``write_id`` is the write's
+    identity (a fresh one when the caller will never ask for it)."""
     return {
         **lease_params(c),
         "seen_saga_status": c.saga_status,
         "journal_length": c.journal_length,
+        "write_id": write_id or uuid.uuid4(),
     }
 
 
@@ -211,61 +246,65 @@ def renew(conn: Connection, c: Claim, lease_ttl: float) -> bool:
     return _RENEW.execute(conn, {**lease_params(c), "lease_ttl": lease_ttl}).rowcount == 1
 
 
-_POSITION = text(
-    f"""
-SELECT saga_status, failure_code, control_state,
-       jsonb_array_length(saga_steps) AS journal_length
-FROM awooop_run_state
-WHERE {LEASE_HELD}
-"""
-)
+@dataclass(frozen=True)
+class Applied:
+    """The write committed — on this try, or (``after_lost_reply``) on an earlier one whose
+    reply was lost."""
+
+    position: Position
+    after_lost_reply: bool = False
 
 
 @dataclass(frozen=True)
-class Position:
-    """Where a held run is now, read back when a fenced write matched no row."""
+class Intent:
+    """The write did not commit: the lease is still the holder's, and an operator or a timer
+    recorded an intent meanwhile (``position``: the run now)."""
 
-    saga_status: str
-    failure_code: str | None
-    paused: bool
-    journal_length: int
+    position: Position
 
 
-_LANDED = text(
+@dataclass(frozen=True)
+class Lost:
+    """The write did not commit and the lease is not the holder's to go on with. ``held``:
+    the lease row is still the holder's, but the run moved in a way no intent explains —
+    the holder hands it back (:func:`release`) rather than leave it to the reaper."""
+
+    held: Position | None = None
+
+
+_AFTER_MISS = text(
     """
-SELECT status, saga_status, failure_code, control_state, lease_epoch,
-       jsonb_array_length(saga_steps) AS journal_length
+SELECT status, worker_id, lease_epoch, saga_status, failure_code, control_state,
+       jsonb_array_length(saga_steps) AS journal_length, last_write_id
 FROM awooop_run_state
 WHERE run_id = :run_id
 """
 )
 
 
-def landed(conn: Connection, c: Claim, appended: int, ends_segment: bool) -> Position | None:
-    """A write retried after a transient error matched no row: did an earlier try of it
-    commit? Its trace: the same lease epoch, the journal grown by exactly ``appended``
-    entries, and the run still RUNNING unless the write ended the segment. The run as it is
-    then; None: it did not (the lease is gone, or someone else moved the run)."""
-    row = conn.execute(_LANDED, {"run_id": c.run_id}).first()
-    if row is None or row.lease_epoch != c.lease_epoch:
-        return None
-    if row.journal_length != c.journal_length + appended:
-        return None
-    if (row.status == "RUNNING") == ends_segment:
-        return None
-    return Position(
-        row.saga_status, row.failure_code, row.control_state == "PAUSED", row.journal_length
-    )
-
-
-def position(conn: Connection, c: Claim) -> Position | None:
-    """The run as it is now if ``c`` still holds its lease; None: the lease is gone."""
-    row = conn.execute(_POSITION, lease_params(c)).first()
+def after_miss(
+    conn: Connection, c: Claim, write_id: uuid.UUID, ends_segment: bool
+) -> Applied | Intent | Lost:
+    """A segment write (identity ``write_id``, fenced by ``c``) matched no row: which of
+    :class:`Applied`, :class:`Intent` or :class:`Lost` happened. A write that continues the
+    segment counts as applied only while the lease is still the holder's."""
+    row = conn.execute(_AFTER_MISS, {"run_id": c.run_id}).first()
     if row is None:
-        return None
-    return Position(
+        return Lost()
+    now = Position(
         row.saga_status, row.failure_code, row.control_state == "PAUSED", row.journal_length
     )
+    held = (row.status, row.worker_id, row.lease_epoch) == ("RUNNING", c.worker_id, c.lease_epoch)
+    if str(row.last_write_id) == str(write_id) and (held or ends_segment):
+        return Applied(now, after_lost_reply=True)
+    if not held:
+        return Lost()
+    if now.journal_length == c.journal_length and (now.saga_status, now.paused) != (
+        c.saga_status,
+        c.paused,
+    ):
+        return Intent(now)
+    return Lost(held=now)
 
 
 _RELEASE = text(
@@ -280,7 +319,7 @@ WITH released AS (
         enqueued_at = now() + make_interval(secs => :delay),
         version = version + 1,
         updated_at = now()
-    WHERE {LEASE_HELD}
+    WHERE {HELD_AT}
     RETURNING run_id
 )
 INSERT INTO awooop_run_event
@@ -295,9 +334,16 @@ FROM released
 def release(
     conn: Connection, c: Claim, delay_seconds: float, reason: str, refund: bool = True
 ) -> bool:
-    """Hand the run back, claimable after ``delay_seconds``. ``refund``: nothing was attempted,
-    so the claim does not count against the crash budget."""
-    params = {**lease_params(c), "delay": delay_seconds, "reason": reason, "refund": int(refund)}
+    """Hand the run back, claimable after ``delay_seconds``, fenced by :data:`HELD_AT` (the
+    lease, and the journal as long as ``c`` saw it; an intent recorded meanwhile stays for
+    the next holder). ``refund``: the claim does not count against the crash budget."""
+    params = {
+        **lease_params(c),
+        "journal_length": c.journal_length,
+        "delay": delay_seconds,
+        "reason": reason,
+        "refund": int(refund),
+    }
     return conn.execute(_RELEASE, params).rowcount == 1
 
 

@@ -2,16 +2,18 @@
 that end a segment (finish, turn back, retry later, wait for a tool, escalate, pause).
 
 Each is one statement carrying :data:`awooop.store.leases.FENCE` — a compare-and-set on the
-lease, the saga status the holder last saw and the journal's length. A statement that
-matched no row wrote nothing: the caller reads :func:`awooop.store.leases.position` to tell
-a lost lease from an intent recorded meanwhile (DESIGN §9.2). Each statement that changes
-the run's state bumps ``version`` and writes one ``awooop_run_event`` row.
+lease, the saga status the holder last saw and the journal's length — and stamping the
+write's identity (:data:`awooop.store.leases.STAMP`). Each returns where it left the run
+(:class:`awooop.store.leases.Position`), or None when it matched no row and wrote nothing:
+the caller asks :func:`awooop.store.leases.after_miss` whether an earlier try of it committed,
+an intent was recorded meanwhile, or the lease is gone. Each statement that
+changes the run's state bumps ``version`` and writes one ``awooop_run_event`` row.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import uuid
 from typing import Any
 
 from sqlalchemy import Connection, text
@@ -19,7 +21,7 @@ from sqlalchemy import Connection, text
 from awooop.domain import states
 from awooop.outbound.messages import Message
 from awooop.store import interventions
-from awooop.store.leases import FENCE, Claim, fence_params
+from awooop.store.leases import FENCE, STAMP, Claim, Position, fence_params
 from awooop.store.outbox import INSERT_FROM_CHANGED, messages_param
 from awooop.store.prepared import PreparedStatement
 
@@ -56,6 +58,7 @@ SET {JOURNAL_APPEND},
     current_step = :next_step,
     saga_status = CASE WHEN saga_status = 'WAITING_RESOLUTION' THEN 'RUNNING'
                        ELSE saga_status END,
+    {STAMP},
     heartbeat_at = now(),
     updated_at = now()
 WHERE {FENCE}
@@ -65,37 +68,31 @@ RETURNING control_state, saga_status, failure_code
 )
 
 
-@dataclass(frozen=True)
-class Steering:
-    """What operators (or the run deadline) asked of a run, read back by every step record
-    (no extra query), and the saga status the record left."""
-
-    paused: bool = False
-    cancelling: bool = False
-    # Why it is cancelling: E-SAGA-002 (an operator) or E-SAGA-003 (the run deadline).
-    cause: str | None = None
-    saga_status: str | None = None
-
-    @classmethod
-    def of(cls, saga_status: str, failure_code: str | None, paused: bool) -> Steering:
-        return cls(
-            paused=paused,
-            cancelling=saga_status == "CANCELLING",
-            cause=failure_code,
-            saga_status=saga_status,
-        )
-
-
 def record_step(
-    conn: Connection, c: Claim, entries: list[dict[str, Any]], next_step: str | None
-) -> Steering | None:
-    """Append step outcomes to the journal, fenced. None: nothing written (the lease is gone,
-    or the run is not where ``c`` saw it — ask :func:`awooop.store.leases.position`)."""
-    params = {**fence_params(c), "entries": json.dumps(entries), "next_step": next_step}
+    conn: Connection,
+    c: Claim,
+    entries: list[dict[str, Any]],
+    next_step: str | None,
+    *,
+    write_id: uuid.UUID | None = None,
+) -> Position | None:
+    """Append step outcomes to the journal, fenced. Where the record left the run — with
+    the intents recorded on it, read back at no extra cost — or None: nothing written."""
+    params = {**fence_params(c, write_id), "entries": json.dumps(entries), "next_step": next_step}
     row = _RECORD_STEP.execute(conn, params).first()
     if row is None:
         return None
-    return Steering.of(row.saga_status, row.failure_code, row.control_state == "PAUSED")
+    return _position(row, c, entries)
+
+
+def _position(row: Any, c: Claim, entries: list[dict[str, Any]]) -> Position:
+    """Where a write that appended ``entries`` left the run (``row``: its RETURNING)."""
+    return Position(
+        row.saga_status,
+        row.failure_code,
+        row.control_state == "PAUSED",
+        c.journal_length + len(entries),
+    )
 
 
 # Every statement below changes the run's state: it bumps ``version`` and writes one
@@ -114,6 +111,7 @@ _FINISH = PreparedStatement(
 WITH changed AS (
     UPDATE awooop_run_state
     SET {JOURNAL_APPEND},
+        {STAMP},
         status = :to_status,
         saga_status = :saga_status,
         output = CAST(:output AS jsonb),
@@ -125,10 +123,10 @@ WITH changed AS (
         finished_at = now(),
         updated_at = now()
     WHERE {FENCE}
-    RETURNING run_id, project_id, status
+    RETURNING run_id, project_id, status, saga_status, failure_code, control_state
 ), outbox AS ({INSERT_FROM_CHANGED}
 ), history AS ({HISTORY})
-SELECT count(*) FROM changed
+SELECT saga_status, failure_code, control_state FROM changed
 """,
 )
 
@@ -137,6 +135,7 @@ _TURN_BACK = text(
 WITH changed AS (
     UPDATE awooop_run_state
     SET {JOURNAL_APPEND},
+        {STAMP},
         saga_status = 'COMPENSATING',
         direction = 'BACKWARD',
         current_step = :next_step,
@@ -145,9 +144,9 @@ WITH changed AS (
         version = version + 1,
         updated_at = now()
     WHERE {FENCE}
-    RETURNING run_id, status
+    RETURNING run_id, status, saga_status, failure_code, control_state
 ), history AS ({HISTORY})
-SELECT count(*) FROM changed
+SELECT saga_status, failure_code, control_state FROM changed
 """
 )
 
@@ -159,6 +158,7 @@ _RETRY_LATER = text(
 WITH changed AS (
     UPDATE awooop_run_state
     SET {JOURNAL_APPEND},
+        {STAMP},
         status = 'PENDING',
         saga_status = COALESCE(:saga_status, saga_status),
         lease_until = NULL,
@@ -169,13 +169,13 @@ WITH changed AS (
         version = version + 1,
         updated_at = now()
     WHERE {FENCE}
-    RETURNING run_id, status, available_at, version
+    RETURNING run_id, status, available_at, version, saga_status, failure_code, control_state
 ), timer AS (
     INSERT INTO awooop_timer (timer_id, run_id, kind, step, attempt, due_at, expected_version)
     SELECT :timer_id, run_id, 'retry', :step, :attempt, available_at, version FROM changed
     ON CONFLICT (timer_id) DO NOTHING
 ), history AS ({HISTORY})
-SELECT count(*) FROM changed
+SELECT saga_status, failure_code, control_state FROM changed
 """
 )
 
@@ -185,11 +185,12 @@ _WAIT_TOOL = text(
 WITH changed AS (
     UPDATE awooop_run_state
     SET {JOURNAL_APPEND},
+        {STAMP},
         status = 'WAITING_TOOL',
         current_step = :step,
         {RELEASE_TO_WAIT}
     WHERE {FENCE}
-    RETURNING run_id, status, version
+    RETURNING run_id, status, version, saga_status, failure_code, control_state
 ), timer AS (
     INSERT INTO awooop_timer (timer_id, run_id, kind, step, attempt, due_at, expected_version)
     SELECT :timer_id, run_id, 'tool_timeout', :step, :attempt,
@@ -197,7 +198,7 @@ WITH changed AS (
     FROM changed
     ON CONFLICT (timer_id) DO NOTHING
 ), history AS ({HISTORY})
-SELECT count(*) FROM changed
+SELECT saga_status, failure_code, control_state FROM changed
 """
 )
 
@@ -209,16 +210,18 @@ _ESCALATE = text(
 WITH changed AS (
     UPDATE awooop_run_state
     SET {JOURNAL_APPEND},
+        {STAMP},
         status = 'WAITING_APPROVAL',
         saga_status = 'MANUAL_INTERVENTION',
         failure_code = :failure_code,
         failure_reason = :failure_reason,
         {RELEASE_TO_WAIT}
     WHERE {FENCE}
-    RETURNING run_id, project_id, status, current_step, failure_reason
+    RETURNING run_id, project_id, status, current_step, failure_reason,
+              saga_status, failure_code, control_state
 ), intervention AS ({interventions.OPEN_FROM_CHANGED}
 ), history AS ({HISTORY})
-SELECT count(*) FROM changed
+SELECT saga_status, failure_code, control_state FROM changed
 """
 )
 
@@ -228,15 +231,16 @@ _PAUSE_RELEASE = text(
 WITH changed AS (
     UPDATE awooop_run_state
     SET status = 'PENDING',
+        {STAMP},
         lease_until = NULL,
         worker_id = NULL,
         attempt_count = 0,
         version = version + 1,
         updated_at = now()
     WHERE {FENCE} AND control_state = 'PAUSED'
-    RETURNING run_id, status
+    RETURNING run_id, status, saga_status, failure_code, control_state
 ), history AS ({HISTORY})
-SELECT count(*) FROM changed
+SELECT saga_status, failure_code, control_state FROM changed
 """
 )
 
@@ -248,10 +252,11 @@ def _change(
     entries: list[dict[str, Any]],
     kind: str,
     detail: dict[str, Any],
+    write_id: uuid.UUID | None,
     **params: Any,
-) -> bool:
+) -> Position | None:
     values = {
-        **fence_params(c),
+        **fence_params(c, write_id),
         "entries": json.dumps(entries),
         "event_kind": {"turn_back": "saga", "pause": "control"}.get(kind, "transition"),
         "trigger_id": f"{kind}:{c.lease_epoch}",
@@ -263,7 +268,8 @@ def _change(
         if isinstance(statement, PreparedStatement)
         else conn.execute(statement, values)
     )
-    return result.scalar_one() == 1
+    row = result.first()
+    return None if row is None else _position(row, c, entries)
 
 
 def finish(
@@ -277,7 +283,8 @@ def finish(
     failure_code: str | None = None,
     failure_reason: str | None = None,
     messages: list[Message] | None = None,
-) -> bool:
+    write_id: uuid.UUID | None = None,
+) -> Position | None:
     """Record the last outcomes and end the run in the same statement, fenced; ``messages``
     (the run's outcome, to whoever was asked to approve) go to the outbox with it."""
     states.check_transition(states.RUNNING, to_status)
@@ -289,6 +296,7 @@ def finish(
         entries,
         "finish",
         detail,
+        write_id,
         to_status=to_status,
         saga_status=saga_status,
         output=json.dumps(output),
@@ -305,7 +313,9 @@ def turn_back(
     next_step: str,
     failure_code: str,
     failure_reason: str,
-) -> bool:
+    *,
+    write_id: uuid.UUID | None = None,
+) -> Position | None:
     """Freeze the compensation plan (in ``entries``) and start compensating, fenced."""
     detail = {"saga_status": "COMPENSATING", "failure_code": failure_code}
     return _change(
@@ -315,6 +325,7 @@ def turn_back(
         entries,
         "turn_back",
         detail,
+        write_id,
         next_step=next_step,
         failure_code=failure_code,
         failure_reason=failure_reason,
@@ -330,7 +341,9 @@ def retry_later(
     phase: str,
     attempt: int,
     saga_status: str | None = None,
-) -> bool:
+    *,
+    write_id: uuid.UUID | None = None,
+) -> Position | None:
     """Release the run until ``delay`` s from now and set its wake-up timer, fenced."""
     timer_id = f"{c.run_id}:{phase}:{step}:retry:{attempt}"
     detail = {"step": step, "phase": phase, "attempt": attempt, "delay": round(delay, 3)}
@@ -341,6 +354,7 @@ def retry_later(
         entries,
         "retry",
         detail,
+        write_id,
         delay=delay,
         timer_id=timer_id,
         saga_status=saga_status,
@@ -356,7 +370,9 @@ def wait_for_tool(
     step: str,
     attempt: int,
     timeout: float,
-) -> bool:
+    *,
+    write_id: uuid.UUID | None = None,
+) -> Position | None:
     """Release the run to WAITING_TOOL and set the tool-result timeout timer, fenced."""
     timer_id = f"{c.run_id}:forward:{step}:tool_timeout:{attempt}"
     detail = {"step": step, "attempt": attempt, "timeout": timeout}
@@ -367,6 +383,7 @@ def wait_for_tool(
         entries,
         "wait_tool",
         detail,
+        write_id,
         step=step,
         attempt=attempt,
         timeout=timeout,
@@ -374,9 +391,11 @@ def wait_for_tool(
     )
 
 
-def pause_release(conn: Connection, c: Claim) -> bool:
+def pause_release(
+    conn: Connection, c: Claim, *, write_id: uuid.UUID | None = None
+) -> Position | None:
     """Stop at this step boundary because an operator paused the run, fenced."""
-    return _change(conn, _PAUSE_RELEASE, c, [], "pause", {"control_state": "PAUSED"})
+    return _change(conn, _PAUSE_RELEASE, c, [], "pause", {"control_state": "PAUSED"}, write_id)
 
 
 def escalate(
@@ -385,7 +404,9 @@ def escalate(
     entries: list[dict[str, Any]],
     failure_code: str,
     failure_reason: str,
-) -> bool:
+    *,
+    write_id: uuid.UUID | None = None,
+) -> Position | None:
     """Hand the run to a person (manual intervention), fenced."""
     detail = {"saga_status": "MANUAL_INTERVENTION", "failure_code": failure_code}
     return _change(
@@ -395,6 +416,7 @@ def escalate(
         entries,
         "escalate",
         detail,
+        write_id,
         failure_code=failure_code,
         failure_reason=failure_reason,
     )
@@ -407,9 +429,9 @@ _ARM_STEP_TIMEOUT = text(
     f"""
 WITH armed AS (
     UPDATE awooop_run_state
-    SET current_step = :step, heartbeat_at = now()
+    SET current_step = :step, {STAMP}, heartbeat_at = now()
     WHERE {FENCE}
-    RETURNING run_id, version
+    RETURNING run_id, version, saga_status, failure_code, control_state
 ), timer AS (
     -- the same timer again when this statement is retried after its reply was lost
     INSERT INTO awooop_timer (timer_id, run_id, kind, step, attempt, due_at, expected_version)
@@ -418,21 +440,30 @@ WITH armed AS (
     FROM armed
     ON CONFLICT (timer_id) DO NOTHING
 )
-SELECT count(*) FROM armed
+SELECT saga_status, failure_code, control_state FROM armed
 """
 )
 
 
-def arm_step_timeout(conn: Connection, c: Claim, step: str, attempt: int, timeout: float) -> bool:
+def arm_step_timeout(
+    conn: Connection,
+    c: Claim,
+    step: str,
+    attempt: int,
+    timeout: float,
+    *,
+    write_id: uuid.UUID | None = None,
+) -> Position | None:
+    """Name ``step`` the current step and set its timeout timer, fenced."""
     timer_id = f"{c.run_id}:forward:{step}:step_timeout:{attempt}:{c.lease_epoch}"
     row = conn.execute(
         _ARM_STEP_TIMEOUT,
         {
-            **fence_params(c),
+            **fence_params(c, write_id),
             "step": step,
             "attempt": attempt,
             "timeout": timeout,
             "timer_id": timer_id,
         },
-    ).scalar_one()
-    return bool(row == 1)
+    ).first()
+    return None if row is None else _position(row, c, [])

@@ -53,13 +53,16 @@ def test_step_records_do_not_wait_for_the_wal_but_claims_and_finishes_do(engine,
                 assert c is not None
                 claims.append(c)
 
+        recorded: list[leases.Claim] = []
+
         def record_all() -> None:
             for c in claims:
-                assert segments.record_step(conn, c, _entry("one"), "two") is not None
+                now = segments.record_step(conn, c, _entry("one"), "two")
+                assert now is not None
+                recorded.append(c.advanced(now))
 
         def finish_all() -> None:
-            for c in claims:
-                done = c.advanced(1)
+            for done in recorded:
                 assert segments.finish(
                     conn,
                     done,

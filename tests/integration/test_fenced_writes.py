@@ -69,3 +69,33 @@ def test_a_write_the_database_keeps_refusing_hands_the_run_back_at_once(
     # claimable now, not after the lease and the reaper: the next worker finishes it
     assert runner.execute(engine, quick_retries, run_id) == runner.Outcome.COMPLETED
     assert [e["step"] for e in db.run(engine, run_id)["saga_steps"]] == ["one", "two", "three"]
+
+
+def test_a_write_the_database_refuses_for_good_escalates_the_run_at_once(
+    engine, project, quick_retries
+):
+    run_id = test_runs.admit(engine, project["project_id"], "noop-3")
+    refused = [0]
+
+    def refuse(conn, cursor, statement, parameters, context, executemany):
+        # A real non-transient error from PostgreSQL in place of the run's last statement
+        if "EXECUTE awooop_finish" in statement and not refused[0]:
+            refused[0] += 1
+            return "SELECT 1 / 0", None
+        return statement, parameters
+
+    event.listen(engine, "before_cursor_execute", refuse, retval=True)
+
+    assert runner.execute(engine, quick_retries, run_id) == runner.Outcome.ESCALATED
+
+    assert refused == [1]  # tried once: a refusal is not retried
+    row = db.run(engine, run_id)
+    assert (row["status"], row["saga_status"], row["failure_code"]) == (
+        "WAITING_APPROVAL",
+        "MANUAL_INTERVENTION",
+        "E-RUN-002",
+    )
+    assert "DivisionByZero" in row["failure_reason"]
+    three = [e for e in row["saga_steps"] if e.get("step") == "three"]
+    assert [e["status"] for e in three] == ["HALTED"]
+    assert row["attempt_count"] == 0

@@ -245,7 +245,7 @@ def test_runs_on_a_definition_this_worker_lacks_are_reported_at_start_up(
     assert "workflow_definition_missing" in [getattr(r, "action", "") for r in caplog.records]
 
 
-@pytest.mark.parametrize("returns", ["object", "nan"])
+@pytest.mark.parametrize("returns", ["object", "nan", "nul"])
 def test_a_step_whose_return_value_is_not_json_stops_without_a_retry(
     engine, project, settings, returns
 ):
@@ -264,3 +264,18 @@ def test_a_step_whose_return_value_is_not_json_stops_without_a_retry(
     odd = [e for e in row["saga_steps"] if e.get("step") == "odd"]
     assert odd[0]["retryable"] is False
     assert "cannot be stored as JSON" in odd[0]["error"]
+
+
+def test_a_step_error_holding_text_jsonb_cannot_store_is_recorded_as_a_failure(
+    engine, project, settings
+):
+    run_id = test_runs.admit(engine, project["project_id"], "test-nul-error")
+
+    # The exception is a transient failure like any other: recorded, then retried
+    assert execute(engine, settings, run_id) == runner.Outcome.RETRY_SCHEDULED
+
+    row = db.run(engine, run_id)
+    (odd,) = [e for e in row["saga_steps"] if e.get("step") == "odd"]
+    assert odd["status"] == "FAILED"
+    assert odd["error"].startswith("RuntimeError: the device answered a")
+    assert "\u0000" not in odd["error"]

@@ -620,6 +620,8 @@ def _returns_unstorable(ctx: StepContext) -> Any:
     """Does its (pretend) effect, then returns what the input names: no JSON can hold it."""
     _note(ctx, f"do:{ctx.step}")
     kind = ctx.input["event"]["returns"]
+    if kind == "nul":  # JSON holds it; PostgreSQL's jsonb cannot
+        return {"text": "a\u0000b"}
     return {"at": object()} if kind == "object" else {"ratio": float("nan")}
 
 
@@ -632,4 +634,34 @@ NOT_JSON = register(
             Step("odd", _returns_unstorable, retry=FAST_RETRY),
         ],
     )
+)
+
+
+def _raises_nul(ctx: StepContext) -> None:
+    _note(ctx, f"do:{ctx.step}")
+    raise RuntimeError("the device answered a\u0000b")
+
+
+NUL_ERROR = register(
+    Workflow(
+        "test-nul-error",
+        1,
+        [Step("a", _do, compensate=_undo), Step("odd", _raises_nul, retry=FAST_RETRY)],
+    )
+)
+
+
+# --- A lease the worker stops believing in --------------------------------------------------
+
+
+def _belief_expires(ctx: StepContext) -> dict[str, Any]:
+    """Marks the lease lost, as the keeper does when the worker could not reach the database
+    for too long, while the lease row stays the worker's."""
+    CALLS.setdefault(ctx.run_id, []).append(f"expire:{ctx.step}")
+    ctx.lease_lost.set()
+    return {"done": ctx.step}
+
+
+BELIEF_EXPIRES = register(
+    Workflow("test-belief-expires", 1, [Step("first", _noop), Step("act", _belief_expires)])
 )

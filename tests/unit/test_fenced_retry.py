@@ -42,14 +42,14 @@ def engine() -> Iterator[Engine]:
 def test_a_transient_error_is_retried_then_given_up(engine):
     calls: list[int] = []
     with pytest.raises(fenced.GaveUp):
-        fenced.write(engine, SETTINGS, _failing(calls), "record")
+        fenced.run_with_retries(engine, SETTINGS, _failing(calls), "record")
     assert len(calls) == 4  # the first try and three retries
 
 
 def test_a_write_whose_lease_is_lost_is_not_retried(engine):
     calls: list[int] = []
     with pytest.raises(fenced.GaveUp):
-        fenced.write(engine, SETTINGS, _failing(calls), "record", lambda: True)
+        fenced.run_with_retries(engine, SETTINGS, _failing(calls), "record", lambda: True)
     assert len(calls) == 1
 
 
@@ -61,7 +61,7 @@ def test_a_write_that_is_wrong_is_not_retried(engine):
         raise exc.ProgrammingError("UPDATE …", {}, psycopg2.ProgrammingError("syntax error"))
 
     with pytest.raises(exc.ProgrammingError):
-        fenced.write(engine, SETTINGS, statement, "record")
+        fenced.run_with_retries(engine, SETTINGS, statement, "record")
     assert calls == [1]
 
 

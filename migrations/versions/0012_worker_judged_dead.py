@@ -5,16 +5,16 @@ the worker's next liveness beat returns the stamp, and a stamp it has not seen b
 it treat every lease it held then as lost. A nullable column with no default: added without rewriting the table, and
 ignored by workers of the previous release (a rolling upgrade keeps working).
 
-Revision ID: 0011
-Revises: 0010
+Revision ID: 0012
+Revises: 0011
 Create Date: 2026-12-02 12:30:00.000000
 """
 
 from alembic import op
 import sqlalchemy as sa
 
-revision = "0011"
-down_revision = "0010"
+revision = "0012"
+down_revision = "0011"
 branch_labels = None
 depends_on = None
 
