@@ -253,13 +253,14 @@ def _run_steps(
                 # Finishing statements record the last outcome themselves, so a claimed run
                 # always has something left to do.
                 raise AssertionError(f"run {claim.run_id} claimed with nothing left to do")
-            if nxt.phase == saga.FORWARD and nxt.step.timeout and not nxt.step.is_tool:
+            if nxt.phase == saga.FORWARD and not nxt.step.is_tool:
+                # Always armed: the step's own timeout, else the deployment's default.
                 arm = functools.partial(
                     segments.arm_step_timeout,
                     c=claim,
                     step=nxt.step.name,
                     attempt=nxt.attempt,
-                    timeout=nxt.step.timeout,
+                    timeout=nxt.step.timeout or segment.settings.step_timeout_seconds,
                 )
                 armed, _ = segment.write(arm, "arm_step_timeout")
                 if not armed:

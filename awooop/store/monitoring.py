@@ -47,6 +47,15 @@ _INTERVENTIONS = text(
     "SELECT count(*) FROM awooop_run_state WHERE saga_status = 'MANUAL_INTERVENTION'"
 )
 
+# How long the RUNNING run that has gone longest without progress has held still: since it
+# was claimed, recorded a step or changed state (``updated_at``; lease renewals do not touch
+# it). Read from the partial index of RUNNING runs (ix_awooop_run_state_running_lease): the
+# cost is the runs being driven now.
+_OLDEST_RUNNING_PROGRESS = text(
+    "SELECT COALESCE(extract(epoch FROM now() - min(updated_at)), 0)::float8"
+    " FROM awooop_run_state WHERE status = 'RUNNING'"
+)
+
 
 def ping(conn: Connection) -> None:
     """One round trip; raises when the database does not answer."""
@@ -77,6 +86,13 @@ def snapshot(conn: Connection, timeout_seconds: float) -> Snapshot:
         row = conn.execute(OUTBOX_BACKLOG).one()
         outbox = OutboxBacklog(int(row.pending), int(row.parked), float(row.oldest_pending_age))
     return Snapshot(runs_by_status=runs, outbox=outbox)
+
+
+def oldest_running_progress_age(conn: Connection) -> float:
+    """Seconds since the RUNNING run that has gone longest without progress was claimed,
+    recorded a step or changed state (0 when no run is RUNNING). Call inside the transaction
+    :func:`snapshot` set its statement timeout in."""
+    return max(0.0, float(conn.execute(_OLDEST_RUNNING_PROGRESS).scalar_one()))
 
 
 def interventions(conn: Connection) -> int:

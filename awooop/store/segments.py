@@ -400,10 +400,15 @@ def escalate(
     )
 
 
-# A step with a timeout: name it the current step and set its timeout timer, fenced. The
-# timer carries the segment's version (step records do not change it), so it goes stale as
-# soon as the segment ends.
-_ARM_STEP_TIMEOUT = text(
+# Before every forward step that is not a tool call: name it the current step and set its
+# timeout timer, fenced. The timer carries the segment's version (step records do not change
+# it), so it goes stale as soon as the segment ends. Prepared, and committed without waiting
+# for the WAL flush like a step record: the WAL writer flushes it within three
+# wal_writer_delay (0.6 s by default), so only a server crash in that window loses it, and
+# with it the timeout of that one attempt (awooop_running_oldest_progress_age_seconds still
+# shows the run if its handler then hangs).
+_ARM_STEP_TIMEOUT = PreparedStatement(
+    "awooop_arm_step_timeout",
     f"""
 WITH armed AS (
     UPDATE awooop_run_state
@@ -419,14 +424,16 @@ WITH armed AS (
     ON CONFLICT (timer_id) DO NOTHING
 )
 SELECT count(*) FROM armed
-"""
+""",
+    synchronous_commit=False,
 )
 
 
 def arm_step_timeout(conn: Connection, c: Claim, step: str, attempt: int, timeout: float) -> bool:
+    """Set the timeout timer of this attempt of ``step``, fenced; False: nothing written."""
     timer_id = f"{c.run_id}:forward:{step}:step_timeout:{attempt}:{c.lease_epoch}"
-    row = conn.execute(
-        _ARM_STEP_TIMEOUT,
+    row = _ARM_STEP_TIMEOUT.execute(
+        conn,
         {
             **fence_params(c),
             "step": step,

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import uuid
 
+import pytest
 from sqlalchemy import text
 
 from awooop.engine import runner, sweeps
-from tests.support import db
+from tests.support import db, waiting
 from tests.support import runs as test_runs
 from tests.support import workflows as wf
 
@@ -40,6 +42,75 @@ def test_a_step_that_overruns_its_timeout_is_fenced_out_and_escalated(engine, pr
     assert db.run(engine, run_id)["failure_code"] == "E-STEP-003"
 
 
+def test_a_wedged_step_with_no_timeout_of_its_own_is_taken_at_the_default_timeout(
+    engine, project, settings
+):
+    # The handler blocks on a gate and never checks its lease: only the timeout frees the run.
+    settings = dataclasses.replace(settings, step_timeout_seconds=0.2)
+    gate = uuid.uuid4().hex
+    wf.GATES[gate] = threading.Event()
+    run_id = test_runs.admit(engine, project["project_id"], "test-gated", {"gate": gate})
+    outcome: list[runner.Outcome] = []
+    wedged = threading.Thread(
+        target=lambda: outcome.append(runner.execute(engine, settings, run_id))
+    )
+    wedged.start()
+    try:
+        fired = waiting.fire_when_due(engine, settings, run_id, "step_timeout")
+
+        assert [(t.kind, t.run_id, t.step, t.fired) for t in fired] == [
+            ("step_timeout", run_id, "wait", True)
+        ]
+        row = db.run(engine, run_id)
+        assert (row["status"], row["worker_id"], row["lease_epoch"]) == ("PENDING", None, 2)
+        assert [(e["step"], e["status"]) for e in row["saga_steps"]] == [("wait", "UNKNOWN")]
+    finally:
+        wf.GATES[gate].set()  # the wedged handler finally returns: its result is fenced out
+        wedged.join(timeout=30)
+    assert outcome == [runner.Outcome.LEASE_LOST]
+    assert [e["status"] for e in db.run(engine, run_id)["saga_steps"]] == ["UNKNOWN"]
+
+    # The step has no resolver: the next worker hands it to a person.
+    assert runner.execute(engine, settings, run_id) == runner.Outcome.ESCALATED
+    row = db.run(engine, run_id)
+    assert (row["saga_status"], row["failure_code"]) == ("MANUAL_INTERVENTION", "E-STEP-003")
+
+
+def _step_timeout_seconds(engine, run_id) -> float | None:
+    with engine.connect() as conn:
+        return conn.execute(
+            text(
+                "SELECT extract(epoch FROM due_at - created_at)::float8 FROM awooop_timer"
+                " WHERE run_id = :r AND kind = 'step_timeout'"
+            ),
+            {"r": run_id},
+        ).scalar_one_or_none()
+
+
+def test_a_step_timeout_of_its_own_replaces_the_default(engine, project, settings):
+    settings = dataclasses.replace(settings, step_timeout_seconds=0.2)
+    gate = uuid.uuid4().hex
+    wf.GATES[gate] = threading.Event()
+    run_id = test_runs.admit(
+        engine, project["project_id"], "test-step-timeout-long", {"gate": gate}
+    )
+    outcome: list[runner.Outcome] = []
+    worker = threading.Thread(
+        target=lambda: outcome.append(runner.execute(engine, settings, run_id))
+    )
+    worker.start()
+    try:
+        armed = waiting.until(
+            lambda: _step_timeout_seconds(engine, run_id), what="the step timeout timer"
+        )
+    finally:
+        wf.GATES[gate].set()
+        worker.join(timeout=30)
+
+    assert armed == pytest.approx(30.0, abs=0.5)
+    assert outcome == [runner.Outcome.COMPLETED]
+
+
 def test_a_step_that_finishes_in_time_is_not_touched_by_its_timer(engine, project, settings):
     gate = uuid.uuid4().hex
     wf.GATES[gate] = threading.Event()
@@ -53,7 +124,8 @@ def test_a_step_that_finishes_in_time_is_not_touched_by_its_timer(engine, projec
     assert db.run(engine, run_id)["status"] == "COMPLETED"
     with engine.connect() as conn:
         state = conn.execute(
-            text("SELECT state FROM awooop_timer WHERE run_id = :r"), {"r": run_id}
+            text("SELECT state FROM awooop_timer WHERE run_id = :r AND step = 'slow'"),
+            {"r": run_id},
         ).scalar_one()
     assert state == "SKIPPED"
 
