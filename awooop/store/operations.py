@@ -81,11 +81,14 @@ WITH prior AS (
               r.saga_status, r.control_state
 ), rearmed AS (
     -- Pause and resume do not move the saga: its pending timers (deferred while paused)
-    -- stay valid at the new version.
+    -- stay valid at the new version. So does the step timeout of the step running now,
+    -- whatever the operation: a handler that hangs never reaches the step boundary where a
+    -- cancel is seen, so only its timeout can take the run from it.
     UPDATE awooop_timer tm SET expected_version = c.version
     FROM changed c
     WHERE tm.run_id = c.run_id AND tm.state = 'PENDING'
-      AND CAST(:operation AS text) IN ('pause', 'resume')
+      AND (CAST(:operation AS text) IN ('pause', 'resume')
+           OR (tm.kind = 'step_timeout' AND tm.expected_version = c.version - 1))
 ), settled AS (
     -- The run stops waiting: its pending intervention is this operator's decision (retry:
     -- approved, manual close: rejected); a pending approval is superseded.

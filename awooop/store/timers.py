@@ -153,7 +153,15 @@ WITH changed AS (
     WHERE r.run_id = :run_id
       AND r.status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')
       AND r.saga_status IN ('RUNNING', 'WAITING_RESOLUTION')
-    RETURNING r.run_id, r.status
+    RETURNING r.run_id, r.status, r.version
+), rearmed AS (
+    -- A handler that hangs never reaches the step boundary where the deadline is seen: the
+    -- step timeout of the step running now stays valid at the new version, to take the run
+    -- from it.
+    UPDATE awooop_timer tm SET expected_version = c.version
+    FROM changed c
+    WHERE tm.run_id = c.run_id AND tm.state = 'PENDING' AND tm.kind = 'step_timeout'
+      AND tm.expected_version = c.version - 1
 ), superseded AS ({interventions.SUPERSEDE_PENDING}
 )
 INSERT INTO awooop_run_event (run_id, kind, to_status, trigger, trigger_id, detail)

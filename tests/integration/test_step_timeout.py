@@ -10,7 +10,7 @@ import uuid
 import pytest
 from sqlalchemy import text
 
-from awooop.engine import runner, sweeps
+from awooop.engine import management, runner, sweeps
 from tests.support import db, waiting
 from tests.support import runs as test_runs
 from tests.support import workflows as wf
@@ -23,9 +23,8 @@ def test_a_step_that_overruns_its_timeout_is_fenced_out_and_escalated(engine, pr
     outcome: list[runner.Outcome] = []
     hung = threading.Thread(target=lambda: outcome.append(runner.execute(engine, settings, run_id)))
     hung.start()
-    time.sleep(0.35)  # past the 0.2 s timeout; the worker is still in the step
 
-    fired = sweeps.fire_due_timers_once(engine, settings)
+    fired = waiting.fire_when_due(engine, settings, run_id, "step_timeout")  # still in the step
 
     assert [(t.kind, t.run_id) for t in fired] == [("step_timeout", run_id)]
     row = db.run(engine, run_id)
@@ -172,3 +171,77 @@ def test_workflows_without_a_deadline_set_no_timer(engine, project):
     test_runs.admit(engine, project["project_id"], "noop-3")
 
     assert db.count(engine, "awooop_timer") == 0
+
+
+def _armed(engine, run_id, step: str) -> bool:
+    with engine.connect() as conn:
+        return bool(
+            conn.execute(
+                text(
+                    "SELECT EXISTS (SELECT 1 FROM awooop_timer WHERE run_id = :r"
+                    " AND kind = 'step_timeout' AND step = :s AND state = 'PENDING')"
+                ),
+                {"r": run_id, "s": step},
+            ).scalar_one()
+        )
+
+
+def _taken_while_cancelling(engine, run_id, step: str) -> None:
+    row = db.run(engine, run_id)
+    assert (row["status"], row["saga_status"], row["worker_id"]) == ("PENDING", "CANCELLING", None)
+    assert row["lease_epoch"] == 2
+    assert [(e["step"], e["status"]) for e in row["saga_steps"]][-1] == (step, "UNKNOWN")
+
+
+def test_a_wedged_step_cancelled_while_it_hangs_is_still_taken_at_its_timeout(
+    engine, project, settings
+):
+    # An operator cancels the stuck run: the worker never reaches a step boundary to see it,
+    # so the step timeout must still take the run.
+    settings = dataclasses.replace(settings, step_timeout_seconds=0.5)
+    gate = uuid.uuid4().hex
+    wf.GATES[gate] = threading.Event()
+    run_id = test_runs.admit(engine, project["project_id"], "test-gated", {"gate": gate})
+    wedged, outcome = test_runs.execute_in_thread(engine, settings, run_id)
+    try:
+        waiting.until(lambda: _armed(engine, run_id, "wait"), what="the step timeout armed")
+        management.operate(
+            engine,
+            settings,
+            "cancel",
+            project["project_id"],
+            run_id,
+            operation_id=uuid.uuid4().hex,
+            actor="alice",
+            reason="stuck",
+        )
+
+        waiting.fire_when_due(engine, settings, run_id, "step_timeout")
+
+        _taken_while_cancelling(engine, run_id, "wait")
+    finally:
+        wf.GATES[gate].set()
+        wedged.join(timeout=30)
+    assert outcome == [runner.Outcome.LEASE_LOST]
+
+
+def test_a_wedged_step_past_the_run_deadline_is_still_taken_at_its_timeout(
+    engine, project, settings
+):
+    settings = dataclasses.replace(settings, step_timeout_seconds=1.0)
+    gate = uuid.uuid4().hex
+    wf.GATES[gate] = threading.Event()
+    run_id = test_runs.admit(engine, project["project_id"], "test-deadline", {"gate": gate})
+    wedged, outcome = test_runs.execute_in_thread(engine, settings, run_id)
+    try:
+        waiting.until(lambda: _armed(engine, run_id, "wait"), what="the step timeout armed")
+        waiting.fire_when_due(engine, settings, run_id, "deadline")
+        assert db.run(engine, run_id)["saga_status"] == "CANCELLING"
+
+        waiting.fire_when_due(engine, settings, run_id, "step_timeout")
+
+        _taken_while_cancelling(engine, run_id, "wait")
+    finally:
+        wf.GATES[gate].set()
+        wedged.join(timeout=30)
+    assert outcome == [runner.Outcome.LEASE_LOST]
