@@ -243,22 +243,21 @@ class DatabaseCollector(Collector):
             "(AWOOOP_STEP_TIMEOUT_SECONDS, or the step's own) takes the run.",
             value=stalled_for,
         )
-        if snap.outbox is not None:
-            yield GaugeMetricFamily(
-                "awooop_outbox_backlog",
-                "Outbound messages waiting to be sent (PENDING).",
-                value=snap.outbox.pending,
-            )
-            yield GaugeMetricFamily(
-                "awooop_outbox_parked",
-                "Outbound messages given up on after their retries (PARKED).",
-                value=snap.outbox.parked,
-            )
-            yield GaugeMetricFamily(
-                "awooop_outbox_oldest_pending_age_seconds",
-                "Age of the oldest PENDING outbound message (0 when none).",
-                value=snap.outbox.oldest_pending_age_seconds,
-            )
+        yield GaugeMetricFamily(
+            "awooop_outbox_backlog",
+            "Outbound messages waiting to be sent (PENDING).",
+            value=snap.outbox.pending,
+        )
+        yield GaugeMetricFamily(
+            "awooop_outbox_parked",
+            "Outbound messages given up on after their retries (PARKED).",
+            value=snap.outbox.parked,
+        )
+        yield GaugeMetricFamily(
+            "awooop_outbox_oldest_pending_age_seconds",
+            "Age of the oldest PENDING outbound message (0 when none).",
+            value=snap.outbox.oldest_pending_age_seconds,
+        )
 
 
 def render(engine: Engine, timeout_seconds: float) -> bytes:

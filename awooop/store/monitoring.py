@@ -26,9 +26,6 @@ RUNS_BY_STATUS = text(
 
 _SET_TIMEOUT = text("SELECT set_config('statement_timeout', :ms, true)")
 
-# The outbox table arrives with the approvals/outbox work; until its migration has run the
-# backlog is simply not reported (to_regclass is NULL for a missing table, no error).
-_OUTBOX_EXISTS = text("SELECT to_regclass('awooop_outbox') IS NOT NULL")
 # Each count from its partial index (ix_awooop_outbox_due for PENDING, the PARKED range of
 # ix_awooop_outbox_done): the cost is the backlog, not the SENT messages kept.
 OUTBOX_BACKLOG = text(
@@ -72,8 +69,7 @@ class OutboxBacklog:
 @dataclass(frozen=True)
 class Snapshot:
     runs_by_status: dict[str, int]
-    # None while the awooop_outbox table does not exist in this database.
-    outbox: OutboxBacklog | None
+    outbox: OutboxBacklog
 
 
 def snapshot(conn: Connection, timeout_seconds: float) -> Snapshot:
@@ -81,10 +77,8 @@ def snapshot(conn: Connection, timeout_seconds: float) -> Snapshot:
     the statement timeout is set for that transaction only."""
     conn.execute(_SET_TIMEOUT, {"ms": str(max(1, int(timeout_seconds * 1000)))})
     runs = {row.status: int(row.n) for row in conn.execute(RUNS_BY_STATUS)}
-    outbox = None
-    if conn.execute(_OUTBOX_EXISTS).scalar_one():
-        row = conn.execute(OUTBOX_BACKLOG).one()
-        outbox = OutboxBacklog(int(row.pending), int(row.parked), float(row.oldest_pending_age))
+    row = conn.execute(OUTBOX_BACKLOG).one()
+    outbox = OutboxBacklog(int(row.pending), int(row.parked), float(row.oldest_pending_age))
     return Snapshot(runs_by_status=runs, outbox=outbox)
 
 

@@ -145,18 +145,6 @@ def test_outbox_backlog_counts_pending_and_parked_messages(client, engine, proje
     assert age is not None and 30 <= age < 60
 
 
-def test_outbox_backlog_is_left_out_of_a_database_without_the_outbox_table(client, engine):
-    # A database migrated to before the outbox (0005): the other gauges still answer.
-    with engine.connect() as conn:
-        conn.execute(text("DROP TABLE awooop_outbox"))
-
-    body = client.get("/metrics").get_data(as_text=True)
-
-    assert metrics.sample(body, "awooop_metrics_database_up") == 1
-    assert metrics.sample(body, "awooop_runs", status="PENDING") == 0
-    assert "awooop_outbox_backlog" not in body
-
-
 def test_metrics_still_answer_when_the_database_is_down(settings):
     client = create_app(_unreachable_database(settings)).test_client()
 
