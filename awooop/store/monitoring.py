@@ -12,15 +12,16 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, text
 
 from awooop.domain import states
+from awooop.store.literals import sql_list
 
 _PING = text("SELECT 1")
 
 # Unfinished runs only, from the partial index ix_awooop_run_state_unfinished: the cost is
 # the runs in flight, however many finished runs are kept (finished runs are counted where
 # they finish, awooop_runs_finished_total).
-_UNFINISHED = ", ".join(f"'{s}'" for s in states.UNFINISHED_STATUSES)
 RUNS_BY_STATUS = text(
-    f"SELECT status, count(*) AS n FROM awooop_run_state WHERE status IN ({_UNFINISHED})"
+    "SELECT status, count(*) AS n FROM awooop_run_state"
+    f" WHERE status IN ({sql_list(states.UNFINISHED_STATUSES)})"
     " GROUP BY status"
 )
 

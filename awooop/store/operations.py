@@ -14,7 +14,10 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import IntegrityError
 
-_TERMINAL = "('COMPLETED', 'FAILED', 'CANCELLED')"
+from awooop.domain import states
+from awooop.store.literals import sql_list
+
+_TERMINAL = f"({sql_list(states.TERMINAL_STATUSES)})"
 
 # name -> (SET assignments, precondition on the current row t)
 OPERATIONS: dict[str, tuple[str, str]] = {
