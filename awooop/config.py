@@ -121,6 +121,12 @@ class Settings:
     rate_limit_redis_url: str = ""
     rate_limit_timeout_seconds: float = 0.25
     rate_limit_retry_seconds: float = 10.0
+    # A step handler that has not returned after this long is taken from its worker by the
+    # due-timer sweep (a new lease epoch fences its late writes) and its outcome is unknown:
+    # its resolver finds out, or a person decides. Every forward step that is not a tool call
+    # has this timeout unless it sets its own (``Step(timeout=…)``, longer or shorter), so a
+    # wedged handler cannot hold a run for longer.
+    step_timeout_seconds: float = 900.0
     # The due-timer sweep (retry wake-ups; step, tool and approval timeouts).
     timer_interval_seconds: float = 2.0
     timer_batch_size: int = 500

@@ -22,7 +22,8 @@ Two kinds of numbers, gathered two ways:
   reset. Without the variable each process keeps its own numbers and ``/metrics`` shows only
   the web process that answered the scrape.
 * **State read from the database at scrape time** — unfinished runs by status, the
-  intervention queue and the outbox backlog. PostgreSQL is the source of truth, so these are
+  intervention queue, how long the stillest RUNNING run has gone without progress, and the
+  outbox backlog. PostgreSQL is the source of truth, so these are
   right whichever process or host serves the scrape and need no cooperation from the
   workers; the queries run only when Prometheus scrapes, never on the admission or claim
   path, and read partial indexes whose
@@ -197,6 +198,7 @@ class DatabaseCollector(Collector):
         yield GaugeMetricFamily("awooop_metrics_database_up", "")
         yield GaugeMetricFamily("awooop_runs", "", labels=["status"])
         yield GaugeMetricFamily("awooop_interventions", "")
+        yield GaugeMetricFamily("awooop_running_oldest_progress_age_seconds", "")
         yield GaugeMetricFamily("awooop_outbox_backlog", "")
         yield GaugeMetricFamily("awooop_outbox_parked", "")
         yield GaugeMetricFamily("awooop_outbox_oldest_pending_age_seconds", "")
@@ -210,6 +212,7 @@ class DatabaseCollector(Collector):
             with db.transaction(self._engine) as conn:
                 snap = monitoring.snapshot(conn, self._timeout)
                 interventions = monitoring.interventions(conn)
+                stalled_for = monitoring.oldest_running_progress_age(conn)
         except SQLAlchemyError as exc:
             log.warning(
                 "could not read database gauges",
@@ -234,22 +237,29 @@ class DatabaseCollector(Collector):
             "Runs waiting for a person (saga MANUAL_INTERVENTION), read from the database.",
             value=interventions,
         )
-        if snap.outbox is not None:
-            yield GaugeMetricFamily(
-                "awooop_outbox_backlog",
-                "Outbound messages waiting to be sent (PENDING).",
-                value=snap.outbox.pending,
-            )
-            yield GaugeMetricFamily(
-                "awooop_outbox_parked",
-                "Outbound messages given up on after their retries (PARKED).",
-                value=snap.outbox.parked,
-            )
-            yield GaugeMetricFamily(
-                "awooop_outbox_oldest_pending_age_seconds",
-                "Age of the oldest PENDING outbound message (0 when none).",
-                value=snap.outbox.oldest_pending_age_seconds,
-            )
+        yield GaugeMetricFamily(
+            "awooop_running_oldest_progress_age_seconds",
+            "Seconds since the RUNNING run that has gone longest without progress was claimed, "
+            "recorded a step or changed state (lease renewals are not progress); 0 when no run "
+            "is RUNNING. A handler that never returns keeps it growing until its step timeout "
+            "(AWOOOP_STEP_TIMEOUT_SECONDS, or the step's own) takes the run.",
+            value=stalled_for,
+        )
+        yield GaugeMetricFamily(
+            "awooop_outbox_backlog",
+            "Outbound messages waiting to be sent (PENDING).",
+            value=snap.outbox.pending,
+        )
+        yield GaugeMetricFamily(
+            "awooop_outbox_parked",
+            "Outbound messages given up on after their retries (PARKED).",
+            value=snap.outbox.parked,
+        )
+        yield GaugeMetricFamily(
+            "awooop_outbox_oldest_pending_age_seconds",
+            "Age of the oldest PENDING outbound message (0 when none).",
+            value=snap.outbox.oldest_pending_age_seconds,
+        )
 
 
 def render(engine: Engine, timeout_seconds: float) -> bytes:

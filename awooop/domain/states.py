@@ -29,7 +29,6 @@ RUN_STATUSES = (
     FAILED,
     CANCELLED,
 )
-CLAIMABLE_STATUSES = (PENDING, RESUMED)
 TERMINAL_STATUSES = (COMPLETED, FAILED, CANCELLED)
 UNFINISHED_STATUSES = tuple(s for s in RUN_STATUSES if s not in TERMINAL_STATUSES)
 
@@ -118,20 +117,6 @@ class IllegalTransition(ValueError):
 
 def can_transition(from_status: str, to_status: str) -> bool:
     return to_status in ALLOWED_TRANSITIONS.get(from_status, frozenset())
-
-
-def can_change(from_status: str, from_saga: str, to_status: str, to_saga: str) -> bool:
-    """Whether a run may go from ``(from_status, from_saga)`` to ``(to_status, to_saga)``:
-    each axis stays or makes an allowed move, and a finished run changes neither."""
-    if (from_status, from_saga) == (to_status, to_saga):
-        return True
-    if from_status in TERMINAL_STATUSES:
-        return False
-    status_ok = from_status == to_status or can_transition(from_status, to_status)
-    saga_ok = from_saga == to_saga or to_saga in ALLOWED_SAGA_TRANSITIONS.get(
-        from_saga, frozenset()
-    )
-    return status_ok and saga_ok
 
 
 def check_transition(from_status: str, to_status: str) -> None:

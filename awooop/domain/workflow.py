@@ -216,9 +216,10 @@ class Step:
     # "compensate" undoes the late effect in a follow-up run; the others only record it.
     late_result: str = "accept"
     resolver: Resolver | None = None
-    # A step that may hang: after this many seconds the due-timer sweep takes the run from
-    # its worker (fencing its late writes) and the outcome is UNKNOWN: resolved by
-    # ``resolver``, or a person decides. Costs one statement per attempt of this step.
+    # After this many seconds (None: AWOOOP_STEP_TIMEOUT_SECONDS) the due-timer sweep takes
+    # the run from its worker (fencing its late writes) and the outcome is UNKNOWN: resolved
+    # by ``resolver``, or a person decides. Not for tool steps (``tool_timeout`` bounds the
+    # wait for their result).
     timeout: float | None = None
     # An approval step: ``handler`` returns the prompt; the run waits for a person.
     approval: Approval | None = None

@@ -45,17 +45,29 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
 from awooop import db, metrics
 from awooop.config import ConfigError, Settings, get_settings
 from awooop.domain import timing
-from awooop.store import leases, workers
+from awooop.store import leases, segments, workers
 
 log = logging.getLogger("awooop.engine.lease")
 
 Clock = Callable[[], float]
+
+
+@dataclass
+class _RunningStep:
+    """A step whose handler runs now without a timeout of its own."""
+
+    step: str
+    attempt: int
+    timeout: float
+    started: float
+    armed: bool = False
 
 
 class Lease:
@@ -81,6 +93,7 @@ class Lease:
         self._renewed_at = clock()
         # The process's liveness belief (set by LeaseKeeper.hold); None: not judged by it.
         self.liveness: Liveness | None = None
+        self._step: _RunningStep | None = None
 
     def due(self, now: float) -> bool:
         return now - self._renewed_at >= self.interval
@@ -147,6 +160,48 @@ class Lease:
             db.bounded(conn, deadline),
         ):
             return leases.renew(conn, self.claim, self.ttl)
+
+    def running(self, step: str, attempt: int, timeout: float) -> None:
+        """The handler of ``step`` (no timeout of its own) starts now. If it is still running
+        after a renewal interval (or a quarter of ``timeout``), the keeper arms its timeout:
+        a hung handler cannot hold the run for ever, and a quick step costs no write."""
+        self._step = _RunningStep(step, attempt, timeout, self._clock())
+
+    def step_ended(self) -> None:
+        self._step = None
+
+    def arm_step_timeout_if_due(self) -> None:
+        """Arm the running step's timeout once it has run long enough (keeper thread)."""
+        running = self._step
+        if running is None or running.armed or self.lost.is_set():
+            return
+        elapsed = self._clock() - running.started
+        if elapsed < min(self.interval, running.timeout / 4):
+            return
+        running.armed = True
+        try:
+            deadline = db.keeper_deadline(self._engine, self.interval)
+            with db.keeper_engine(self._engine).connect() as conn, db.bounded(conn, deadline):
+                armed = segments.arm_default_step_timeout(
+                    conn, self.claim, running.step, running.attempt, running.timeout - elapsed
+                )
+        except Exception:
+            running.armed = False  # the next tick tries again
+            log.warning(
+                "step timeout could not be armed",
+                exc_info=True,
+                extra=self._fields("step_timeout_arm_failed"),
+            )
+            return
+        log.info(
+            "long step: its timeout is armed",
+            extra={
+                **self._fields("step_timeout_armed"),
+                "step": running.step,
+                "due_in_s": round(running.timeout - elapsed, 3),
+                "armed": armed,
+            },
+        )
 
     def mark_lost(self, cause: str, message: str) -> None:
         """Set ``lost`` (once) and say why: ``renewal`` (no row matched), ``keeper`` (not
@@ -390,6 +445,8 @@ class LeaseKeeper:
         for lease in leases:
             if lease.due(self._clock()) and not lease.renew_now():
                 self.drop(lease)
+            else:
+                lease.arm_step_timeout_if_due()
         self._mark_overdue(leases)
 
     def _mark_overdue(self, leases: list[Lease]) -> None:

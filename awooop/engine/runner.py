@@ -357,7 +357,14 @@ def _run_steps(workflow: Workflow, segment: _Segment) -> Outcome:
                         return Outcome.LEASE_LOST
                     if isinstance(armed, leases.Intent):
                         continue
-                entry = _attempt(segment.claim, nxt, journal, segment.held)
+                if nxt.phase == saga.FORWARD and not nxt.step.timeout and not nxt.step.is_tool:
+                    # The deployment's default timeout, armed by the keeper if the step runs long.
+                    timeout = segment.settings.step_timeout_seconds
+                    segment.held.running(nxt.step.name, nxt.attempt, timeout)
+                try:
+                    entry = _attempt(segment.claim, nxt, journal, segment.held)
+                finally:
+                    segment.held.step_ended()
                 if not segment.held.believed():
                     log.warning(
                         "lease lost during step; result not recorded",

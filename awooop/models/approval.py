@@ -15,8 +15,6 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from awooop.models.base import Base
 
-APPROVAL_STATUSES = ("PENDING", "APPROVED", "REJECTED", "EXPIRED", "SUPERSEDED")
-
 
 class Approval(Base):
     __tablename__ = "awooop_approval"

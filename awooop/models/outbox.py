@@ -17,8 +17,6 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from awooop.models.base import Base
 
-OUTBOX_STATUSES = ("PENDING", "SENT", "PARKED")
-
 
 class OutboxMessage(Base):
     __tablename__ = "awooop_outbox"

@@ -30,10 +30,11 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from awooop.domain import states
 from awooop.models.base import Base
+from awooop.store.literals import sql_list
 
 
 def _in(column: str, values: tuple[str, ...]) -> str:
-    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+    return f"{column} IN ({sql_list(values)})"
 
 
 class RunState(Base):

@@ -24,8 +24,6 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from awooop.models.base import Base
 
-TIMER_STATES = ("PENDING", "FIRED", "SKIPPED")
-
 
 class Timer(Base):
     __tablename__ = "awooop_timer"

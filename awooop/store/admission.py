@@ -11,6 +11,7 @@ from sqlalchemy import Connection, text
 
 from awooop import ids
 from awooop.domain import states
+from awooop.store.literals import sql_list
 from awooop.store.prepared import PreparedStatement
 
 # One round trip: insert the dedupe row; only if it was inserted, insert the run and its
@@ -67,11 +68,11 @@ _ADMIT = PreparedStatement("awooop_admit", _ADMIT_TEMPLATE.format(quota=""))
 
 # The active-run quota (DESIGN §5). The count stops at the quota, so it reads at most
 # max_active_runs index entries of ix_awooop_run_state_project_status.
-_ACTIVE = "', '".join(s for s in states.RUN_STATUSES if s not in states.TERMINAL_STATUSES)
+_ACTIVE = sql_list(states.UNFINISHED_STATUSES)
 _WITHIN_QUOTA = f"""
       AND (SELECT count(*) FROM (
                SELECT 1 FROM awooop_run_state a
-               WHERE a.project_id = :project_id AND a.status IN ('{_ACTIVE}')
+               WHERE a.project_id = :project_id AND a.status IN ({_ACTIVE})
                LIMIT :max_active_runs) active) < :max_active_runs"""
 
 # Race-free: concurrent admissions of one project would each count the runs committed

@@ -12,23 +12,21 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, text
 
 from awooop.domain import states
+from awooop.store.literals import sql_list
 
 _PING = text("SELECT 1")
 
 # Unfinished runs only, from the partial index ix_awooop_run_state_unfinished: the cost is
 # the runs in flight, however many finished runs are kept (finished runs are counted where
 # they finish, awooop_runs_finished_total).
-_UNFINISHED = ", ".join(f"'{s}'" for s in states.UNFINISHED_STATUSES)
 RUNS_BY_STATUS = text(
-    f"SELECT status, count(*) AS n FROM awooop_run_state WHERE status IN ({_UNFINISHED})"
+    "SELECT status, count(*) AS n FROM awooop_run_state"
+    f" WHERE status IN ({sql_list(states.UNFINISHED_STATUSES)})"
     " GROUP BY status"
 )
 
 _SET_TIMEOUT = text("SELECT set_config('statement_timeout', :ms, true)")
 
-# The outbox table arrives with the approvals/outbox work; until its migration has run the
-# backlog is simply not reported (to_regclass is NULL for a missing table, no error).
-_OUTBOX_EXISTS = text("SELECT to_regclass('awooop_outbox') IS NOT NULL")
 # Each count from its partial index (ix_awooop_outbox_due for PENDING, the PARKED range of
 # ix_awooop_outbox_done): the cost is the backlog, not the SENT messages kept.
 OUTBOX_BACKLOG = text(
@@ -47,6 +45,15 @@ _INTERVENTIONS = text(
     "SELECT count(*) FROM awooop_run_state WHERE saga_status = 'MANUAL_INTERVENTION'"
 )
 
+# How long the RUNNING run that has gone longest without progress has held still: since it
+# was claimed, recorded a step or changed state (``updated_at``; lease renewals do not touch
+# it). Read from the partial index of RUNNING runs (ix_awooop_run_state_running_lease): the
+# cost is the runs being driven now.
+_OLDEST_RUNNING_PROGRESS = text(
+    "SELECT COALESCE(extract(epoch FROM now() - min(updated_at)), 0)::float8"
+    " FROM awooop_run_state WHERE status = 'RUNNING'"
+)
+
 
 def ping(conn: Connection) -> None:
     """One round trip; raises when the database does not answer."""
@@ -63,8 +70,7 @@ class OutboxBacklog:
 @dataclass(frozen=True)
 class Snapshot:
     runs_by_status: dict[str, int]
-    # None while the awooop_outbox table does not exist in this database.
-    outbox: OutboxBacklog | None
+    outbox: OutboxBacklog
 
 
 def snapshot(conn: Connection, timeout_seconds: float) -> Snapshot:
@@ -72,11 +78,16 @@ def snapshot(conn: Connection, timeout_seconds: float) -> Snapshot:
     the statement timeout is set for that transaction only."""
     conn.execute(_SET_TIMEOUT, {"ms": str(max(1, int(timeout_seconds * 1000)))})
     runs = {row.status: int(row.n) for row in conn.execute(RUNS_BY_STATUS)}
-    outbox = None
-    if conn.execute(_OUTBOX_EXISTS).scalar_one():
-        row = conn.execute(OUTBOX_BACKLOG).one()
-        outbox = OutboxBacklog(int(row.pending), int(row.parked), float(row.oldest_pending_age))
+    row = conn.execute(OUTBOX_BACKLOG).one()
+    outbox = OutboxBacklog(int(row.pending), int(row.parked), float(row.oldest_pending_age))
     return Snapshot(runs_by_status=runs, outbox=outbox)
+
+
+def oldest_running_progress_age(conn: Connection) -> float:
+    """Seconds since the RUNNING run that has gone longest without progress was claimed,
+    recorded a step or changed state (0 when no run is RUNNING). Call inside the transaction
+    :func:`snapshot` set its statement timeout in."""
+    return max(0.0, float(conn.execute(_OLDEST_RUNNING_PROGRESS).scalar_one()))
 
 
 def interventions(conn: Connection) -> int:

@@ -14,7 +14,10 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import IntegrityError
 
-_TERMINAL = "('COMPLETED', 'FAILED', 'CANCELLED')"
+from awooop.domain import states
+from awooop.store.literals import sql_list
+
+_TERMINAL = f"({sql_list(states.TERMINAL_STATUSES)})"
 
 # name -> (SET assignments, precondition on the current row t)
 OPERATIONS: dict[str, tuple[str, str]] = {
@@ -88,12 +91,16 @@ WITH prior AS (
     -- Pause and resume do not move the saga: its pending timers (deferred while paused)
     -- stay valid at the new version. A run still waiting for a tool result keeps that
     -- result's timeout (the one valid until now, not a stale one of an earlier attempt).
+    -- So does the step timeout of the step running now, whatever the operation: a handler
+    -- that hangs never reaches the step boundary where a cancel is seen, so only its
+    -- timeout can take the run from it.
     UPDATE awooop_timer tm SET expected_version = c.version
     FROM changed c
     WHERE tm.run_id = c.run_id AND tm.state = 'PENDING'
       AND (CAST(:operation AS text) IN ('pause', 'resume')
            OR (tm.kind = 'tool_timeout' AND c.to_status = 'WAITING_TOOL'
-               AND tm.expected_version = c.from_version))
+               AND tm.expected_version = c.from_version)
+           OR (tm.kind = 'step_timeout' AND tm.expected_version = c.from_version))
 ), settled AS (
     -- The run stops waiting: its pending intervention is this operator's decision (retry:
     -- approved, manual close: rejected); a pending approval is superseded.

@@ -183,11 +183,3 @@ def list_messages(
     sealed secrets: what was sent and how it went."""
     params = {"status": status, "run_id": run_id, "limit": limit, "project_id": project_id}
     return [dict(r._mapping) for r in conn.execute(_LIST, params)]
-
-
-_BACKLOG = text("SELECT status, count(*) AS n FROM awooop_outbox GROUP BY status")
-
-
-def counts_by_status(conn: Connection) -> dict[str, int]:
-    """Messages by status (PENDING is the backlog) — for metrics."""
-    return {r.status: int(r.n) for r in conn.execute(_BACKLOG)}

@@ -23,8 +23,9 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from awooop.domain import states
+from awooop.store.literals import sql_list
 
-ACTIVE_STATUSES = tuple(s for s in states.RUN_STATUSES if s not in states.TERMINAL_STATUSES)
+ACTIVE_STATUSES = states.UNFINISHED_STATUSES
 
 
 def _capped_counts(table: str, statuses: tuple[str, ...]) -> str:
@@ -33,10 +34,10 @@ def _capped_counts(table: str, statuses: tuple[str, ...]) -> str:
     constants), so the planner estimates each range from the column's statistics; a status
     bound from a row source would be estimated blind, and read through a sequential scan."""
     return "\nUNION ALL\n".join(
-        f"""SELECT '{status}' AS status, (SELECT count(*) FROM (
-    SELECT 1 FROM {table} WHERE project_id = :project_id AND status = '{status}' LIMIT :cap
+        f"""SELECT {literal} AS status, (SELECT count(*) FROM (
+    SELECT 1 FROM {table} WHERE project_id = :project_id AND status = {literal} LIMIT :cap
 ) capped) AS n"""
-        for status in statuses
+        for literal in (sql_list([status]) for status in statuses)
     )
 
 

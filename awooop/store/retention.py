@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, text
 
 from awooop.domain import states
+from awooop.store.literals import sql_list
 
 # The tables a run batch deletes from, in the order of the counts the statement returns.
 RUN_TABLES = (
@@ -33,7 +34,7 @@ RUN_TABLES = (
     "awooop_channel_event_dedupe",
 )
 
-_TERMINAL = ", ".join(f"'{s}'" for s in states.TERMINAL_STATUSES)
+_TERMINAL = sql_list(states.TERMINAL_STATUSES)
 
 # One batch of finished runs. Per project and terminal status, the oldest runs that finished
 # longer ago than the project's retention (its run_retention_days, else the default) and whose

@@ -21,7 +21,7 @@ from sqlalchemy import Connection, text
 from awooop.domain import states
 from awooop.outbound.messages import Message
 from awooop.store import interventions
-from awooop.store.leases import FENCE, STAMP, Claim, Position, fence_params
+from awooop.store.leases import FENCE, HELD_AT, STAMP, Claim, Position, fence_params, lease_params
 from awooop.store.outbox import INSERT_FROM_CHANGED, messages_param
 from awooop.store.prepared import PreparedStatement
 
@@ -445,6 +445,48 @@ SELECT saga_status, failure_code, control_state FROM armed
 )
 
 
+# A step that has run for a while without a timeout of its own gets the deployment's default
+# (armed by the holder's lease keeper, off the step's path: a quick step costs nothing). Fenced
+# on the lease and the journal as the step started, not on the saga status: a cancel recorded
+# meanwhile is seen only at the step's end, which a hung handler never reaches.
+_ARM_DEFAULT_STEP_TIMEOUT = text(
+    f"""
+WITH run AS (
+    UPDATE awooop_run_state
+    SET current_step = :step
+    WHERE {HELD_AT}
+    RETURNING run_id, version
+)
+INSERT INTO awooop_timer (timer_id, run_id, kind, step, attempt, due_at, expected_version)
+SELECT :timer_id, run_id, 'step_timeout', :step, :attempt,
+       now() + make_interval(secs => :remaining), version
+FROM run
+ON CONFLICT (timer_id) DO NOTHING
+"""
+)
+
+
+def arm_default_step_timeout(
+    conn: Connection, c: Claim, step: str, attempt: int, remaining: float
+) -> bool:
+    """Set the timeout timer of this attempt of ``step``, due in ``remaining`` seconds, if
+    ``c`` still holds the run as the step found it; False: nothing written."""
+    params = {
+        **lease_params(c),
+        "journal_length": c.journal_length,
+        "timer_id": step_timer_id(c, step, attempt),
+        "step": step,
+        "attempt": attempt,
+        "remaining": max(0.0, remaining),
+    }
+    return conn.execute(_ARM_DEFAULT_STEP_TIMEOUT, params).rowcount == 1
+
+
+def step_timer_id(c: Claim, step: str, attempt: int) -> str:
+    """The timeout timer of this attempt of ``step`` under this claim."""
+    return f"{c.run_id}:forward:{step}:step_timeout:{attempt}:{c.lease_epoch}"
+
+
 def arm_step_timeout(
     conn: Connection,
     c: Claim,
@@ -455,7 +497,7 @@ def arm_step_timeout(
     write_id: uuid.UUID | None = None,
 ) -> Position | None:
     """Name ``step`` the current step and set its timeout timer, fenced."""
-    timer_id = f"{c.run_id}:forward:{step}:step_timeout:{attempt}:{c.lease_epoch}"
+    timer_id = step_timer_id(c, step, attempt)
     row = conn.execute(
         _ARM_STEP_TIMEOUT,
         {

@@ -159,11 +159,15 @@ WITH changed AS (
     RETURNING r.run_id, r.status, r.version
 ), superseded AS ({interventions.SUPERSEDE_PENDING}
 ), rearmed AS (
-    -- the awaited result's timeout: the one valid until this statement bumped the version
+    -- The timers valid until this statement bumped the version that must stay so: the
+    -- awaited tool result's timeout, and the step timeout of the step running now (a
+    -- handler that hangs never reaches the step boundary where the deadline is seen, so
+    -- only its timeout can take the run from it).
     UPDATE awooop_timer tm SET expected_version = c.version
     FROM changed c
-    WHERE tm.run_id = c.run_id AND tm.state = 'PENDING' AND tm.kind = 'tool_timeout'
-      AND c.status = 'WAITING_TOOL' AND tm.expected_version = c.version - 1
+    WHERE tm.run_id = c.run_id AND tm.state = 'PENDING' AND tm.expected_version = c.version - 1
+      AND ((tm.kind = 'tool_timeout' AND c.status = 'WAITING_TOOL')
+           OR tm.kind = 'step_timeout')
 )
 INSERT INTO awooop_run_event (run_id, kind, to_status, trigger, trigger_id, detail)
 SELECT run_id, 'saga', status, 'timer', :timer_id,

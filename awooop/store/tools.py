@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +11,7 @@ from sqlalchemy import Connection, text
 
 from awooop.domain import states
 from awooop.store import interventions
+from awooop.store.literals import sql_list
 
 INBOX_CONSUMER = "tool-results"
 
@@ -147,10 +147,6 @@ _RUN_FACTS = text(
 )
 
 
-def _sql_list(values: Iterable[str]) -> str:
-    return ", ".join(f"'{v}'" for v in values)
-
-
 # Where a conflict may hand the run to a person from, by the state machine's tables.
 _ESCALATE_FROM_SAGA = [
     saga
@@ -178,8 +174,8 @@ WITH changed AS (
         version = r.version + 1,
         updated_at = now()
     WHERE r.run_id = :run_id AND r.version = :version
-      AND r.status IN ({_sql_list(states.ESCALATABLE_STATUSES)})
-      AND r.saga_status IN ({_sql_list(_ESCALATE_FROM_SAGA)})
+      AND r.status IN ({sql_list(states.ESCALATABLE_STATUSES)})
+      AND r.saga_status IN ({sql_list(_ESCALATE_FROM_SAGA)})
     RETURNING r.run_id, r.project_id, r.status, r.current_step, r.failure_reason
 ), superseded AS ({interventions.SUPERSEDE_PENDING}
 ), intervention AS ({interventions.OPEN_FROM_CHANGED}

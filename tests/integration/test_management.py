@@ -38,7 +38,8 @@ def gated_run(engine, project):
 
 def run_in_thread(engine, settings, run_id):
     thread, outcome = test_runs.execute_in_thread(engine, settings, run_id)
-    waiting.until(lambda: db.run(engine, run_id)["current_step"] == "wait", what="step wait")
+    # Inside the handler: the step boundary before it, where an intent is seen, is passed.
+    waiting.until(lambda: "do:wait" in wf.CALLS.get(str(run_id), []), what="inside step wait")
     return thread, outcome
 
 

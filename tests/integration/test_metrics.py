@@ -7,7 +7,9 @@ across real processes are checked in tests/e2e/test_observability_processes.py.
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
+import uuid
 
 import pytest
 from celery import Celery
@@ -21,8 +23,9 @@ from awooop.engine import lease, runner, sweeps
 from awooop.store import leases
 from awooop.web.app import create_app
 from awooop.workflows import registry
-from tests.support import metrics, requests, tokens
+from tests.support import db, metrics, requests, tokens, waiting
 from tests.support import runs as test_runs
+from tests.support import workflows as wf
 from tests.support.processes import free_port
 
 
@@ -140,18 +143,6 @@ def test_outbox_backlog_counts_pending_and_parked_messages(client, engine, proje
     assert metrics.sample(body, "awooop_outbox_parked") == 1
     age = metrics.sample(body, "awooop_outbox_oldest_pending_age_seconds")
     assert age is not None and 30 <= age < 60
-
-
-def test_outbox_backlog_is_left_out_of_a_database_without_the_outbox_table(client, engine):
-    # A database migrated to before the outbox (0005): the other gauges still answer.
-    with engine.connect() as conn:
-        conn.execute(text("DROP TABLE awooop_outbox"))
-
-    body = client.get("/metrics").get_data(as_text=True)
-
-    assert metrics.sample(body, "awooop_metrics_database_up") == 1
-    assert metrics.sample(body, "awooop_runs", status="PENDING") == 0
-    assert "awooop_outbox_backlog" not in body
 
 
 def test_metrics_still_answer_when_the_database_is_down(settings):
@@ -343,6 +334,47 @@ def test_the_intervention_gauge_counts_runs_waiting_for_a_person(client, engine,
 
     assert metrics.sample(body, "awooop_interventions") == 1
     assert metrics.sample(body, "awooop_runs", status="WAITING_APPROVAL") == 1
+
+
+def test_a_running_run_without_journal_progress_shows_in_the_oldest_progress_age(
+    client, engine, project, settings
+):
+    gauge = "awooop_running_oldest_progress_age_seconds"
+    assert metrics.sample(client.get("/metrics").get_data(as_text=True), gauge) == 0
+    # Renewals every 0.3 s: a lease kept alive is not progress.
+    settings = dataclasses.replace(settings, lease_ttl_seconds=3.0, heartbeat_interval_seconds=0.3)
+    gate = uuid.uuid4().hex
+    wf.GATES[gate] = threading.Event()
+    run_id = test_runs.admit(engine, project["project_id"], "test-gated", {"gate": gate})
+    outcome: list[runner.Outcome] = []
+    stuck = threading.Thread(
+        target=lambda: outcome.append(runner.execute(engine, settings, run_id))
+    )
+    stuck.start()
+    try:
+        age = waiting.until(
+            lambda: (
+                value
+                if (value := metrics.sample(client.get("/metrics").get_data(as_text=True), gauge))
+                and value >= 1.5
+                else None
+            ),
+            what="the stuck run's progress age to pass 1.5 s",
+        )
+        row = db.run(engine, run_id)
+        with engine.connect() as conn:
+            renewed_ago = conn.execute(
+                text("SELECT extract(epoch FROM now() - :at)::float8"), {"at": row["heartbeat_at"]}
+            ).scalar_one()
+    finally:
+        wf.GATES[gate].set()
+        stuck.join(timeout=30)
+
+    assert age >= 1.5
+    assert row["status"] == "RUNNING"
+    assert renewed_ago < 1.0  # the lease was renewed meanwhile; the age went on growing
+    assert outcome == [runner.Outcome.COMPLETED]
+    assert metrics.sample(client.get("/metrics").get_data(as_text=True), gauge) == 0
 
 
 def test_the_database_collector_describes_every_family_it_collects(engine):

@@ -57,7 +57,9 @@ def test_an_intent_recorded_while_a_step_runs_survives_however_the_step_ends(
         engine, project["project_id"], name, {"gate": gate, "outcome": outcome}
     )
     worker, result = test_runs.execute_in_thread(engine, settings, run_id)
-    waiting.until(lambda: db.run(engine, run_id)["current_step"] == "hold", what="step hold")
+    # (inside the handler: the step boundary before it, where an intent is seen, is passed)
+    inside = "ask:hold" if outcome == "approval" else "do:hold"
+    waiting.until(lambda: inside in wf.CALLS.get(str(run_id), []), what="inside step hold")
 
     # When the operator cancels (or the deadline passes) and then the step ends
     if intent == "cancel":

@@ -391,6 +391,11 @@ TIMEOUT = register(
     )
 )
 
+# A step that sets a timeout longer than the deployment's default.
+LONG_TIMEOUT = register(
+    Workflow("test-step-timeout-long", 1, [Step("slow", _wait_then_do, timeout=30.0)])
+)
+
 
 DEADLINE = register(
     Workflow(

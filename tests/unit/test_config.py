@@ -134,6 +134,20 @@ def test_batch_sizes_intervals_and_timeouts_must_be_positive(name, raw):
     assert f"AWOOOP_{name}={raw} must be positive" in refused(**{name: raw})
 
 
+def test_the_step_timeout_is_fifteen_minutes_unless_set_and_must_be_a_positive_number():
+    assert Settings.from_env(BASE).step_timeout_seconds == 900.0
+    chosen = Settings.from_env({**BASE, "AWOOOP_STEP_TIMEOUT_SECONDS": "60"})
+    assert chosen.step_timeout_seconds == 60
+
+    assert "AWOOOP_STEP_TIMEOUT_SECONDS=0 must be positive" in refused(STEP_TIMEOUT_SECONDS="0")
+    assert "AWOOOP_STEP_TIMEOUT_SECONDS='soon' is not a number" in refused(
+        STEP_TIMEOUT_SECONDS="soon"
+    )
+    assert "AWOOOP_STEP_TIMEOUT_SECONDS='inf' is not a finite number" in refused(
+        STEP_TIMEOUT_SECONDS="inf"
+    )
+
+
 def test_zero_is_allowed_where_it_means_never():
     settings = Settings.from_env(
         {**BASE, "AWOOOP_AUTH_CACHE_SECONDS": "0", "AWOOOP_WRITE_RETRIES": "0"}

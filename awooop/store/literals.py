@@ -1,0 +1,24 @@
+"""The package's own constants written into SQL text.
+
+A status list (``states.UNFINISHED_STATUSES``, ``states.TERMINAL_STATUSES``, …) goes into a
+statement as literals rather than as a bound parameter: the planner then sees the values
+(a partial index whose predicate names them is usable, and each value's row estimate comes
+from the column's statistics). Values from outside a statement are always bound parameters.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+
+
+def sql_list(values: Iterable[str]) -> str:
+    """``'A', 'B'``: for ``column IN (…)`` or ``ARRAY[…]``. Only plain words are accepted
+    (statuses, kinds): anything else is a programming error, refused with ValueError."""
+    words = list(values)
+    refused = [v for v in words if not _WORD.fullmatch(v)]
+    if not words or refused:
+        raise ValueError(f"not a list of plain words for SQL: {words!r}")
+    return ", ".join(f"'{v}'" for v in words)
