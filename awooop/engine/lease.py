@@ -78,6 +78,7 @@ class Lease:
         ttl: float,
         interval: float,
         clock: Clock = time.monotonic,
+        granted_at: float | None = None,
     ) -> None:
         self.claim = claim
         self.ttl = ttl
@@ -88,9 +89,10 @@ class Lease:
         # Held for the whole of a renewal: drop() takes it to wait out one in flight.
         self._lock = threading.Lock()
         self._dropped = False
-        # When the last renewal that committed started (the claim counts as one): the
-        # database computed the lease's expiry after that moment.
-        self._renewed_at = clock()
+        # When the last renewal that committed started (the claim counts as one, from
+        # ``granted_at``: before its statement was sent): the database computed the lease's
+        # expiry after that moment.
+        self._renewed_at = clock() if granted_at is None else granted_at
         # The process's liveness belief (set by LeaseKeeper.hold); None: not judged by it.
         self.liveness: Liveness | None = None
         self._step: _RunningStep | None = None

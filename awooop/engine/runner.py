@@ -100,6 +100,9 @@ def execute(
     ``notify`` is given the ids of outbox messages to send now (the outbox sweep sends any
     it misses)."""
     me = identity.worker_id()
+    # The lease runs from the claim statement's execution: the holder counts it from before
+    # the statement was sent (a slow reply must not lengthen its belief).
+    claim_sent_at = time.monotonic()
     try:
         # After a database restart the first statement may meet a connection the server
         # closed: retry the claim once on a fresh one (a claim is a compare-and-set; if the
@@ -132,11 +135,15 @@ def execute(
     # Every line logged while this worker drives the run — the step handlers' included —
     # carries the run's ids and the trace context it was admitted with.
     with logs.bound(**_fields(claim), traceparent=claim.traceparent):
-        return _drive(engine, settings, claim, notify)
+        return _drive(engine, settings, claim, notify, claim_sent_at)
 
 
 def _drive(
-    engine: Engine, settings: Settings, claim: leases.Claim, notify: Notify | None
+    engine: Engine,
+    settings: Settings,
+    claim: leases.Claim,
+    notify: Notify | None,
+    claim_sent_at: float,
 ) -> Outcome:
     fields = _fields(claim)
     log.info(
@@ -167,7 +174,9 @@ def _drive(
         return Outcome.RELEASED
 
     lease_ttl = workflow.lease_ttl_seconds or settings.lease_ttl_seconds
-    held = Lease(engine, claim, lease_ttl, settings.heartbeat_interval_seconds)
+    held = Lease(
+        engine, claim, lease_ttl, settings.heartbeat_interval_seconds, granted_at=claim_sent_at
+    )
     if lease_ttl != settings.lease_ttl_seconds and not held.renew_now():
         return Outcome.LEASE_LOST
     keeper = lease.keeper()
