@@ -589,7 +589,7 @@ def _run(
     **overrides: object,
 ) -> None:
     options: dict[str, object] = {
-        "max_examples": 60,
+        "max_examples": 100,
         "stateful_step_count": 60,
         "deadline": None,
         "suppress_health_check": [HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
@@ -627,7 +627,9 @@ SHORT_WATCH = timing.belief_lasts(DEAD_AFTER, MARGIN) - 5.0
 def test_the_machine_finds_two_believers_when_the_watch_is_shorter_than_the_belief(
     engine, project, settings
 ):
-    """Negative control: hypothesis's search finds the violation of (a)."""
+    """Negative control: hypothesis's search finds the violation of (a). Derandomized, so
+    the examples tried are the same on every run (a change to the machine changes them:
+    keep this finding it within the budget)."""
     with pytest.raises(AssertionError, match=r"\(a\)"):
         _run(
             engine,
@@ -636,7 +638,8 @@ def test_the_machine_finds_two_believers_when_the_watch_is_shorter_than_the_beli
             SHORT_WATCH,
             derandomize=True,
             database=None,
-            max_examples=200,
+            max_examples=300,
+            stateful_step_count=30,
             phases=[Phase.explicit, Phase.generate],
         )
 
