@@ -45,17 +45,20 @@ SAGA_STATUSES = (
 CONTROL_STATES = ("ACTIVE", "PAUSED")
 DIRECTIONS = ("FORWARD", "BACKWARD")
 
-# from status -> statuses it may move to, each with who moves it. Anything else is refused.
+# from status -> statuses it may move to: exactly the moves the statements make, each with
+# the statement that makes it. Anything else is refused (by the test database's trigger too).
 ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
-    # claim (worker); reaper's exhausted budget; manual close
-    PENDING: frozenset({RUNNING, FAILED, CANCELLED, WAITING_APPROVAL}),
-    RESUMED: frozenset({RUNNING, FAILED, CANCELLED, WAITING_APPROVAL}),
-    # segment ends (worker); reaper; step timeout (timer)
+    # claim; a conflicting result (store/tools.py)
+    PENDING: frozenset({RUNNING, WAITING_APPROVAL}),
+    RESUMED: frozenset({RUNNING, WAITING_APPROVAL}),
+    # segment ends and releases (worker); reaper; step timeout (timer); conflicting result
     RUNNING: frozenset({PENDING, WAITING_TOOL, WAITING_APPROVAL, COMPLETED, FAILED, CANCELLED}),
-    # tool result or its timeout (a cancel or the deadline waits for them too)
-    WAITING_TOOL: frozenset({PENDING, FAILED, CANCELLED, WAITING_APPROVAL}),
-    # a decision, the expiry, an operator's retry, cancel or deadline; manual close
-    WAITING_APPROVAL: frozenset({RESUMED, FAILED, CANCELLED}),
+    # the tool result or its timeout (a cancel or the deadline waits for them too);
+    # a conflicting result
+    WAITING_TOOL: frozenset({PENDING, WAITING_APPROVAL}),
+    # a decision, the expiry, an operator's retry, cancel or the deadline (RESUMED); manual
+    # close (CANCELLED)
+    WAITING_APPROVAL: frozenset({RESUMED, CANCELLED}),
     COMPLETED: frozenset(),
     FAILED: frozenset(),
     CANCELLED: frozenset(),

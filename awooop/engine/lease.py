@@ -114,13 +114,23 @@ class Lease:
     def believed(self) -> bool:
         """Whether this worker may still act on the run: not lost, renewed in time, and its
         process's liveness beats recent enough (:mod:`awooop.domain.timing`). Exact when
-        read; the handler reads it as ``ctx.lease_held`` right before a side effect."""
+        read; the handler reads it as ``ctx.lease_held`` right before a side effect. Once
+        false it stays false (the lease is marked lost)."""
         if self.lost.is_set():
             return False
         now = self._clock()
         if self.overdue(now):
+            self.mark_lost("keeper", "lease not renewed for ttl - interval; treated as lost")
             return False
-        return self.liveness is None or self.liveness.believed(now)
+        if self.liveness is not None and not self.liveness.believed(now):
+            # Latched: a beat that commits later (after the run was taken) must not bring
+            # the belief back.
+            self.mark_lost(
+                "liveness",
+                "no liveness beat committed for dead_after - margin; lease treated as lost",
+            )
+            return False
+        return True
 
     def unbelieved(self) -> bool:
         """``not believed()``: whether a write should no longer be retried."""

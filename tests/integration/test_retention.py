@@ -118,9 +118,13 @@ def finished_run(
 def failed_run(
     engine: Engine, project_id: str, *, created_days: float, finished_days: float
 ) -> uuid.UUID:
-    """A run the reaper failed before any worker took it (PENDING -> FAILED), in the past."""
+    """A run claimed and failed (RUNNING -> FAILED, as the reaper fails one whose attempts ran
+    out), in the past."""
     run_id = test_runs.admit(engine, project_id)
     with engine.begin() as conn:
+        conn.execute(
+            text("UPDATE awooop_run_state SET status = 'RUNNING' WHERE run_id = :r"), {"r": run_id}
+        )
         conn.execute(
             text("UPDATE awooop_run_state SET status = 'FAILED' WHERE run_id = :r"), {"r": run_id}
         )

@@ -15,11 +15,28 @@ def test_terminal_statuses_go_nowhere():
             assert not states.can_transition(terminal, target)
 
 
-def test_waiting_approval_is_left_only_by_a_decision_or_an_ending():
+def test_waiting_approval_is_left_only_by_a_decision_or_a_manual_close():
     assert states.ALLOWED_TRANSITIONS[states.WAITING_APPROVAL] == {
         states.RESUMED,
-        states.FAILED,
         states.CANCELLED,
+    }
+
+
+def test_a_run_ends_only_from_the_hands_of_its_worker_or_the_reaper_or_a_manual_close():
+    # A run is finished by the statement that records its last step (RUNNING), by the
+    # reaper (RUNNING), or by an operator's manual close (WAITING_APPROVAL): no other move
+    # into a terminal status is made, so none is allowed.
+    ends = {
+        (a, b)
+        for a, targets in states.ALLOWED_TRANSITIONS.items()
+        for b in targets
+        if b in states.TERMINAL_STATUSES
+    }
+    assert ends == {
+        (states.RUNNING, states.COMPLETED),
+        (states.RUNNING, states.FAILED),
+        (states.RUNNING, states.CANCELLED),
+        (states.WAITING_APPROVAL, states.CANCELLED),
     }
 
 
