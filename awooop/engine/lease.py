@@ -21,9 +21,9 @@ when
 ``believed()`` is exact at the moment it is read; ``lost`` is set within a fraction of the
 margin by the keeper's threads.
 
-The runner checks ``lost`` and stops without writing. Before a segment's final write it calls
-:meth:`LeaseKeeper.drop`, after which no renewal of the lease is in flight, so the renewal
-cannot race the completion into a false "lease lost".
+The runner checks ``believed()`` and stops without writing. Before a segment's final write
+it calls :meth:`LeaseKeeper.drop`, after which no renewal of the lease is in flight, so the
+renewal cannot race the completion into a false "lease lost".
 
 The keeper is supervised: an exception in its loop is logged (``action=lease_keeper_error``)
 and the loop goes on; a supervisor thread replaces a keeper thread that died and marks leases
