@@ -383,6 +383,8 @@ STEPS: dict[str, Step] = {
     "AWOOOP_WHEEL_PYTHON=python3.11 make test-wheel": Step("make", make_dry_run),
     "make PYTHON=python3.13 install": Step("make", make_dry_run),
     "make cluster": Step("make", make_dry_run),
+    "make verify": Step("make", make_dry_run),
+    "VERIFY_TRAIL=1 make verify": Step("make", make_dry_run),
     "AWOOOP_CLUSTER_SCALE=0.2 make cluster": Step("make", make_dry_run),
     "make cluster CLUSTER_ARGS='-k work_spreads'": Step("make", make_dry_run),
     # --- README: a make run checkout ------------------------------------------------------
