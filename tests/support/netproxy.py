@@ -259,19 +259,41 @@ class FaultProxy:
                 with self._lock:
                     self.reset_links += 1
                 continue
-            try:
-                server = socket.create_connection(self._target, timeout=5)
-                server.settimeout(None)
-            except OSError:
-                client.close()
-                continue
             with self._lock:
-                link = _Link(client, server, self._partitioned.is_set())
-                self._links.append(link)
                 self.accepted += 1
-                self.opened_during_partition += link.saw_partition
-            self._spawn(self._pump, link, client, server, True)
-            self._spawn(self._pump, link, server, client, False)
+            self._spawn(self._open, client, self._partitioned.is_set())
+
+    def _open(self, client: socket.socket, during_partition: bool) -> None:
+        """Connect ``client`` to the target and start forwarding. A connection made during a
+        partition reaches the target only after the heal, as its SYN would in a real one (a
+        server that saw it would hold a backend waiting for a startup packet that never
+        comes, and PostgreSQL's fast shutdown waits up to authentication_timeout for it)."""
+        while self._partitioned.is_set() and not self._closed.is_set():
+            if self._dropping.is_set():
+                _reset_socket(client)
+                return
+            self._closed.wait(_POLL_SECONDS)
+        if self._closed.is_set():
+            client.close()
+            return
+        try:
+            server = socket.create_connection(self._target, timeout=5)
+            server.settimeout(None)
+        except OSError:
+            client.close()
+            return
+        with self._lock:
+            link = _Link(client, server, during_partition)
+            if during_partition:  # what it wrote while partitioned arrives late
+                try:
+                    waiting, _, _ = select.select([client], [], [], 0)
+                except (OSError, ValueError):
+                    waiting = []
+                link.late = bool(waiting)
+            self._links.append(link)
+            self.opened_during_partition += link.saw_partition
+        self._spawn(self._pump, link, client, server, True)
+        self._spawn(self._pump, link, server, client, False)
 
     def _frozen(self, link: _Link) -> bool:
         return self._partitioned.is_set() or link.stalled
