@@ -140,6 +140,8 @@ class FaultProxy:
         self._rng = random.Random(seed)
         self._delay = (0.0, 0.0)
         self._links: list[_Link] = []
+        # Clients accepted during a partition, not yet connected to the target.
+        self._pending: set[socket.socket] = set()
         self._threads: list[threading.Thread] = []
         self.accepted = 0
         self.opened_during_partition = 0
@@ -203,6 +205,11 @@ class FaultProxy:
         connections are reset instead (the clients must reconnect)."""
         if reset:
             self._reset(lambda link: link.stalled or self._partitioned.is_set())
+            with self._lock:
+                pending, self._pending = list(self._pending), set()
+                self.reset_links += len(pending)
+            for client in pending:
+                _reset_socket(client)
         with self._lock:
             for link in self._links:
                 try:
@@ -260,22 +267,40 @@ class FaultProxy:
                     self.reset_links += 1
                 continue
             with self._lock:
-                self.accepted += 1
-            self._spawn(self._open, client, self._partitioned.is_set())
+                deferred = self._partitioned.is_set()
+                if deferred:  # taken now, connected after the heal
+                    self.accepted += 1
+                    self._pending.add(client)
+            if deferred:
+                self._spawn(self._open_after_heal, client)
+            else:
+                self._open(client, during_partition=False)
 
-    def _open(self, client: socket.socket, during_partition: bool) -> None:
-        """Connect ``client`` to the target and start forwarding. A connection made during a
-        partition reaches the target only after the heal, as its SYN would in a real one (a
-        server that saw it would hold a backend waiting for a startup packet that never
-        comes, and PostgreSQL's fast shutdown waits up to authentication_timeout for it)."""
+    def _open_after_heal(self, client: socket.socket) -> None:
+        """A connection made during a partition reaches the target only after the heal, as
+        its SYN would in a real one (a server that saw it would hold a backend waiting for a
+        startup packet that never comes, and PostgreSQL's fast shutdown waits up to
+        authentication_timeout for it). ``heal(reset=True)`` or a drop resets it instead."""
         while self._partitioned.is_set() and not self._closed.is_set():
             if self._dropping.is_set():
-                _reset_socket(client)
-                return
+                break
             self._closed.wait(_POLL_SECONDS)
-        if self._closed.is_set():
+        with self._lock:
+            if client not in self._pending:  # reset by heal(reset=True)
+                return
+            self._pending.discard(client)
+            reset = self._dropping.is_set()
+            if reset:
+                self.reset_links += 1
+        if reset:
+            _reset_socket(client)
+        elif self._closed.is_set():
             client.close()
-            return
+        else:
+            self._open(client, during_partition=True)
+
+    def _open(self, client: socket.socket, during_partition: bool) -> None:
+        """Connect ``client`` to the target and start forwarding."""
         try:
             server = socket.create_connection(self._target, timeout=5)
             server.settimeout(None)
@@ -292,6 +317,8 @@ class FaultProxy:
                 link.late = bool(waiting)
             self._links.append(link)
             self.opened_during_partition += link.saw_partition
+            if not during_partition:
+                self.accepted += 1
         self._spawn(self._pump, link, client, server, True)
         self._spawn(self._pump, link, server, client, False)
 
