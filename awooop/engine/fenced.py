@@ -100,14 +100,18 @@ def run_with_retries(
     raise AssertionError("unreachable")
 
 
-def hand_back(engine: Engine, settings: Settings, claim: leases.Claim, reason: str) -> bool:
+def hand_back(
+    engine: Engine, settings: Settings, claim: leases.Claim, reason: str, retry: bool = True
+) -> bool:
     """Release a run whose holder stops while its lease may still be held — the run moved in
     a way no intent explains, or the holder stopped believing in its lease — so that another
     worker claims it at once instead of after the lease expires, and without counting the
     claim against the crash budget. Fenced by the lease and the journal's length as ``claim``
     saw it (:data:`awooop.store.leases.HELD_AT`): a lease already gone, or a journal grown
     since, releases nothing. Tried again on transient errors (the database may just be
-    answering again); False when nothing was released."""
+    answering again) unless ``retry`` is False — after the database kept failing a write,
+    one try: each may wait out a lock timeout, and a worker stuck here takes no new work;
+    False when nothing was released."""
     fields = {
         "run_id": str(claim.run_id),
         "project_id": claim.project_id,
@@ -120,6 +124,7 @@ def hand_back(engine: Engine, settings: Settings, claim: leases.Claim, reason: s
             settings,
             lambda conn: leases.release(conn, claim, 0.0, reason, refund=True),
             "hand_back",
+            abandoned=lambda: not retry,
         )
     except (GaveUp, exc.DBAPIError):
         log.warning(

@@ -190,7 +190,6 @@ class Lease:
         elapsed = self._clock() - running.started
         if elapsed < min(self.interval, running.timeout / 4):
             return
-        running.armed = True
         try:
             deadline = db.keeper_deadline(self._engine, self.interval)
             with db.keeper_engine(self._engine).connect() as conn, db.bounded(conn, deadline):
@@ -198,20 +197,21 @@ class Lease:
                     conn, self.claim, running.step, running.attempt, running.timeout - elapsed
                 )
         except Exception:
-            running.armed = False  # the next tick tries again
             log.warning(
                 "step timeout could not be armed",
                 exc_info=True,
                 extra=self._fields("step_timeout_arm_failed"),
             )
             return
+        if not armed:  # the row was locked by someone, or the lease is gone: next tick
+            return
+        running.armed = True
         log.info(
             "long step: its timeout is armed",
             extra={
                 **self._fields("step_timeout_armed"),
                 "step": running.step,
                 "due_in_s": round(running.timeout - elapsed, 3),
-                "armed": armed,
             },
         )
 

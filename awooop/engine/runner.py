@@ -190,8 +190,9 @@ def _drive(
                 "lease lost while the database refused a write",
                 extra={**_fields(claim), "action": "lease_lost", "reason": str(gave_up)},
             )
-            # the lease may still be ours if only our belief in it expired
-            fenced.hand_back(engine, settings, segment.claim, "lease_lost")
+            # the lease may still be ours if only our belief in it expired (one try: the
+            # database has just failed this worker's write again and again)
+            fenced.hand_back(engine, settings, segment.claim, "lease_lost", retry=False)
             return Outcome.LEASE_LOST
         return _give_back(engine, segment.claim, gave_up)
     finally:

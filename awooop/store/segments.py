@@ -448,13 +448,17 @@ SELECT saga_status, failure_code, control_state FROM armed
 # A step that has run for a while without a timeout of its own gets the deployment's default
 # (armed by the holder's lease keeper, off the step's path: a quick step costs nothing). Fenced
 # on the lease and the journal as the step started, not on the saga status: a cancel recorded
-# meanwhile is seen only at the step's end, which a hung handler never reaches.
+# meanwhile is seen only at the step's end, which a hung handler never reaches. It skips a
+# row someone holds locked (an operator's session): the keeper tries again at its next tick
+# instead of queueing behind the lock.
 _ARM_DEFAULT_STEP_TIMEOUT = text(
     f"""
 WITH run AS (
     UPDATE awooop_run_state
     SET current_step = :step
-    WHERE {HELD_AT}
+    WHERE run_id = (SELECT run_id FROM awooop_run_state
+                    WHERE {HELD_AT}
+                    FOR NO KEY UPDATE SKIP LOCKED)
     RETURNING run_id, version
 )
 INSERT INTO awooop_timer (timer_id, run_id, kind, step, attempt, due_at, expected_version)
