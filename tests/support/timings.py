@@ -23,6 +23,11 @@ SCALED = (
     "worker_dead_after_seconds",
     "worker_belief_margin_seconds",
     "worker_watch_interval_seconds",
+    # how long a worker's write waits on a row lock (an operator's session) before it retries
+    # or gives up: a timing like the others, so a blocked worker frees itself as in production
+    "db_lock_timeout_worker_seconds",
+    "write_retry_base_seconds",
+    "write_retry_max_seconds",
 )
 
 
