@@ -53,6 +53,10 @@ TIMINGS = {
     "AWOOOP_ORPHAN_INTERVAL_SECONDS": "2",
     "AWOOOP_TIMER_INTERVAL_SECONDS": "1",
     "AWOOOP_OUTBOX_INTERVAL_SECONDS": "5",
+    # One retry of a write that waited out its lock timeout (an operator's session holding
+    # the run): with the timeouts scaled down, five tries would keep a worker from new work
+    # for longer, relative to the scenario, than production's five tries of 10 s do.
+    "AWOOOP_WRITE_RETRIES": "1",
 }
 LEASE_TTL = timings.seconds(TIMINGS, "lease_ttl_seconds")
 HEARTBEAT_INTERVAL = timings.seconds(TIMINGS, "heartbeat_interval_seconds")
