@@ -34,7 +34,7 @@ import random
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from awooop.domain.timing import RENEWALS_PER_TTL, renewals_fit
 
@@ -44,6 +44,11 @@ DEFAULT_MAX_ATTEMPTS = 3
 class LeaseTooShort(ValueError):
     """A workflow's lease TTL is shorter than three renewal intervals: one slow renewal
     would lose it."""
+
+
+# What a handler is called for: running its step, undoing it, or (a resolver) finding out
+# whether its effect happened.
+Phase = Literal["forward", "compensate", "resolve"]
 
 
 @dataclass(frozen=True)
@@ -60,8 +65,9 @@ class StepContext:
     effect_id: str
     # Unique per attempt.
     command_id: str
-    # "forward", or "compensate" when undoing a step that succeeded.
-    phase: str = "forward"
+    # "forward"; "compensate" when undoing a step that succeeded; "resolve" when a resolver
+    # asks whether the forward call's effect happened.
+    phase: Phase = "forward"
     _heartbeat: Callable[[], bool] = field(repr=False, default=lambda: True)
     _lease_held: Callable[[], bool] = field(repr=False, default=lambda: True)
     # Set when the lease is lost (reaped, re-claimed, or not renewed for ttl - interval):
@@ -188,6 +194,45 @@ class RetryPolicy:
         return max(0.0, base * (1 + spread))
 
 
+WAIT_TIMEOUT_POLICIES = ("fail", "continue")
+MAX_SIGNAL_NAME_LENGTH = 64
+
+
+def check_signal_name(name: str) -> str:
+    """A signal name: 1 to 64 letters, digits, ``_``, ``-`` or ``.`` (it appears in URLs)."""
+    if not (
+        0 < len(name) <= MAX_SIGNAL_NAME_LENGTH
+        and name.isascii()
+        and all(c.isalnum() or c in "_-." for c in name)
+    ):
+        raise ValueError(
+            f"signal name {name!r}: 1 to {MAX_SIGNAL_NAME_LENGTH} letters, digits, _ - or ."
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class Wait:
+    """A step that waits without holding a worker or a lease: for the signal ``signal`` at
+    most ``seconds`` — or, with no signal, a durable sleep of ``seconds``. Build one with
+    :func:`sleep` or :func:`wait_for_signal`.
+
+    ``on_timeout`` (signal waits): "fail" — the step is rejected (E-STEP-005) and the saga
+    compensates — or "continue": the step succeeds with ``{"received": false}``."""
+
+    seconds: float
+    signal: str | None = None
+    on_timeout: str = "fail"
+
+    def __post_init__(self) -> None:
+        if not self.seconds > 0:
+            raise ValueError(f"a wait needs a positive duration, not {self.seconds!r}")
+        if self.signal is not None:
+            check_signal_name(self.signal)
+        if self.on_timeout not in WAIT_TIMEOUT_POLICIES:
+            raise ValueError(f"on_timeout must be one of {WAIT_TIMEOUT_POLICIES}")
+
+
 NO_RETRY = RetryPolicy()
 LATE_RESULT_POLICIES = ("accept", "ignore", "compensate")
 # Compensations must not give up easily: their own, larger budget (DESIGN §5).
@@ -223,8 +268,17 @@ class Step:
     timeout: float | None = None
     # An approval step: ``handler`` returns the prompt; the run waits for a person.
     approval: Approval | None = None
+    # A wait step (:func:`sleep`, :func:`wait_for_signal`): no handler runs.
+    wait: Wait | None = None
 
     def __post_init__(self) -> None:
+        if self.wait is not None and (
+            self.is_tool or self.resolver or self.timeout or self.approval or self.compensate
+        ):
+            raise ValueError(
+                f"step {self.name}: a wait step cannot be a tool or an approval, time out, "
+                "or have a resolver or a compensation"
+            )
         if self.approval is not None and (self.is_tool or self.resolver or self.timeout):
             raise ValueError(f"step {self.name}: an approval step cannot be a tool or time out")
         if self.late_result not in LATE_RESULT_POLICIES:
@@ -239,6 +293,10 @@ class Step:
     @property
     def is_approval(self) -> bool:
         return self.approval is not None
+
+    @property
+    def is_wait(self) -> bool:
+        return self.wait is not None
 
     def describe(self) -> dict[str, Any]:
         shape: dict[str, Any] = {
@@ -260,7 +318,48 @@ class Step:
         }
         if self.approval is not None:  # only then: digests of other steps stay as they were
             shape["approval"] = vars(self.approval)
+        if self.wait is not None:
+            shape["wait"] = vars(self.wait)
         return shape
+
+
+def _waits(ctx: StepContext) -> None:
+    """The handler of a wait step: never called (the runner waits instead)."""
+    raise AssertionError(f"step {ctx.step} is a wait step; its handler does not run")
+
+
+def sleep(name: str, seconds: float) -> Step:
+    """A step that sleeps ``seconds`` durably: the run releases its worker and its lease,
+    and a timer resumes it. Its output is ``{"slept_seconds": seconds}``."""
+    return Step(name, _waits, wait=Wait(seconds))
+
+
+def wait_for_signal(name: str, signal: str, timeout: float, on_timeout: str = "fail") -> Step:
+    """A step that waits for the signal ``signal`` (``POST …/runs/{run_id}/signals/{signal}``,
+    or a correlated event) at most ``timeout`` seconds, holding no worker and no lease. A
+    signal sent before the step began is kept for it. Its output is ``{"signal": signal,
+    "received": true, "signal_id": …, "payload": {…}}``; on timeout, see
+    :class:`Wait`'s ``on_timeout``."""
+    return Step(name, _waits, wait=Wait(timeout, signal, on_timeout))
+
+
+@dataclass(frozen=True)
+class Correlation:
+    """Where a later event belongs: the open run of the same workflow and project with this
+    ``key`` gets it as the signal ``signal`` instead of a new run starting."""
+
+    key: str
+    signal: str
+
+    def __post_init__(self) -> None:
+        if not (0 < len(self.key) <= 256):
+            raise ValueError("a correlation key must be 1 to 256 characters")
+        check_signal_name(self.signal)
+
+
+# Given a run's input (``{"channel", "event", …}``), the event's correlation, or None for an
+# event that always starts a run.
+Correlate = Callable[[Mapping[str, Any]], Correlation | None]
 
 
 @dataclass(frozen=True)
@@ -275,6 +374,11 @@ class Workflow:
     # Seconds from admission after which a run still going forward is turned back
     # (compensated) and fails with E-SAGA-003. None: no deadline.
     deadline_seconds: float | None = None
+    # Admission-time properties (not part of the digest: runs in flight are unaffected).
+    # Events with the key of an open run are delivered to it as a signal.
+    correlate: Correlate | None = None
+    # A cron expression: the workflow is started once per tick in each project that allows it.
+    schedule: str | None = None
 
     def __init__(
         self,
@@ -285,6 +389,8 @@ class Workflow:
         lease_ttl_seconds: float | None = None,
         description: str = "",
         deadline_seconds: float | None = None,
+        correlate: Correlate | None = None,
+        schedule: str | None = None,
     ) -> None:
         if not steps:
             raise ValueError(f"workflow {name!r} has no steps")
@@ -302,6 +408,8 @@ class Workflow:
         object.__setattr__(self, "lease_ttl_seconds", lease_ttl_seconds)
         object.__setattr__(self, "description", description)
         object.__setattr__(self, "deadline_seconds", deadline_seconds)
+        object.__setattr__(self, "correlate", correlate)
+        object.__setattr__(self, "schedule", schedule)
 
     @functools.cached_property
     def digest(self) -> str:

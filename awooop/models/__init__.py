@@ -11,6 +11,7 @@ from awooop.models.inbox import InboxEntry
 from awooop.models.outbox import OutboxMessage
 from awooop.models.project import Credential, Project
 from awooop.models.run import RunEvent, RunState
+from awooop.models.signal import Signal
 from awooop.models.timer import Timer
 from awooop.models.worker import Worker
 
@@ -24,6 +25,7 @@ __all__ = [
     "Project",
     "RunEvent",
     "RunState",
+    "Signal",
     "Timer",
     "Worker",
     "metadata",

@@ -42,6 +42,11 @@ class Project(Base):
     routes: Mapped[dict[str, Any]] = mapped_column(
         JSONB, nullable=False, server_default=text("'{}'::jsonb")
     )
+    # Workflows a client may start by name besides the routed ones, e.g. ["restart"]; a
+    # scheduled workflow runs in each project that allows it.
+    allowed_workflows: Mapped[list[str]] = mapped_column(
+        JSONB, nullable=False, server_default=text("'[]'::jsonb")
+    )
     # what workflows need to know of the project, e.g. {"actions_url": "https://..."}
     config: Mapped[dict[str, Any]] = mapped_column(
         JSONB, nullable=False, server_default=text("'{}'::jsonb")

@@ -83,6 +83,16 @@ class RunState(Base):
             "finished_at",
             postgresql_where=text("finished_at IS NOT NULL"),
         ),
+        # An open run by its correlation key: where a correlated event is delivered.
+        Index(
+            "ix_awooop_run_state_correlation",
+            "project_id",
+            "workflow_name",
+            "correlation_key",
+            postgresql_where=text(
+                f"correlation_key IS NOT NULL AND {_in('status', states.UNFINISHED_STATUSES)}"
+            ),
+        ),
         # The migration sets fillfactor = 70: room on each page, so step records (which
         # change no indexed column) are HOT updates that rewrite no index.
     )
@@ -139,6 +149,9 @@ class RunState(Base):
         String(16), nullable=False, server_default=text("'ACTIVE'")
     )
     traceparent: Mapped[str | None] = mapped_column(String(55))
+    # The workflow's correlation key for the event that started the run: later events with
+    # the same key are delivered to it as signals while it is open.
+    correlation_key: Mapped[str | None] = mapped_column(String(256))
     created_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), nullable=False, server_default=func.now()
     )
