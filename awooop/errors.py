@@ -96,6 +96,20 @@ class IdempotencyKeyReused(AwoooPError):
 DUPLICATE_EVENT_CODE = "E-IDEMPOTENT-001"
 
 
+class RunFinished(AwoooPError):
+    """The run is finished: it takes no more signals."""
+
+    code = "E-SIGNAL-001"
+    http_status = 409
+
+
+class TooManySignals(AwoooPError):
+    """This run already keeps the most signals a run may keep."""
+
+    code = "E-SIGNAL-002"
+    http_status = 409
+
+
 class OperationRefused(AwoooPError):
     """The run is not in a state that allows this operation."""
 

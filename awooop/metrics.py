@@ -138,8 +138,15 @@ RETENTION_DELETED = Counter(
 RUN_SEGMENTS = Counter(
     "awooop_run_segments_total",
     "Run messages a worker handled, by how the segment ended: completed, failed, cancelled, "
-    "retry_scheduled, waiting_tool, resolving, escalated, paused, lease_lost, released, "
+    "retry_scheduled, waiting_tool, waiting (a sleep or a wait for a signal), woken (a wait "
+    "whose signal was already there), resolving, escalated, paused, lease_lost, released, "
     "not_claimed (a duplicate or stale nudge).",
+    ["outcome"],
+)
+SIGNALS = Counter(
+    "awooop_signals_total",
+    "Signals sent to runs, by outcome: delivered (the run waited for it), kept (for a step "
+    "to come), duplicate, conflict (an id reused), finished (409), full (409), no_run (404).",
     ["outcome"],
 )
 HTTP_RESPONSES = Counter(

@@ -18,6 +18,10 @@ The journal (``saga_steps``) is an append-only list of entries:
 - a tool step's attempt has a ``status: "DISPATCHED"`` forward entry when its call went
   out, then a ``phase: "tool_result"`` entry when the result (or its timeout) came in; the
   next worker turns that result into the attempt's outcome.
+- a wait step's attempt (a sleep, or a wait for a signal) has a ``status: "WAITING"``
+  forward entry each time the run was released to wait, the first one saying ``until`` when
+  (the database's clock, epoch seconds) the wait ends; the outcome follows once the signal
+  came (its ``seq`` in the output: a signal is taken once) or the time is up.
 
 The runner asks :func:`next_step`, runs the handler, and asks :func:`decide` what to write.
 While a cancel (an operator's, or the run deadline's) waits to turn the saga back, it asks
@@ -48,10 +52,11 @@ HALTED = "HALTED"
 UNKNOWN = "UNKNOWN"  # the effect may or may not have happened: resolve it
 DISPATCHED = "DISPATCHED"  # a tool call went out; not an outcome
 REQUESTED = "REQUESTED"  # an approval prompt went out; not an outcome
+WAITING = "WAITING"  # a wait step released the run until a signal or a time; not an outcome
 TOOL_RESULT = "tool_result"
 APPROVAL = "approval"
 # Entries that say something is awaited rather than what happened.
-_AWAITING = (DISPATCHED, REQUESTED)
+_AWAITING = (DISPATCHED, REQUESTED, WAITING)
 # A forward step's latest entries that leave its effect in doubt: a cancel settles them first.
 _IN_DOUBT = (UNKNOWN, HALTED, DISPATCHED)
 
@@ -60,6 +65,7 @@ STEP_REJECTED = "E-STEP-001"
 RETRIES_EXHAUSTED = "E-STEP-002"
 OUTCOME_UNKNOWN = "E-STEP-003"  # unresolved: a person must decide
 OUTPUT_NOT_JSON = "E-STEP-004"  # the handler returned something the journal cannot hold
+SIGNAL_TIMEOUT = "E-STEP-005"  # a wait for a signal ended without it (on_timeout="fail")
 MANUAL_INTERVENTION = "E-SAGA-001"
 CANCELLED = "E-SAGA-002"  # an operator cancelled the run
 DEADLINE = "E-SAGA-003"  # the workflow's run deadline passed
@@ -180,6 +186,63 @@ def approval_decision(journal: Journal, nxt: Next) -> dict[str, Any] | None:
     )
 
 
+def signals_taken(journal: Journal, name: str) -> int:
+    """The highest ``seq`` of the signals named ``name`` that wait steps took (0: none): a
+    wait takes the first signal of its name after it."""
+    return max(
+        (
+            int(e["output"]["seq"])
+            for e in journal
+            if e.get("phase") == FORWARD
+            and e.get("status") == SUCCEEDED
+            and isinstance(e.get("output"), dict)
+            and e["output"].get("signal") == name
+            and e["output"].get("received")
+        ),
+        default=0,
+    )
+
+
+def wait_outcome(
+    journal: Journal, nxt: Next, signal: dict[str, Any] | None, now: float
+) -> dict[str, Any]:
+    """A wait step's attempt: the entry's status and what goes with it.
+
+    ``signal``: the first signal of the step's name after those taken (``seq``,
+    ``signal_id``, ``payload``), or None; ``now``: the database's clock (epoch seconds).
+    The signal is taken at once if it is there; otherwise the wait ends when the ``until`` of
+    the attempt's first WAITING entry is past, and until then the run waits again."""
+    wait = nxt.step.wait
+    assert wait is not None, f"step {nxt.step.name} is not a wait step"
+    if wait.signal is not None and signal is not None:
+        output = {"signal": wait.signal, "received": True, **signal}
+        return {"status": SUCCEEDED, "output": output}
+    began = next(
+        (
+            e
+            for e in journal
+            if e.get("phase") == FORWARD
+            and e.get("step") == nxt.step.name
+            and e.get("attempt") == nxt.attempt
+            and e.get("status") == WAITING
+        ),
+        None,
+    )
+    until = float(began["until"]) if began is not None else now + wait.seconds
+    if began is None or now < until:
+        return {"status": WAITING, "signal": wait.signal, "until": until, "delay": until - now}
+    if wait.signal is None:
+        return {"status": SUCCEEDED, "output": {"slept_seconds": wait.seconds}}
+    if wait.on_timeout == "continue":
+        return {"status": SUCCEEDED, "output": {"signal": wait.signal, "received": False}}
+    return {
+        "status": REJECTED,
+        "retryable": False,
+        "failure_code": SIGNAL_TIMEOUT,
+        "error": f"no {wait.signal!r} signal within {wait.seconds:g} s",
+    }
+
+
 def frozen_plan(journal: Journal) -> dict[str, Any] | None:
     return next((e for e in journal if e.get("phase") == PLAN), None)
 
@@ -266,6 +329,8 @@ class Decision:
       - ``wait_tool``: append the dispatch entry, run WAITING_TOOL until the result;
       - ``wait_approval``: append the request entry, run WAITING_APPROVAL until a person
         decides or ``delay`` (the approval's TTL) passes;
+      - ``wait``: append the WAITING entry, release the run (PENDING, no lease) until its
+        signal comes or ``delay`` seconds pass;
       - ``resolve``: append the entry, saga WAITING_RESOLUTION, poll the resolver after
         ``delay`` seconds.
     """
@@ -307,6 +372,8 @@ def decide(
     if status == REQUESTED:
         assert nxt.step.approval is not None
         return Decision("wait_approval", [entry], delay=nxt.step.approval.ttl_seconds)
+    if status == WAITING:
+        return Decision("wait", [entry], delay=float(entry["delay"]))
     if nxt.phase == RESOLVE:
         return _decide_resolution(workflow, journal, nxt, entry, rng)
     if status == UNKNOWN:

@@ -28,19 +28,19 @@ import re
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import Connection, Engine, exc
 
 from awooop import db, logs, metrics
 from awooop.config import Settings
 from awooop.domain import saga, states
-from awooop.domain.workflow import Halt, Reject, StepContext, Unknown, Workflow
+from awooop.domain.workflow import Halt, Phase, Reject, StepContext, Unknown, Workflow
 from awooop.engine import approvals, fenced, identity, lease
 from awooop.engine.lease import Lease
 from awooop.outbound import messages
 from awooop.store import approvals as approval_rows
-from awooop.store import leases, segments
+from awooop.store import leases, segments, signals
 from awooop.workflows import registry
 
 log = logging.getLogger("awooop.engine.runner")
@@ -63,6 +63,8 @@ class Outcome(enum.Enum):
     WAITING_APPROVAL = "waiting_approval"  # a person must approve; released until then
     LEASE_LOST = "lease_lost"  # reaped or re-claimed while we ran: stopped without writing
     RELEASED = "released"  # this worker cannot run the workflow; handed back for another
+    WAITING = "waiting"  # a wait step: released until its signal or its time
+    WOKEN = "woken"  # a wait step found its signal as it began to wait: send the run again
 
 
 # How a segment ends, by the decision that ended it.
@@ -74,6 +76,7 @@ _SEGMENT_ENDS = {
     "wait_tool": Outcome.WAITING_TOOL,
     "resolve": Outcome.RESOLVING,
     "wait_approval": Outcome.WAITING_APPROVAL,
+    "wait": Outcome.WAITING,
 }
 # The run's status after a segment that ended it.
 _FINAL_STATUS = {
@@ -243,6 +246,8 @@ class _Segment:
         self.notify = notify
         self.held = held
         self.claim = claim
+        # A wait step's release found its signal already there: the run wants a new message.
+        self.woken = False
 
     def commit(self, statement: Statement, what: str, ends_segment: bool) -> Committed:
         """Commit one fenced write under a fresh identity, retried on transient errors while
@@ -355,7 +360,8 @@ def _run_steps(workflow: Workflow, segment: _Segment) -> Outcome:
                     # Finishing statements record the last outcome themselves, so a claimed
                     # run always has something left to do.
                     raise AssertionError(f"run {claim.run_id} claimed with nothing left to do")
-                if nxt.phase == saga.FORWARD and nxt.step.timeout and not nxt.step.is_tool:
+                runs_handler = not (nxt.step.is_tool or nxt.step.is_wait)
+                if nxt.phase == saga.FORWARD and nxt.step.timeout and runs_handler:
                     arm = functools.partial(
                         _arm_step_timeout,
                         step=nxt.step.name,
@@ -367,12 +373,15 @@ def _run_steps(workflow: Workflow, segment: _Segment) -> Outcome:
                         return Outcome.LEASE_LOST
                     if isinstance(armed, leases.Intent):
                         continue
-                if nxt.phase == saga.FORWARD and not nxt.step.timeout and not nxt.step.is_tool:
+                if nxt.phase == saga.FORWARD and not nxt.step.timeout and runs_handler:
                     # The deployment's default timeout, armed by the keeper if the step runs long.
                     timeout = segment.settings.step_timeout_seconds
                     segment.held.running(nxt.step.name, nxt.attempt, timeout)
                 try:
-                    entry = _attempt(segment.claim, nxt, journal, segment.held)
+                    if nxt.step.is_wait:
+                        entry = _attempt_wait(segment, nxt, journal)
+                    else:
+                        entry = _attempt(segment.claim, nxt, journal, segment.held)
                 finally:
                     segment.held.step_ended()
                 if not segment.held.believed():
@@ -410,6 +419,8 @@ def _run_steps(workflow: Workflow, segment: _Segment) -> Outcome:
             journal += decision.entries
             if not decision.continues:
                 outcome = _SEGMENT_ENDS[decision.kind]
+                if decision.kind == "wait" and segment.woken:
+                    outcome = Outcome.WOKEN
                 if outcome is Outcome.FAILED and decision.failure_code == saga.CANCELLED:
                     outcome = Outcome.CANCELLED
                 if outcome in _FINAL_STATUS:
@@ -533,28 +544,12 @@ def _escalate_refused(
             return Outcome.LEASE_LOST
 
 
-def _attempt(
-    claim: leases.Claim, nxt: saga.Next, journal: list[dict[str, Any]], held: Lease
-) -> dict[str, Any]:
-    """Run the handler once; the journal entry describing what happened."""
+def _identity(claim: leases.Claim, nxt: saga.Next) -> dict[str, Any]:
+    """The journal entry of an attempt, before its outcome: who made it, under which lease."""
     # A resolver asks about the forward call's effect: it gets that call's effect id.
     effect_phase = saga.FORWARD if nxt.phase == saga.RESOLVE else nxt.phase
     effect_id = f"{claim.run_id}:{nxt.step.name}:{effect_phase}"
-    ctx = StepContext(
-        run_id=str(claim.run_id),
-        project_id=claim.project_id,
-        input=claim.input,
-        outputs=saga.forward_outputs(journal),
-        step=nxt.step.name,
-        attempt=nxt.attempt,
-        effect_id=effect_id,
-        command_id=f"{effect_id}:{nxt.attempt}:{claim.lease_epoch}",
-        phase=nxt.phase,
-        _heartbeat=held.renew_now,
-        _lease_held=held.believed,
-        lease_lost=held.lost,
-    )
-    entry: dict[str, Any] = {
+    return {
         "step": nxt.step.name,
         "index": nxt.index,
         "phase": nxt.phase,
@@ -562,9 +557,50 @@ def _attempt(
         "claim": claim.attempt_count,
         "lease_epoch": claim.lease_epoch,
         "worker_id": claim.worker_id,
-        "effect_id": ctx.effect_id,
-        "command_id": ctx.command_id,
+        "effect_id": effect_id,
+        "command_id": f"{effect_id}:{nxt.attempt}:{claim.lease_epoch}",
     }
+
+
+def _attempt_wait(
+    segment: _Segment, nxt: saga.Next, journal: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """A wait step's attempt: take its signal if it came, end the wait if its time is up,
+    or wait (again) — timed by the database's clock."""
+    wait = nxt.step.wait
+    assert wait is not None
+    after = saga.signals_taken(journal, wait.signal) if wait.signal else 0
+    found, _ = fenced.run_with_retries(
+        segment.engine,
+        segment.settings,
+        lambda conn: signals.next_for_wait(conn, segment.claim.run_id, wait.signal, after),
+        "wait_lookup",
+        segment.held.unbelieved,
+    )
+    entry = _identity(segment.claim, nxt)
+    entry.update(saga.wait_outcome(journal, nxt, found.signal, found.now))
+    return entry
+
+
+def _attempt(
+    claim: leases.Claim, nxt: saga.Next, journal: list[dict[str, Any]], held: Lease
+) -> dict[str, Any]:
+    """Run the handler once; the journal entry describing what happened."""
+    entry = _identity(claim, nxt)
+    ctx = StepContext(
+        run_id=str(claim.run_id),
+        project_id=claim.project_id,
+        input=claim.input,
+        outputs=saga.forward_outputs(journal),
+        step=nxt.step.name,
+        attempt=nxt.attempt,
+        effect_id=entry["effect_id"],
+        command_id=entry["command_id"],
+        phase=cast(Phase, nxt.phase),
+        _heartbeat=held.renew_now,
+        _lease_held=held.believed,
+        lease_lost=held.lost,
+    )
     if nxt.step.is_approval and nxt.phase == saga.FORWARD:
         decided = saga.approval_decision(journal, nxt)
         if decided is not None:  # a person (or the expiry timer) decided this attempt
@@ -693,6 +729,25 @@ def _record_decision(
         waiting, prompts = asked
         segment.send(prompts)
         return waiting
+    if d.kind == "wait":
+        assert nxt is not None and nxt.step.wait is not None
+        signal = nxt.step.wait.signal
+        taken = saga.signals_taken(journal, signal) if signal else 0
+        waited = segments.wait(
+            conn,
+            claim,
+            d.entries,
+            nxt.step.name,
+            nxt.attempt,
+            d.delay,
+            signal,
+            taken,
+            write_id=write_id,
+        )
+        if waited is None:
+            return None
+        position, segment.woken = waited
+        return position
     report = any(s.is_approval for s in workflow.steps)
     return _change_state(conn, claim, write_id, upcoming, nxt, d, report)
 

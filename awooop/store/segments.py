@@ -179,6 +179,47 @@ SELECT saga_status, failure_code, control_state FROM changed
 """
 )
 
+# A wait step: back to PENDING, no lease, until its signal comes (the delivery wakes it) or
+# ``delay`` passes (its timer, and the orphan sweep, send its message then). The run row is
+# locked first, in the same round trip, and the statement's snapshot is taken after that:
+# a signal delivered before the lock is seen here (the run is claimable at once: ``woken``),
+# one delivered after it finds the run waiting and wakes it. ``:signal`` is NULL for a sleep.
+_WAIT = text(
+    f"""
+SELECT 1 FROM awooop_run_state WHERE run_id = :run_id FOR UPDATE;
+WITH signalled AS (
+    SELECT EXISTS (
+        SELECT 1 FROM awooop_signal s
+        WHERE s.run_id = :run_id AND s.name = :signal AND s.seq > :after_seq
+    ) AS yes
+), changed AS (
+    UPDATE awooop_run_state
+    SET {JOURNAL_APPEND},
+        {STAMP},
+        status = 'PENDING',
+        current_step = :step,
+        lease_until = NULL,
+        worker_id = NULL,
+        attempt_count = 0,
+        available_at = now() + make_interval(
+            secs => CASE WHEN (SELECT yes FROM signalled) THEN 0 ELSE :delay END),
+        enqueued_at = now() + make_interval(
+            secs => CASE WHEN (SELECT yes FROM signalled) THEN 0 ELSE :delay END),
+        version = version + 1,
+        updated_at = now()
+    WHERE {FENCE}
+    RETURNING run_id, status, available_at, version, saga_status, failure_code, control_state
+), timer AS (
+    INSERT INTO awooop_timer (timer_id, run_id, kind, step, attempt, due_at, expected_version)
+    SELECT :timer_id, run_id, 'retry', :step, :attempt, available_at, version FROM changed
+    WHERE NOT (SELECT yes FROM signalled)
+    ON CONFLICT (timer_id) DO NOTHING
+), history AS ({HISTORY})
+SELECT saga_status, failure_code, control_state, (SELECT yes FROM signalled) AS woken
+FROM changed
+"""
+)
+
 # A tool call went out: release the worker until the result, or the timeout timer.
 _WAIT_TOOL = text(
     f"""
@@ -255,6 +296,21 @@ def _change(
     write_id: uuid.UUID | None,
     **params: Any,
 ) -> Position | None:
+    row = _changed_row(conn, statement, c, entries, kind, detail, write_id, **params)
+    return None if row is None else _position(row, c, entries)
+
+
+def _changed_row(
+    conn: Connection,
+    statement: Any,
+    c: Claim,
+    entries: list[dict[str, Any]],
+    kind: str,
+    detail: dict[str, Any],
+    write_id: uuid.UUID | None,
+    **params: Any,
+) -> Any:
+    """Run a state-changing segment statement; its row, or None when it matched none."""
     values = {
         **fence_params(c, write_id),
         "entries": json.dumps(entries),
@@ -268,8 +324,7 @@ def _change(
         if isinstance(statement, PreparedStatement)
         else conn.execute(statement, values)
     )
-    row = result.first()
-    return None if row is None else _position(row, c, entries)
+    return result.first()
 
 
 def finish(
@@ -389,6 +444,41 @@ def wait_for_tool(
         timeout=timeout,
         timer_id=timer_id,
     )
+
+
+def wait(
+    conn: Connection,
+    c: Claim,
+    entries: list[dict[str, Any]],
+    step: str,
+    attempt: int,
+    delay: float,
+    signal: str | None,
+    after_seq: int,
+    *,
+    write_id: uuid.UUID | None = None,
+) -> tuple[Position, bool] | None:
+    """Release the run to wait (a sleep, or a wait for ``signal``) ``delay`` seconds at
+    most, fenced. Where it left the run, and whether a signal of that name (``seq`` above
+    ``after_seq``) was there already — then the run is claimable at once: send its message."""
+    timer_id = f"{c.run_id}:forward:{step}:wait:{attempt}:{c.lease_epoch}"
+    detail = {"step": step, "attempt": attempt, "signal": signal, "delay": round(delay, 3)}
+    row = _changed_row(
+        conn,
+        _WAIT,
+        c,
+        entries,
+        "wait",
+        detail,
+        write_id,
+        step=step,
+        attempt=attempt,
+        delay=delay,
+        signal=signal,
+        after_seq=after_seq,
+        timer_id=timer_id,
+    )
+    return None if row is None else (_position(row, c, entries), bool(row.woken))
 
 
 def pause_release(

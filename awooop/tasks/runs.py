@@ -29,6 +29,8 @@ def execute(run_id: str) -> str:
             notify=notifications.enqueue,
         )
     metrics.RUN_SEGMENTS.labels(outcome.value).inc()
+    if outcome is runner.Outcome.WOKEN:
+        enqueue([run_id])
     return outcome.value
 
 

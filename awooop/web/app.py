@@ -22,6 +22,7 @@ from awooop.web import (
     management_api,
     openapi,
     runs_api,
+    signals_api,
 )
 from awooop.web.auth import ProjectAuthCache
 from awooop.workflows import registry
@@ -77,6 +78,7 @@ def create_app(
     }
     app.register_blueprint(ingress.blueprint)
     app.register_blueprint(api.blueprint)
+    app.register_blueprint(signals_api.blueprint)
     app.register_blueprint(approvals.blueprint)
     app.register_blueprint(runs_api.blueprint)
     app.register_blueprint(management_api.blueprint)

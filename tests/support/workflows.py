@@ -31,6 +31,8 @@ from awooop.domain.workflow import (
     StepContext,
     Unknown,
     Workflow,
+    sleep,
+    wait_for_signal,
 )
 from awooop.workflows.registry import register
 
@@ -669,4 +671,51 @@ def _belief_expires(ctx: StepContext) -> dict[str, Any]:
 
 BELIEF_EXPIRES = register(
     Workflow("test-belief-expires", 1, [Step("first", _noop), Step("act", _belief_expires)])
+)
+
+
+# --- Waits: durable sleeps and signals ------------------------------------------------------
+
+
+def _after_wait(ctx: StepContext) -> dict[str, Any]:
+    _note(ctx, f"do:{ctx.step}")
+    return {"saw": ctx.outputs.get("wait")}
+
+
+SIGNAL_WAIT = register(
+    Workflow(
+        "test-signal-wait",
+        1,
+        [
+            Step("a", _do, compensate=_undo),
+            wait_for_signal("wait", "resolved", timeout=60),
+            Step("after", _after_wait),
+        ],
+    )
+)
+SIGNAL_TIMEOUT = register(
+    Workflow(
+        "test-signal-timeout",
+        1,
+        [
+            Step("a", _do, compensate=_undo),
+            wait_for_signal("wait", "resolved", timeout=0.3),
+            Step("after", _after_wait),
+        ],
+    )
+)
+# A first short wait that goes on without its signal, then a long one for the same name.
+SIGNAL_TWICE = register(
+    Workflow(
+        "test-signal-twice",
+        1,
+        [
+            wait_for_signal("first", "ping", timeout=0.3, on_timeout="continue"),
+            wait_for_signal("second", "ping", timeout=60),
+            Step("after", _do),
+        ],
+    )
+)
+SLEEPER = register(
+    Workflow("test-sleep", 1, [Step("a", _do), sleep("nap", 0.3), Step("after", _do)])
 )
