@@ -77,7 +77,8 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 ADMISSIONS = Counter(
     "awooop_admissions_total",
     "Channel events received, by channel and result: created (a new run), duplicate (the "
-    "run of an earlier copy returned), key_reused (same key, another body: 422), ignored "
+    "run of an earlier copy returned), signalled (delivered to an open run by correlation), "
+    "key_reused (same key, another body: 422), ignored "
     "(no workflow routed), unauthenticated (401), forbidden (a viewer token: 403), "
     "rate_limited (429 E-RATE-001), over_quota (429 E-QUOTA-001).",
     ["channel", "result"],

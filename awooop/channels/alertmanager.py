@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Mapping
 from typing import Any
 
 from awooop import errors
@@ -22,6 +23,7 @@ from awooop.channels.base import (
     json_object,
     require,
 )
+from awooop.domain.workflow import Correlation
 
 CHANNEL = "alertmanager"
 
@@ -78,3 +80,19 @@ def parse(request: RawRequest) -> list[InboundEvent]:
     # request digest: a retry whose other fields (annotations, order of alerts) differ is a
     # duplicate, never a 422 that Alertmanager would drop.
     return [InboundEvent(key, notification, key)]
+
+
+def by_group(run_input: Mapping[str, Any]) -> Correlation | None:
+    """A workflow's ``correlate`` for Alertmanager: notifications of one alert group (its
+    ``groupKey``) go to the group's open run, as the signal ``firing`` or ``resolved`` (the
+    notification's status) — so "the alert resolved" reaches the run that handles it instead
+    of starting another. Events of other channels are not correlated."""
+    if run_input.get("channel") != CHANNEL:
+        return None
+    event = run_input.get("event") or {}
+    group_key, status = event.get("groupKey"), event.get("status")
+    if not isinstance(group_key, str) or status not in ("firing", "resolved"):
+        return None
+    # A group key can be long: a longer one is stood for by its digest.
+    key = group_key if 0 < len(group_key) <= 256 else f"sha256:{digest(group_key)}"
+    return Correlation(key=key, signal=status)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import Connection, text
 
 from awooop import ids
 from awooop.domain import states
+from awooop.domain.workflow import Correlation
+from awooop.store import signals
 from awooop.store.literals import sql_list
 from awooop.store.prepared import PreparedStatement
 
@@ -37,9 +39,10 @@ WITH seen AS (
 ), run AS (
     INSERT INTO awooop_run_state
         (run_id, project_id, channel_type, workflow_name, workflow_version, workflow_digest,
-         input, max_attempts, traceparent)
+         input, max_attempts, traceparent, correlation_key)
     SELECT run_id, :project_id, :channel_type, :workflow_name, :workflow_version,
-           :workflow_digest, CAST(:input AS jsonb), :max_attempts, :traceparent
+           :workflow_digest, CAST(:input AS jsonb), :max_attempts, :traceparent,
+           CAST(:correlation_key AS text)
     FROM dedupe
     RETURNING run_id, status
 ), deadline AS (
@@ -115,6 +118,10 @@ class Admission:
     created: bool
     # False when the key was seen before with another request body (E-IDEMPOTENT-002).
     digest_matches: bool
+    # The event went to an open run as this signal (not created, not a duplicate either).
+    signalled: str | None = None
+    # ... and that run waited for it: send its message.
+    woke: bool = False
 
 
 @dataclass(frozen=True)
@@ -130,15 +137,28 @@ class NewRun:
     input: dict[str, Any]
     traceparent: str | None = None
     deadline_seconds: float | None = None
+    # The workflow's correlation key for this event (a run started by it carries the key).
+    correlation_key: str | None = None
 
 
-def admit(conn: Connection, new: NewRun, max_active_runs: int | None = None) -> Admission:
+def admit(
+    conn: Connection,
+    new: NewRun,
+    max_active_runs: int | None = None,
+    correlation: Correlation | None = None,
+) -> Admission:
     """Insert the event's dedupe row and its run, or find the run an earlier copy created.
 
     With ``max_active_runs``, a new event of a project that has that many active runs raises
     :class:`OverQuota` and writes nothing; a duplicate is still answered. Runs in the
     caller's transaction; the caller commits and then sends the Celery message.
+
+    With ``correlation`` (the caller's transaction must be a real one: several statements),
+    an event whose key belongs to an open run of the workflow goes to that run as the
+    correlation's signal instead (:func:`_signal_open_run`).
     """
+    if correlation is not None:
+        return _signal_open_run(conn, new, correlation, max_active_runs)
     params = {
         "project_id": new.project_id,
         "channel_type": new.channel_type,
@@ -154,6 +174,7 @@ def admit(conn: Connection, new: NewRun, max_active_runs: int | None = None) -> 
         "max_attempts": new.max_attempts,
         "traceparent": new.traceparent,
         "deadline": new.deadline_seconds,
+        "correlation_key": new.correlation_key,
     }
     if max_active_runs is None:
         row = _ADMIT.execute(conn, params).first()
@@ -174,3 +195,78 @@ def admit(conn: Connection, new: NewRun, max_active_runs: int | None = None) -> 
         created=row.created,
         digest_matches=row.request_digest == new.request_digest,
     )
+
+
+# Correlated events of one (project, workflow, key) are admitted one at a time: the lock is
+# held until the admission's transaction commits, so two first events never both start a
+# run, and a later one sees the run the earlier one started.
+_LOCK_CORRELATION = text(
+    "SELECT pg_advisory_xact_lock(:namespace,"
+    " hashtext(:project_id || '/' || :workflow_name || '/' || :correlation_key))"
+)
+CORRELATION_LOCK_NAMESPACE = 0x415752  # "AWR"
+
+_OPEN_RUN = text(
+    f"""
+SELECT run_id FROM awooop_run_state
+WHERE project_id = :project_id AND workflow_name = :workflow_name
+  AND correlation_key = :correlation_key AND status IN ({_ACTIVE})
+ORDER BY created_at
+LIMIT 1
+"""
+)
+
+_RECORD_SIGNALLED = text(
+    """
+INSERT INTO awooop_channel_event_dedupe
+    (dedupe_id, project_id, channel_type, provider_event_id, run_id, request_digest)
+VALUES (:dedupe_id, :project_id, :channel_type, :provider_event_id, :run_id, :request_digest)
+ON CONFLICT (project_id, channel_type, provider_event_id) DO NOTHING
+"""
+)
+
+
+def _signal_open_run(
+    conn: Connection, new: NewRun, correlation: Correlation, max_active_runs: int | None
+) -> Admission:
+    """A correlated event: a duplicate is answered as ever; else, if an open run of the
+    workflow has the key, the event is kept for it as the signal (its id the event's, its
+    payload the run input it would have started) and its dedupe row points at that run — in
+    one transaction, so a retry of the event is a duplicate and never a second signal. With
+    no open run (or one that finished meanwhile), the event starts a run carrying the key."""
+    params = {
+        "namespace": CORRELATION_LOCK_NAMESPACE,
+        "project_id": new.project_id,
+        "channel_type": new.channel_type,
+        "provider_event_id": new.provider_event_id,
+        "workflow_name": new.workflow_name,
+        "correlation_key": correlation.key,
+        "request_digest": new.request_digest,
+    }
+    conn.execute(_LOCK_CORRELATION, params)
+    seen = conn.execute(_EXISTING, params).first()
+    open_run = None if seen is not None else conn.execute(_OPEN_RUN, params).scalar()
+    if open_run is not None:
+        signal_id = f"event:{new.channel_type}:{new.provider_event_id}"
+        delivery = signals.deliver(
+            conn,
+            new.project_id,
+            open_run,
+            correlation.signal,
+            signal_id,
+            new.input,
+            new.request_digest,
+        )
+        if delivery.outcome in ("delivered", "kept", "duplicate"):
+            conn.execute(
+                _RECORD_SIGNALLED, {**params, "run_id": open_run, "dedupe_id": ids.uuid7()}
+            )
+            return Admission(
+                run_id=open_run,
+                status=delivery.run_status or states.PENDING,
+                created=False,
+                digest_matches=True,
+                signalled=correlation.signal,
+                woke=delivery.outcome == "delivered",
+            )
+    return admit(conn, replace(new, correlation_key=correlation.key), max_active_runs)

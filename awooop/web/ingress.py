@@ -9,6 +9,7 @@ Celery message per new run → respond. Nothing slow happens inline.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
@@ -17,10 +18,13 @@ from awooop import db, errors, metrics, tracing
 from awooop.channels import CHANNELS
 from awooop.channels import api as api_channel
 from awooop.channels.base import ChannelSecrets, InboundEvent
+from awooop.domain.workflow import Correlation, Workflow
 from awooop.engine import chat_decisions
 from awooop.store import admission, projects
 from awooop.web import context, request_body, roles, throttle
 from awooop.workflows import registry
+
+log = logging.getLogger("awooop.web.ingress")
 
 blueprint = Blueprint("ingress", __name__)
 
@@ -126,9 +130,15 @@ def _admit(project_id: str, channel: str) -> tuple[Response, int]:
     # whole). Runs already admitted keep going: claims never look at quotas.
     quota = auth.limits.max_active_runs
     engine = context.engine()
+    correlations = [_correlation(workflow, new.input) for new in new_runs]
+    # A correlated event takes several statements: always a transaction.
+    several = len(new_runs) > 1 or any(correlations)
     try:
-        with db.transaction(engine) if len(new_runs) > 1 else engine.connect() as conn:
-            results = [admission.admit(conn, new, quota) for new in new_runs]
+        with db.transaction(engine) if several else engine.connect() as conn:
+            results = [
+                admission.admit(conn, new, quota, correlation)
+                for new, correlation in zip(new_runs, correlations, strict=True)
+            ]
             if not all(r.digest_matches for r in results):
                 # A mismatch is always a duplicate (nothing inserted for it); raising here
                 # rolls back the other events of a multi-event request.
@@ -141,17 +151,36 @@ def _admit(project_id: str, channel: str) -> tuple[Response, int]:
             f"this project may have {quota} active runs at a time; retry when some finish",
         ) from None
     created = [r.run_id for r in results if r.created]
-    _count(channel, len(created), len(results) - len(created))
-    if created:
-        context.enqueue(created)
+    signalled = sum(1 for r in results if r.signalled)
+    _count(channel, len(created), len(results) - len(created) - signalled, signalled)
+    woken = [r.run_id for r in results if r.woke]
+    if created or woken:
+        context.enqueue([*created, *woken])
     return _respond(channel, results, decided)
 
 
-def _count(channel: str, created: int, duplicates: int) -> None:
+def _correlation(workflow: Workflow, run_input: dict[str, Any]) -> Correlation | None:
+    """The workflow's correlation of this event, if it declares one. A correlation function
+    that fails on an event it did not expect is logged, and the event starts a run."""
+    if workflow.correlate is None:
+        return None
+    try:
+        return workflow.correlate(run_input)
+    except Exception:
+        log.exception(
+            "correlation failed; the event starts a run",
+            extra={"action": "correlation_failed", "workflow": workflow.name},
+        )
+        return None
+
+
+def _count(channel: str, created: int, duplicates: int, signalled: int = 0) -> None:
     if created:
         metrics.ADMISSIONS.labels(channel, "created").inc(created)
     if duplicates:
         metrics.ADMISSIONS.labels(channel, "duplicate").inc(duplicates)
+    if signalled:
+        metrics.ADMISSIONS.labels(channel, "signalled").inc(signalled)
 
 
 def _run_input(channel: str, event: InboundEvent, config: dict[str, Any]) -> dict[str, Any]:
@@ -167,7 +196,9 @@ def _run_input(channel: str, event: InboundEvent, config: dict[str, Any]) -> dic
 
 def _describe(result: admission.Admission) -> dict[str, Any]:
     body: dict[str, Any] = {"run_id": str(result.run_id), "status": result.status}
-    if not result.created:
+    if result.signalled:
+        body["signal"] = result.signalled  # delivered to this open run
+    elif not result.created:
         body["code"] = errors.DUPLICATE_EVENT_CODE
     return body
 
@@ -175,7 +206,7 @@ def _describe(result: admission.Admission) -> dict[str, Any]:
 def _respond(
     channel: str, results: list[admission.Admission], decided: list[dict[str, Any]]
 ) -> tuple[Response, int]:
-    status = 202 if any(r.created for r in results) else 200
+    status = 202 if any(r.created or r.signalled for r in results) else 200
     if channel == "line":  # one request, several events (and maybe button presses)
         body: dict[str, Any] = {"runs": [_describe(r) for r in results]}
         if decided:

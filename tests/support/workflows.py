@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from awooop.channels import alertmanager
 from awooop.domain.workflow import (
     Approval,
     Halt,
@@ -714,6 +715,19 @@ SIGNAL_TWICE = register(
             wait_for_signal("second", "ping", timeout=60),
             Step("after", _do),
         ],
+    )
+)
+# An alert's run: acts, then waits for its group's "resolved" notification (correlated).
+ALERT_WATCH = register(
+    Workflow(
+        "test-alert-watch",
+        1,
+        [
+            Step("a", _do, compensate=_undo),
+            wait_for_signal("wait", "resolved", timeout=60),
+            Step("after", _after_wait),
+        ],
+        correlate=alertmanager.by_group,
     )
 )
 SLEEPER = register(
