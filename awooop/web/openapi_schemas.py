@@ -85,6 +85,11 @@ _ADMITTED: Schema = {
             "enum": [errors.DUPLICATE_EVENT_CODE],
             "description": "Present on a duplicate: the run the event already made.",
         },
+        "signal": {
+            "type": "string",
+            "description": "Present when the workflow correlated the event with its open run "
+            "(`run_id`): the event went to that run as this signal.",
+        },
     },
 }
 _IGNORED: Schema = {
@@ -235,6 +240,17 @@ SCHEMAS: dict[str, Schema] = {
             "code": {"type": "string", "enum": [errors.DUPLICATE_EVENT_CODE]},
             "run_status": _RUN_STATUS,
             "compensation_run_id": {"type": "string", "format": "uuid"},
+        },
+    },
+    "SignalAnswer": {
+        "type": "object",
+        "required": ["run_id", "signal", "signal_id", "status"],
+        "properties": {
+            "run_id": {"type": "string", "format": "uuid"},
+            "signal": {"type": "string"},
+            "signal_id": {"type": "string"},
+            "status": {"type": "string", "enum": ["delivered", "kept", "duplicate"]},
+            "code": {"type": "string", "enum": [errors.DUPLICATE_EVENT_CODE]},
         },
     },
     "ApprovalDecision": {

@@ -439,6 +439,60 @@ def _tool_results() -> dict[str, Any]:
     }
 
 
+def _signal() -> dict[str, Any]:
+    return {
+        "post": {
+            "operationId": "send_signal",
+            "tags": ["runs"],
+            "summary": "Send a signal to a run",
+            "description": "Kept once per signal id (the `Idempotency-Key` header) for the step "
+            "that waits for a signal of this name; a run waiting for it now is woken "
+            "(`delivered`), otherwise the signal is `kept` for the wait to come. The body is "
+            "the signal's payload. Roles ingest, operator, admin.",
+            "parameters": [
+                _PROJECT_ID,
+                _RUN_ID,
+                {
+                    "name": "name",
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,64}$"},
+                },
+                {
+                    "name": "Idempotency-Key",
+                    "in": "header",
+                    "required": True,
+                    "description": "The signal's id: the same id again is a duplicate.",
+                    "schema": {
+                        "type": "string",
+                        "minLength": 1,
+                        "maxLength": api_channel.MAX_KEY_LENGTH,
+                        "pattern": "^[\\x20-\\x7e]+$",
+                    },
+                },
+            ],
+            "requestBody": _body({"type": "object"}, "The signal's payload: any JSON object."),
+            "responses": {
+                "202": _ok("Delivered to the waiting run, or kept for it.", _ref("SignalAnswer")),
+                "200": _ok("A duplicate.", _ref("SignalAnswer")),
+                **_errors(
+                    errors.MalformedRequest,
+                    errors.MissingIdempotencyKey,
+                    errors.Unauthenticated,
+                    errors.Forbidden,
+                    errors.NotFound,
+                    errors.PayloadTooLarge,
+                    errors.UnsupportedMediaType,
+                    errors.IdempotencyKeyReused,
+                    errors.RunFinished,
+                    errors.TooManySignals,
+                    errors.ServiceUnavailable,
+                ),
+            },
+        }
+    }
+
+
 def _management(segment: str, operation: str) -> dict[str, Any]:
     manual_close = operation == "manual_close"
     extra = (errors.ManualCloseDisabled,) if manual_close else ()
@@ -544,6 +598,7 @@ def _paths() -> dict[str, Any]:
     paths[run] = _get_run()
     paths[f"{run}/events"] = _run_events()
     paths[f"{run}/tool-results"] = _tool_results()
+    paths[f"{run}/signals/{{name}}"] = _signal()
     for segment, operation in OPERATIONS.items():
         paths[f"{run}/{segment}"] = _management(segment, operation)
     paths[f"{project}/interventions"] = _interventions()
