@@ -670,3 +670,11 @@ def _belief_expires(ctx: StepContext) -> dict[str, Any]:
 BELIEF_EXPIRES = register(
     Workflow("test-belief-expires", 1, [Step("first", _noop), Step("act", _belief_expires)])
 )
+
+
+# --- Scheduled ------------------------------------------------------------------------------
+
+# Runs every minute in each project that allows it (none does unless a test says so).
+EVERY_MINUTE = register(
+    Workflow("test-every-minute", 1, [Step("tick", _noop)], schedule="* * * * *")
+)
