@@ -3,7 +3,6 @@ sweeps, and the missed-tick policy."""
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from datetime import UTC, datetime
@@ -18,18 +17,6 @@ from tests.support.workflows import EVERY_MINUTE
 
 NOW = datetime(2026, 12, 2, 9, 0, 20, tzinfo=UTC)
 TICK_KEY = "test-every-minute@2026-12-02T09:00:00Z"
-
-
-def allow(engine: Engine, project_id: str, *workflows: str, max_active_runs: int | None = None):
-    limits = {} if max_active_runs is None else {"max_active_runs": max_active_runs}
-    with engine.begin() as conn:
-        conn.execute(
-            text(
-                "UPDATE awooop_project SET allowed_workflows = CAST(:w AS jsonb),"
-                " limits = CAST(:l AS jsonb) WHERE project_id = :p"
-            ),
-            {"w": json.dumps(list(workflows)), "l": json.dumps(limits), "p": project_id},
-        )
 
 
 def sweep(engine, settings, now=NOW):
@@ -58,7 +45,7 @@ def fresh_log_memory(monkeypatch):
 def test_a_pass_starts_the_due_tick_in_a_project_that_allows_the_workflow(
     engine, project, settings
 ):
-    allow(engine, project["project_id"], "test-every-minute")
+    db.allow_workflows(engine, project["project_id"], "test-every-minute")
 
     swept = sweep(engine, settings)
 
@@ -83,7 +70,7 @@ def test_a_pass_starts_the_due_tick_in_a_project_that_allows_the_workflow(
 
 
 def test_a_second_pass_in_the_same_tick_starts_nothing(engine, project, settings):
-    allow(engine, project["project_id"], "test-every-minute")
+    db.allow_workflows(engine, project["project_id"], "test-every-minute")
     sweep(engine, settings)
 
     again = sweep(engine, settings, now=NOW.replace(second=55))
@@ -93,7 +80,7 @@ def test_a_second_pass_in_the_same_tick_starts_nothing(engine, project, settings
 
 
 def test_the_next_tick_starts_a_second_run(engine, project, settings):
-    allow(engine, project["project_id"], "test-every-minute")
+    db.allow_workflows(engine, project["project_id"], "test-every-minute")
     sweep(engine, settings)
 
     sweep(engine, settings, now=NOW.replace(minute=1))
@@ -105,7 +92,7 @@ def test_the_next_tick_starts_a_second_run(engine, project, settings):
 
 
 def test_a_project_that_does_not_allow_the_workflow_gets_nothing(engine, project, settings):
-    allow(engine, project["project_id"], "some-other-workflow")
+    db.allow_workflows(engine, project["project_id"], "some-other-workflow")
 
     swept = sweep(engine, settings)
 
@@ -127,7 +114,7 @@ def _lock_waiters(engine: Engine) -> int:
 def test_two_sweeps_held_at_the_same_tick_start_exactly_one_run(engine, project, settings, quota):
     # Given two sweeps that have both read that the tick is not started yet, and are both
     # held inside the admission statement (a lock on the run table: no run can be inserted)
-    allow(engine, project["project_id"], "test-every-minute", max_active_runs=quota)
+    db.allow_workflows(engine, project["project_id"], "test-every-minute", max_active_runs=quota)
     results: list[schedules.Swept] = []
     errors: list[BaseException] = []
 
@@ -161,7 +148,7 @@ def test_after_an_outage_only_the_latest_tick_runs_and_the_skipped_ones_are_logg
     engine, project, settings, caplog
 ):
     # Given the 09:00 tick started, then no sweep for ten minutes
-    allow(engine, project["project_id"], "test-every-minute")
+    db.allow_workflows(engine, project["project_id"], "test-every-minute")
     sweep(engine, settings)
     caplog.set_level(logging.INFO, logger="awooop.engine.schedules")
 
@@ -185,7 +172,7 @@ def test_after_an_outage_only_the_latest_tick_runs_and_the_skipped_ones_are_logg
 
 def test_a_tick_found_too_late_is_skipped_and_logged_once(engine, project, settings, caplog):
     # Given a deployment whose first sweep comes long after the tick (beyond the bound)
-    allow(engine, project["project_id"], "test-every-minute")
+    db.allow_workflows(engine, project["project_id"], "test-every-minute")
     caplog.set_level(logging.INFO, logger="awooop.engine.schedules")
     tight = settings.__class__(**{**settings.__dict__, "schedule_max_lateness_seconds": 10.0})
 
@@ -204,7 +191,7 @@ def test_a_daily_job_does_not_fire_on_the_first_start_hours_after_its_time(
     from awooop.domain.workflow import Step, Workflow
 
     daily = Workflow("test-daily", 1, [Step("a", lambda ctx: None)], schedule="0 0 * * *")
-    allow(engine, project["project_id"], "test-daily")
+    db.allow_workflows(engine, project["project_id"], "test-daily")
 
     swept = schedules.schedule_once(engine, settings, now=NOW, workflows=lambda: [daily])
 
@@ -215,7 +202,7 @@ def test_a_daily_job_does_not_fire_on_the_first_start_hours_after_its_time(
 def test_a_tick_refused_by_the_quota_is_logged_once_and_not_retried_once_late(
     engine, project, settings, caplog
 ):
-    allow(engine, project["project_id"], "test-every-minute", max_active_runs=0)
+    db.allow_workflows(engine, project["project_id"], "test-every-minute", max_active_runs=0)
     caplog.set_level(logging.INFO, logger="awooop.engine.schedules")
 
     refused = sweep(engine, settings)
@@ -255,7 +242,7 @@ def test_schedule_is_no_webhook_channel(client, project):
 
 
 def test_the_runs_api_lists_scheduled_runs_by_channel(client, engine, project, settings):
-    allow(engine, project["project_id"], "test-every-minute")
+    db.allow_workflows(engine, project["project_id"], "test-every-minute")
     [run_id] = sweep(engine, settings).admitted
     auth = {"Authorization": f"Bearer {project['api_token']}"}
 
