@@ -89,6 +89,11 @@ beat_schedule = {
         "schedule": _settings.timer_interval_seconds,
         "options": {"expires": _settings.timer_interval_seconds},
     },
+    "start-scheduled-workflows": {
+        "task": "awooop.sweeps.start_scheduled",
+        "schedule": _settings.schedule_interval_seconds,
+        "options": {"expires": _settings.schedule_interval_seconds},
+    },
     "send-due-notifications": {
         "task": "awooop.sweeps.send_due_notifications",
         "schedule": _settings.outbox_interval_seconds,

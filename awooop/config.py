@@ -127,6 +127,14 @@ class Settings:
     # has this timeout unless it sets its own (``Step(timeout=…)``, longer or shorter), so a
     # wedged handler cannot hold a run for longer.
     step_timeout_seconds: float = 900.0
+    # Scheduled workflows (docs/schedules.md): every interval the schedule sweep starts the
+    # latest tick of each scheduled workflow in each project that allows it, once (the tick is
+    # the run's dedupe key). A tick found more than max_lateness after its time (beat was
+    # down, the deployment is new, the project's active-run quota kept refusing it) is
+    # skipped and logged, as are the ticks before the latest: a schedule never catches up.
+    # At least twice the interval, so a pass that is one interval late still runs its tick.
+    schedule_interval_seconds: float = 30.0
+    schedule_max_lateness_seconds: float = 300.0
     # The due-timer sweep (retry wake-ups; step, tool and approval timeouts).
     timer_interval_seconds: float = 2.0
     timer_batch_size: int = 500
@@ -423,6 +431,12 @@ def _relation_problems(settings: Settings) -> list[str]:
         problems.append(
             f"AWOOOP_REAPER_INTERVAL_SECONDS={reaper:g} must be less than "
             f"AWOOOP_LEASE_TTL_SECONDS={ttl:g}: an expired lease must be found within a lease"
+        )
+    interval, lateness = settings.schedule_interval_seconds, settings.schedule_max_lateness_seconds
+    if lateness < 2 * interval:
+        problems.append(
+            f"AWOOOP_SCHEDULE_MAX_LATENESS_SECONDS={lateness:g} must be at least twice "
+            f"AWOOOP_SCHEDULE_INTERVAL_SECONDS={interval:g}: a tick must survive one late pass"
         )
     for prefix in ("write_retry", "outbox"):
         base_name, max_name = (

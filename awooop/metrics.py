@@ -80,7 +80,8 @@ ADMISSIONS = Counter(
     "run of an earlier copy returned), signalled (delivered to an open run by correlation), "
     "key_reused (same key, another body: 422), ignored "
     "(no workflow routed), unauthenticated (401), forbidden (a viewer token: 403), "
-    "rate_limited (429 E-RATE-001), over_quota (429 E-QUOTA-001).",
+    "rate_limited (429 E-RATE-001), over_quota (429 E-QUOTA-001); for the schedule channel, "
+    "skipped (a tick found too late to start, counted once per process).",
     ["channel", "result"],
 )
 CLAIM_LATENCY = Histogram(

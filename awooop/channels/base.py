@@ -43,6 +43,17 @@ class InboundEvent:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
+def run_input(channel: str, event: InboundEvent, config: dict[str, Any]) -> dict[str, Any]:
+    """A run's input: the event as admitted, and the project's configuration as it was then."""
+    return {
+        "channel": channel,
+        "provider_event_id": event.provider_event_id,
+        "event": event.payload,
+        "meta": event.meta,
+        "project": config,
+    }
+
+
 class ChannelModule(Protocol):
     CHANNEL: str
 

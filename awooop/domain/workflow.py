@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from awooop.domain import schedule as cron
 from awooop.domain.timing import RENEWALS_PER_TTL, renewals_fit
 
 DEFAULT_MAX_ATTEMPTS = 3
@@ -377,7 +378,8 @@ class Workflow:
     # Admission-time properties (not part of the digest: runs in flight are unaffected).
     # Events with the key of an open run are delivered to it as a signal.
     correlate: Correlate | None = None
-    # A cron expression: the workflow is started once per tick in each project that allows it.
+    # A cron expression of five fields, in UTC: the workflow is started once per tick in
+    # each project that allows it (awooop.domain.schedule); checked here.
     schedule: str | None = None
 
     def __init__(
@@ -401,6 +403,11 @@ class Workflow:
             raise ValueError(f"workflow {name!r}: max_attempts must be >= 1")
         if lease_ttl_seconds is not None and lease_ttl_seconds <= 0:
             raise ValueError(f"workflow {name!r}: lease_ttl_seconds must be positive")
+        if schedule is not None:
+            try:
+                cron.check(schedule)
+            except cron.InvalidSchedule as exc:
+                raise cron.InvalidSchedule(f"workflow {name!r}: {exc}") from None
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "version", version)
         object.__setattr__(self, "steps", tuple(steps))

@@ -18,10 +18,15 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
+from awooop.domain import schedule
 from awooop.domain.retention import MAX_RETENTION_DAYS
 from awooop.models.base import Base
 
+# The channels that admit events over HTTP (a project routes each to a workflow).
 CHANNEL_TYPES = ("telegram", "alertmanager", "gitea", "line", "api")
+# Every channel a run can come from: those, and the schedule sweep (no webhook, no route:
+# a project allows a scheduled workflow in ``allowed_workflows``).
+RUN_CHANNEL_TYPES = (*CHANNEL_TYPES, schedule.CHANNEL)
 API_TOKEN_ROLES = ("ingest", "operator", "admin", "viewer")
 # 1-64 lowercase letters, digits, '-' or '_', starting with a letter or digit.
 PROJECT_ID_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"

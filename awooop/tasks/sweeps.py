@@ -5,7 +5,7 @@ from __future__ import annotations
 from awooop import db
 from awooop.config import get_settings
 from awooop.domain import states
-from awooop.engine import sweeps
+from awooop.engine import schedules, sweeps
 from awooop.tasks import runs
 from awooop.tasks.app import app
 
@@ -47,3 +47,14 @@ def retention() -> dict[str, int]:
 def fire_due_timers() -> int:
     fired = sweeps.fire_due_timers_once(db.get_engine(db.SWEEPS), get_settings())
     return runs.enqueue([t.run_id for t in fired])
+
+
+@app.task(name="awooop.sweeps.start_scheduled")
+def start_scheduled() -> dict[str, int]:
+    swept = schedules.schedule_once(db.get_engine(db.SWEEPS), get_settings())
+    runs.enqueue(swept.admitted)
+    return {
+        "admitted": len(swept.admitted),
+        "late": len(swept.late),
+        "over_quota": len(swept.over_quota),
+    }

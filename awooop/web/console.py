@@ -54,7 +54,7 @@ from werkzeug.wrappers import Response as HttpResponse
 from awooop import errors
 from awooop.config import Settings
 from awooop.domain import states
-from awooop.models.project import CHANNEL_TYPES
+from awooop.models.project import RUN_CHANNEL_TYPES
 from awooop.store import approvals, outbox, queries
 from awooop.store import overview as store_overview
 from awooop.store import runs as store_runs
@@ -412,7 +412,7 @@ def _run_filters(args: MultiDict[str, str]) -> queries.RunFilters:
         statuses=params.choices(args, "status", states.RUN_STATUSES),
         saga_statuses=params.choices(args, "saga_status", states.SAGA_STATUSES),
         workflow=params.text_value(args, "workflow"),
-        channel=params.choice(args, "channel", CHANNEL_TYPES),
+        channel=params.choice(args, "channel", RUN_CHANNEL_TYPES),
         created_from=_time(args, "created_from"),
         created_until=_time(args, "created_until"),
         finished_from=_time(args, "finished_from"),
@@ -430,7 +430,7 @@ def runs() -> HttpResponse:
     choices: dict[str, Any] = {
         "statuses": states.RUN_STATUSES,
         "saga_statuses": states.SAGA_STATUSES,
-        "channels": CHANNEL_TYPES,
+        "channels": RUN_CHANNEL_TYPES,
         "outbox_statuses": queries.OUTBOX_FILTER_STATUSES,
     }
     try:

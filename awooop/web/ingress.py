@@ -17,7 +17,8 @@ from flask import Blueprint, Response, jsonify, request
 from awooop import db, errors, metrics, tracing
 from awooop.channels import CHANNELS
 from awooop.channels import api as api_channel
-from awooop.channels.base import ChannelSecrets, InboundEvent
+from awooop.channels.base import ChannelSecrets
+from awooop.channels.base import run_input as _run_input
 from awooop.domain.workflow import Correlation, Workflow
 from awooop.engine import chat_decisions
 from awooop.store import admission, projects
@@ -181,17 +182,6 @@ def _count(channel: str, created: int, duplicates: int, signalled: int = 0) -> N
         metrics.ADMISSIONS.labels(channel, "duplicate").inc(duplicates)
     if signalled:
         metrics.ADMISSIONS.labels(channel, "signalled").inc(signalled)
-
-
-def _run_input(channel: str, event: InboundEvent, config: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "channel": channel,
-        "provider_event_id": event.provider_event_id,
-        "event": event.payload,
-        "meta": event.meta,
-        # The project's configuration as it was when the event arrived.
-        "project": config,
-    }
 
 
 def _describe(result: admission.Admission) -> dict[str, Any]:

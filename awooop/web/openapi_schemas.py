@@ -12,7 +12,7 @@ from typing import Any
 from awooop import errors
 from awooop.channels.base import MAX_EVENT_ID_LENGTH
 from awooop.domain import states
-from awooop.models.project import CHANNEL_TYPES
+from awooop.models.project import RUN_CHANNEL_TYPES
 from awooop.web.management_api import MAX_OPERATION_ID, MAX_REASON, OPERATIONS
 
 Schema = dict[str, Any]
@@ -32,7 +32,7 @@ _SAGA_STATUS: Schema = {"type": "string", "enum": list(states.SAGA_STATUSES)}
 
 _RUN_SUMMARY_PROPERTIES: dict[str, Schema] = {
     "run_id": {"type": "string", "format": "uuid"},
-    "channel_type": {"type": "string", "enum": list(CHANNEL_TYPES)},
+    "channel_type": {"type": "string", "enum": list(RUN_CHANNEL_TYPES)},
     "workflow_name": {"type": "string"},
     "workflow_version": {"type": "integer"},
     "status": _RUN_STATUS,

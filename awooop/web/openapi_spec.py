@@ -18,7 +18,7 @@ from awooop import errors
 from awooop.channels import api as api_channel
 from awooop.channels.base import MAX_EVENT_ID_LENGTH, MAX_JSON_DEPTH
 from awooop.domain import states
-from awooop.models.project import CHANNEL_TYPES, PROJECT_ID_PATTERN
+from awooop.models.project import CHANNEL_TYPES, PROJECT_ID_PATTERN, RUN_CHANNEL_TYPES
 from awooop.store import queries
 from awooop.web import openapi_schemas, params
 from awooop.web.management_api import OPERATIONS
@@ -325,7 +325,7 @@ def _list_runs() -> dict[str, Any]:
                     "name": "channel",
                     "in": "query",
                     "description": "Only runs from this channel.",
-                    "schema": {"type": "string", "enum": list(CHANNEL_TYPES)},
+                    "schema": {"type": "string", "enum": list(RUN_CHANNEL_TYPES)},
                 },
                 _time("created_from", "at or after this instant"),
                 _time("created_until", "before this instant"),

@@ -22,7 +22,7 @@ from flask import Blueprint, Response, jsonify, request
 
 from awooop import errors
 from awooop.domain import states
-from awooop.models.project import CHANNEL_TYPES
+from awooop.models.project import RUN_CHANNEL_TYPES
 from awooop.store import queries
 from awooop.web import context, params, roles
 
@@ -67,7 +67,7 @@ def list_runs(project_id: str) -> Response:
         statuses=params.choices(args, "status", states.RUN_STATUSES),
         saga_statuses=params.choices(args, "saga_status", states.SAGA_STATUSES),
         workflow=params.text_value(args, "workflow"),
-        channel=params.choice(args, "channel", CHANNEL_TYPES),
+        channel=params.choice(args, "channel", RUN_CHANNEL_TYPES),
         created_from=params.timestamp(args, "created_from"),
         created_until=params.timestamp(args, "created_until"),
         finished_from=params.timestamp(args, "finished_from"),

@@ -136,9 +136,7 @@ def test_a_resolved_notification_goes_to_the_open_run_of_its_group(
     assert saw["payload"]["event"]["status"] == "resolved"
 
 
-def test_a_notification_after_its_run_finished_starts_a_new_run(
-    client, engine, watched, settings
-):
+def test_a_notification_after_its_run_finished_starts_a_new_run(client, engine, watched, settings):
     firing = notify(client, watched, "firing")
     first = uuid.UUID(firing.json["run_id"])
     assert notify(client, watched, "resolved").json["signal"] == "resolved"

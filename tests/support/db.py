@@ -63,3 +63,20 @@ def terminate_backend(engine: Engine, pid: int) -> None:
             )
     finally:
         admin.dispose()
+
+
+def allow_workflows(
+    engine: Engine, project_id: str, *workflows: str, max_active_runs: int | None = None
+) -> None:
+    """Set the project's ``allowed_workflows`` (and its active-run quota, or none)."""
+    import json
+
+    limits = {} if max_active_runs is None else {"max_active_runs": max_active_runs}
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "UPDATE awooop_project SET allowed_workflows = CAST(:w AS jsonb),"
+                " limits = CAST(:l AS jsonb) WHERE project_id = :p"
+            ),
+            {"w": json.dumps(list(workflows)), "l": json.dumps(limits), "p": project_id},
+        )

@@ -733,3 +733,11 @@ ALERT_WATCH = register(
 SLEEPER = register(
     Workflow("test-sleep", 1, [Step("a", _do), sleep("nap", 0.3), Step("after", _do)])
 )
+
+
+# --- Scheduled ------------------------------------------------------------------------------
+
+# Runs every minute in each project that allows it (none does unless a test says so).
+EVERY_MINUTE = register(
+    Workflow("test-every-minute", 1, [Step("tick", _noop)], schedule="* * * * *")
+)

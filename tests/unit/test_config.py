@@ -172,6 +172,15 @@ def test_whole_numbers_and_ports_are_checked():
 # --- relations ------------------------------------------------------------------------------
 
 
+def test_a_schedule_lateness_bound_under_two_sweep_intervals_is_refused():
+    message = refused(SCHEDULE_INTERVAL_SECONDS="60", SCHEDULE_MAX_LATENESS_SECONDS="100")
+
+    assert (
+        "AWOOOP_SCHEDULE_MAX_LATENESS_SECONDS=100 must be at least twice "
+        "AWOOOP_SCHEDULE_INTERVAL_SECONDS=60" in message
+    )
+
+
 def test_a_reaper_slower_than_the_lease_is_refused_naming_both_variables():
     message = refused(REAPER_INTERVAL_SECONDS="300")
 
@@ -446,9 +455,15 @@ def test_describe_reports_a_workflow_module_that_does_not_exist():
 
 def test_the_readme_documents_every_setting():
     """Each AWOOOP_* setting is in the README's configuration section, written out or
-    abbreviated as the table does (`AWOOOP_X_AFTER_SECONDS` / `_INTERVAL_SECONDS`, `<ROLE>`)."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    abbreviated as the table does (`AWOOOP_X_AFTER_SECONDS` / `_INTERVAL_SECONDS`, `<ROLE>`),
+    or in the Settings section of the page of its own subject (docs/schedules.md)."""
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text()
+    schedules = (root / "docs" / "schedules.md").read_text()
+    section = (
+        readme.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+        + schedules.split("## Settings", 1)[1].split("\n## ", 1)[0]
+    )
     named: set[str] = set()
     previous = ""
     for token in re.findall(r"`([A-Z_<>]+)`", section):
