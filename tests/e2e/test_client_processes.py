@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 
 import pytest
 
 from awooop import client
 from awooop.store import projects
-from tests.support.processes import BIN
+from tests.support.processes import BIN, ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -71,3 +72,25 @@ def test_the_command_starts_an_allowed_workflow_and_waits_for_it(live, engine, p
     answer = json.loads(done.stdout)
     assert (answer["created"], answer["run"]["status"]) == (True, "COMPLETED")
     assert answer["run"]["input"]["event"] == {"n": 1}
+
+
+def test_the_python_example_of_the_docs_runs(live, engine, project):
+    # Given the project the example names (here the test's) allowing the workflow it starts
+    base, _ = live
+    page = (ROOT / "docs" / "client.md").read_text()
+    example = re.search(r"^```python\n(.*?)^```", page, re.S | re.M).group(1)
+    example = example.replace('"ops"', repr(project["project_id"]))
+    with engine.connect() as conn:
+        projects.set_allowed_workflows(conn, project["project_id"], ["noop-3"], [])
+    env = {**os.environ, "AWOOOP_API_URL": base, "AWOOOP_API_TOKEN": project["api_token"]}
+
+    done = subprocess.run(
+        [str(BIN / "python"), "-c", example],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].endswith(" PENDING new")
+    assert lines[1].startswith("COMPLETED noop-3 1 ")
+    assert lines[2].startswith("422 E-WORKFLOW-001 ")
