@@ -1,4 +1,5 @@
-"""The ``awooop`` command: projects, migrations, configuration, the development stack.
+"""The ``awooop`` command: projects, migrations, configuration, the development stack; runs
+over the HTTP API in :mod:`awooop.cli_runs`.
 
 Every sub-command has ``--help``. Errors go to stderr on one line with exit status 2 (bad
 usage, input or configuration) or 1 (the operation failed); nothing is written when the
@@ -23,7 +24,7 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy import exc as sa_exc
 
-from awooop import config, db, secrets
+from awooop import cli_runs, config, db, secrets
 from awooop.config import STATE_DIR, ConfigError, Settings
 from awooop.domain import limits as project_limits
 from awooop.domain import retention as project_retention
@@ -151,7 +152,7 @@ def _parse_routes(pairs: list[str]) -> dict[str, str]:
         if channel not in CHANNEL_TYPES:
             raise UsageError(f"unknown channel {channel!r}; channels: {', '.join(CHANNEL_TYPES)}")
         if registry.latest(workflow) is None:
-            known = ", ".join(sorted({w.name for w in registry.all_workflows()}))
+            known = ", ".join(sorted(_registered_names()))
             raise UsageError(f"unknown workflow {workflow!r}; registered: {known}")
         routes[channel] = workflow
     return routes
@@ -174,6 +175,37 @@ def cmd_project_routes(args: argparse.Namespace) -> int:
     if updated is None:
         raise UsageError(f"no project {args.project_id!r}")
     print(json.dumps({"project_id": args.project_id, "routes": updated}, indent=2))
+    return 0
+
+
+def _registered_names() -> set[str]:
+    return {w.name for w in registry.all_workflows()}
+
+
+def cmd_project_workflows(args: argparse.Namespace) -> int:
+    from awooop.store import projects
+
+    _check_project_id(args.project_id)
+    allow, disallow = args.allow or [], args.disallow or []
+    both = sorted(set(allow) & set(disallow))
+    if both:
+        raise UsageError(f"both allowed and disallowed: {', '.join(both)}")
+    settings = _settings("database_url")
+    registry.import_modules(settings.workflow_module_list)
+    unknown = sorted(set(allow) - _registered_names())
+    if unknown:
+        known = ", ".join(sorted(_registered_names()))
+        raise UsageError(
+            f"no registered workflow is called {', '.join(map(repr, unknown))}; registered: {known}"
+        )
+    with _engine(settings).connect() as conn:
+        if allow or disallow:
+            updated = projects.set_allowed_workflows(conn, args.project_id, allow, disallow)
+        else:
+            updated = projects.allowed_workflows(conn, args.project_id)
+    if updated is None:
+        raise UsageError(f"no project {args.project_id!r}")
+    print(json.dumps({"project_id": args.project_id, "allowed_workflows": updated}, indent=2))
     return 0
 
 
@@ -554,6 +586,24 @@ def build_parser() -> argparse.ArgumentParser:
     routes.add_argument("project_id")
     routes.add_argument("routes", nargs="+", metavar="CHANNEL=WORKFLOW")
     routes.set_defaults(func=cmd_project_routes)
+    allowed = project_sub.add_parser(
+        "workflows",
+        help="the workflows clients may start by name; prints the list",
+        description="Clients start a workflow by name (POST /v1/projects/<p>/runs with "
+        '{"workflow": ...}, `awooop runs start`) when it is routed for one of the project\'s '
+        "channels or on this list, e.g. `awooop project workflows ops --allow alert-triage`. "
+        "Without --allow or --disallow, prints the list. --allow refuses names no registered "
+        "workflow has; --disallow takes any name off. Changes reach web processes within "
+        "AWOOOP_AUTH_CACHE_SECONDS.",
+    )
+    allowed.add_argument("project_id")
+    allowed.add_argument(
+        "--allow", action="extend", nargs="+", metavar="NAME", help="allow these workflows"
+    )
+    allowed.add_argument(
+        "--disallow", action="extend", nargs="+", metavar="NAME", help="take these off the list"
+    )
+    allowed.set_defaults(func=cmd_project_workflows)
     config = project_sub.add_parser(
         "config",
         help="set what workflows need, e.g. actions_url",
@@ -635,6 +685,8 @@ def build_parser() -> argparse.ArgumentParser:
     token.add_argument("project_id")
     token.add_argument("--role", choices=API_TOKEN_ROLES, required=True)
     token.set_defaults(func=cmd_project_token)
+
+    cli_runs.add_parser(sub)
 
     outbox_parser = sub.add_parser("outbox", help="outbound messages: list, retry parked ones")
     outbox_sub = outbox_parser.add_subparsers(

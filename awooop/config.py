@@ -269,6 +269,12 @@ SETTING_VARIABLES = frozenset(variable(f.name) for f in fields(Settings))
 # Variables the processes read that are not AWOOOP_* settings (their libraries' own names),
 # shown by `awooop config`; the second is a credential.
 OTHER_VARIABLES = ("PROMETHEUS_MULTIPROC_DIR", "FLOWER_BASIC_AUTH")
+# What `awooop runs` (a client of the HTTP API, not a process of the deployment) reads: the
+# web's address and an API token. Not settings, and not reported as unknown ones.
+API_URL_VARIABLE = "AWOOOP_API_URL"
+API_TOKEN_VARIABLE = "AWOOOP_API_TOKEN"  # noqa: S105 - a variable name
+DEFAULT_API_URL = "http://127.0.0.1:8000"
+CLIENT_VARIABLES = (API_URL_VARIABLE, API_TOKEN_VARIABLE)
 
 # --- Checking values ----------------------------------------------------------------------
 
@@ -646,6 +652,7 @@ def describe(environment: Environment, required: tuple[str, ...] = REQUIRED) -> 
         if name.startswith("AWOOOP_")
         and name not in SETTING_VARIABLES
         and name != "AWOOOP_STATE_DIR"
+        and name not in CLIENT_VARIABLES
         and not name.startswith(("AWOOOP_EMBEDDED_", "AWOOOP_TEST_"))
     )
     notes = []

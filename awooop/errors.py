@@ -110,6 +110,20 @@ class TooManySignals(AwoooPError):
     http_status = 409
 
 
+class WorkflowNotAllowed(AwoooPError):
+    """This workflow is not allowed in this project (routed for a channel or allowed by name)."""
+
+    code = "E-WORKFLOW-001"
+    http_status = 422
+
+
+class WorkflowVersionUnknown(AwoooPError):
+    """This version of the workflow is not registered."""
+
+    code = "E-WORKFLOW-002"
+    http_status = 422
+
+
 class OperationRefused(AwoooPError):
     """The run is not in a state that allows this operation."""
 

@@ -3,16 +3,34 @@
 Authentication: ``Authorization: Bearer <project API token>`` with a role that may admit
 events (ingest, operator, admin). Event id: the required ``Idempotency-Key`` header
 (1 to 255 visible ASCII characters).
+
+A body with a ``"workflow"`` key is a start request, ``{"workflow": name, "version": n,
+"input": {...}}`` (``version`` and ``input`` optional): the event is its ``input`` and the
+event's meta names the workflow (and the version, when given) for ingress to check against
+the project. Any other JSON object is the event itself, for the workflow routed for ``api``.
+Either way the request digest covers the whole body.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from awooop import errors
 from awooop import secrets as crypto
-from awooop.channels.base import ChannelSecrets, InboundEvent, RawRequest, digest, json_object
+from awooop.channels.base import (
+    ChannelSecrets,
+    InboundEvent,
+    RawRequest,
+    digest,
+    json_object,
+    require,
+)
 
 CHANNEL = "api"
 MAX_KEY_LENGTH = 255
+# awooop_run_state.workflow_name is a varchar(128).
+MAX_WORKFLOW_NAME_LENGTH = 128
+START_KEYS = ("workflow", "version", "input")
 
 
 def bearer_token(request: RawRequest) -> str | None:
@@ -34,5 +52,29 @@ def idempotency_key(request: RawRequest) -> str:
 
 def parse(request: RawRequest) -> list[InboundEvent]:
     key = idempotency_key(request)
-    payload = json_object(request.body)
-    return [InboundEvent(key, payload, digest(payload))]
+    body = json_object(request.body)
+    if "workflow" not in body:
+        return [InboundEvent(key, body, digest(body))]
+    payload, meta = _start_request(body)
+    return [InboundEvent(key, payload, digest(body), meta)]
+
+
+def _start_request(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A start request's (input, meta); a 400 naming what is wrong with it."""
+    unknown = sorted(set(body) - set(START_KEYS))
+    require(not unknown, f"unknown keys in a start request: {', '.join(unknown)}")
+    name = body["workflow"]
+    require(
+        isinstance(name, str) and 0 < len(name) <= MAX_WORKFLOW_NAME_LENGTH,
+        f"workflow must be a name of 1 to {MAX_WORKFLOW_NAME_LENGTH} characters",
+    )
+    meta: dict[str, Any] = {"workflow": name}
+    if "version" in body:
+        version = body["version"]
+        # bool is an int in Python, never a version.
+        valid = isinstance(version, int) and not isinstance(version, bool) and version > 0
+        require(valid, "version must be a positive integer (leave it out for the latest)")
+        meta["version"] = version
+    payload = body.get("input", {})
+    require(isinstance(payload, dict), "input must be a JSON object")
+    return payload, meta

@@ -121,6 +121,49 @@ def set_limits(
     return _merge(conn, "limits", project_id, limits)
 
 
+_ALLOWED_WORKFLOWS = text(
+    "SELECT allowed_workflows FROM awooop_project WHERE project_id = :project_id"
+)
+
+# One statement: the list with ``allow`` added and ``disallow`` taken out, sorted, no repeats.
+_SET_ALLOWED_WORKFLOWS = text(
+    """
+UPDATE awooop_project p
+SET allowed_workflows = (
+    SELECT COALESCE(jsonb_agg(name ORDER BY name), '[]'::jsonb)
+    FROM (
+        SELECT jsonb_array_elements_text(p.allowed_workflows) AS name
+        UNION
+        SELECT jsonb_array_elements_text(CAST(:allow AS jsonb))
+    ) names
+    WHERE name NOT IN (SELECT jsonb_array_elements_text(CAST(:disallow AS jsonb)))
+)
+WHERE project_id = :project_id
+RETURNING allowed_workflows
+"""
+)
+
+
+def allowed_workflows(conn: Connection, project_id: str) -> list[str] | None:
+    """The workflows the project allows by name; None if no such project."""
+    row = conn.execute(_ALLOWED_WORKFLOWS, {"project_id": project_id}).first()
+    return None if row is None else list(row.allowed_workflows)
+
+
+def set_allowed_workflows(
+    conn: Connection, project_id: str, allow: list[str], disallow: list[str]
+) -> list[str] | None:
+    """Add ``allow`` to the workflows the project allows by name and take ``disallow`` out;
+    the new list (sorted), None if no such project."""
+    params = {
+        "project_id": project_id,
+        "allow": json.dumps(allow),
+        "disallow": json.dumps(disallow),
+    }
+    row = conn.execute(_SET_ALLOWED_WORKFLOWS, params).first()
+    return None if row is None else list(row.allowed_workflows)
+
+
 _SET_RUN_RETENTION = text(
     """
 UPDATE awooop_project SET run_retention_days = :days
@@ -163,6 +206,12 @@ class ProjectAuth:
     credentials: tuple[CredentialRow, ...]
     config: dict[str, Any] = field(default_factory=dict)
     limits: ProjectLimits = field(default_factory=ProjectLimits)
+    allowed_workflows: tuple[str, ...] = ()
+
+    def allows(self, workflow: str) -> bool:
+        """Whether a client may start ``workflow`` by name: it is routed for a channel or
+        allowed by name."""
+        return workflow in self.routes.values() or workflow in self.allowed_workflows
 
     def channel_secrets(self, channel_type: str) -> list[CredentialRow]:
         return [
@@ -178,8 +227,8 @@ class ProjectAuth:
 # One round trip: the project's routes and its active credentials of the requested kind.
 _PROJECT_AUTH = text(
     """
-SELECT p.routes, p.config, p.limits, c.credential_id, c.kind, c.channel_type, c.role,
-       c.secret_hash, c.secret_encrypted
+SELECT p.routes, p.config, p.limits, p.allowed_workflows,
+       c.credential_id, c.kind, c.channel_type, c.role, c.secret_hash, c.secret_encrypted
 FROM awooop_project p
 LEFT JOIN awooop_credential c
        ON c.project_id = p.project_id
@@ -191,8 +240,8 @@ WHERE p.project_id = :project_id
 
 
 def load_auth(conn: Connection, project_id: str, channel_type: str) -> ProjectAuth | None:
-    """The project's routes, config and limits, its API tokens and the secrets of
-    ``channel_type``."""
+    """The project's routes, allowed workflows, config and limits, its API tokens and the
+    secrets of ``channel_type``."""
     rows = conn.execute(
         _PROJECT_AUTH, {"project_id": project_id, "channel_type": channel_type}
     ).all()
@@ -211,6 +260,7 @@ def load_auth(conn: Connection, project_id: str, channel_type: str) -> ProjectAu
         credentials=creds,
         config=rows[0].config,
         limits=ProjectLimits.from_json(rows[0].limits),
+        allowed_workflows=tuple(rows[0].allowed_workflows),
     )
 
 

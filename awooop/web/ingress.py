@@ -101,8 +101,7 @@ def _admit(project_id: str, channel: str) -> tuple[Response, int]:
         return jsonify(decided[0]), 200
     if not events:  # LINE's webhook verification request
         return jsonify({"status": "ok", "runs": []}), 200
-    workflow_name = auth.routes.get(channel)
-    workflow = registry.latest(workflow_name) if isinstance(workflow_name, str) else None
+    workflow = _workflow_for(auth, channel, events)
     if workflow is None:
         metrics.ADMISSIONS.labels(channel, "ignored").inc(len(events))
         reason = f"no workflow is routed for channel {channel}"
@@ -173,6 +172,30 @@ def _correlation(workflow: Workflow, run_input: dict[str, Any]) -> Correlation |
             extra={"action": "correlation_failed", "workflow": workflow.name},
         )
         return None
+
+
+def _workflow_for(
+    auth: projects.ProjectAuth, channel: str, events: list[InboundEvent]
+) -> Workflow | None:
+    """The workflow the events start: the one an API start request names, refused unless the
+    project allows it (an unknown name answers the same: no enumeration), else the latest
+    version of the one routed for the channel (None: nothing routed)."""
+    chosen = events[0].meta.get("workflow") if channel == "api" else None
+    if chosen is None:
+        routed = auth.routes.get(channel)
+        return registry.latest(routed) if isinstance(routed, str) else None
+    latest = registry.latest(chosen) if auth.allows(chosen) else None
+    if latest is None:
+        raise errors.WorkflowNotAllowed()
+    version = events[0].meta.get("version")
+    if version is None:
+        return latest
+    try:
+        return registry.get(chosen, version)
+    except registry.UnknownWorkflow:
+        raise errors.WorkflowVersionUnknown(
+            f"workflow {chosen} has no version {version}; the latest is {latest.version}"
+        ) from None
 
 
 def _count(channel: str, created: int, duplicates: int, signalled: int = 0) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from awooop import errors
+from awooop.channels import api as api_channel
 from awooop.channels.base import MAX_EVENT_ID_LENGTH
 from awooop.domain import states
 from awooop.models.project import RUN_CHANNEL_TYPES
@@ -92,6 +93,27 @@ _ADMITTED: Schema = {
         },
     },
 }
+_START_WORKFLOW: Schema = {
+    "type": "object",
+    "description": "Start the named workflow: it must be routed for one of the project's "
+    "channels or allowed by name (`awooop project workflows`). The run's "
+    "`input.event` is `input`; `input.meta.workflow` names the workflow.",
+    "required": ["workflow"],
+    "additionalProperties": False,
+    "properties": {
+        "workflow": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": api_channel.MAX_WORKFLOW_NAME_LENGTH,
+        },
+        "version": {
+            "type": "integer",
+            "minimum": 1,
+            "description": "A registered version; the latest when left out.",
+        },
+        "input": {"type": "object", "description": "The event the steps read (default {})."},
+    },
+}
 _IGNORED: Schema = {
     "type": "object",
     "required": ["status", "reason"],
@@ -128,6 +150,7 @@ SCHEMAS: dict[str, Schema] = {
         },
     },
     "Admitted": _ADMITTED,
+    "StartWorkflow": _START_WORKFLOW,
     "Ignored": _IGNORED,
     "Decision": _DECISION,
     "LineAdmitted": {

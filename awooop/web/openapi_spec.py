@@ -271,7 +271,7 @@ def _create_run() -> dict[str, Any]:
         "post": {
             "operationId": "create_run",
             "tags": ["admission"],
-            "summary": "Start a run from a JSON event (the API channel)",
+            "summary": "Start a run: a named workflow, or the API channel's from an event",
             "description": f"{_ADMISSION_DESCRIPTION} Event key: the `Idempotency-Key` header. "
             "Roles ingest, operator, admin.",
             "parameters": [
@@ -290,14 +290,30 @@ def _create_run() -> dict[str, Any]:
                 },
                 _TRACEPARENT,
             ],
-            "requestBody": _body({"type": "object"}, "The event: any JSON object."),
+            "requestBody": _body(
+                {
+                    "oneOf": [
+                        _ref("StartWorkflow"),
+                        {"type": "object", "not": {"required": ["workflow"]}},
+                    ]
+                },
+                "A start request (a `workflow` key: the named workflow, with `input` as the "
+                "event), or any other JSON object: the event, for the workflow routed for "
+                "`api`. The request digest covers the whole body.",
+            ),
             "responses": {
                 "202": _ok("A new run.", _ref("Admitted")),
                 "200": _ok(
                     "A duplicate, or ignored (no workflow routed).",
                     {"oneOf": [_ref("Admitted"), _ref("Ignored")]},
                 ),
-                **_errors(*_ADMISSION_ERRORS, errors.MissingIdempotencyKey, errors.Forbidden),
+                **_errors(
+                    *_ADMISSION_ERRORS,
+                    errors.MissingIdempotencyKey,
+                    errors.Forbidden,
+                    errors.WorkflowNotAllowed,
+                    errors.WorkflowVersionUnknown,
+                ),
             },
         }
     }
