@@ -17,7 +17,7 @@ from flask import Blueprint, Response, jsonify, request
 from awooop import db, errors, metrics, tracing
 from awooop.channels import CHANNELS
 from awooop.channels import api as api_channel
-from awooop.channels.base import ChannelSecrets
+from awooop.channels.base import ChannelSecrets, InboundEvent
 from awooop.channels.base import run_input as _run_input
 from awooop.domain.workflow import Correlation, Workflow
 from awooop.engine import chat_decisions

@@ -34,6 +34,7 @@ def _plan(conn, project_id: str) -> str:
         "max_attempts": new.max_attempts,
         "traceparent": None,
         "deadline": None,
+        "correlation_key": None,
     }
     stmt = admission._ADMIT
     values = tuple(params[p] for p in stmt._order)
