@@ -9,7 +9,6 @@ import dataclasses
 import logging
 
 import pytest
-from sqlalchemy import text
 
 from awooop.engine import runner, sweeps
 from tests.support import db, metrics
@@ -25,27 +24,37 @@ def settings(settings):
 
 def strand(engine, run_id, version: int = 99) -> None:
     """Give the run a workflow version no process has registered."""
-    with engine.begin() as conn:
-        conn.execute(
-            text("UPDATE awooop_run_state SET workflow_version = :v WHERE run_id = :r"),
-            {"v": version, "r": run_id},
-        )
+    db.execute(
+        engine,
+        "UPDATE awooop_run_state SET workflow_version = :v WHERE run_id = :r",
+        v=version,
+        r=run_id,
+    )
 
 
 def age_hand_backs(engine, run_id, seconds: float) -> None:
     """Move the run's recorded hand-backs ``seconds`` into the past, and make it claimable."""
-    with engine.begin() as conn:
-        conn.execute(
-            text(
-                "UPDATE awooop_run_event SET at = at - make_interval(secs => :s)"
-                " WHERE run_id = :r AND kind = 'lease'"
-            ),
-            {"s": seconds, "r": run_id},
-        )
-        conn.execute(
-            text("UPDATE awooop_run_state SET available_at = now() WHERE run_id = :r"),
-            {"r": run_id},
-        )
+    db.execute(
+        engine,
+        "UPDATE awooop_run_event SET at = at - make_interval(secs => :s)"
+        " WHERE run_id = :r AND kind = 'lease'",
+        s=seconds,
+        r=run_id,
+    )
+    db.execute(
+        engine, "UPDATE awooop_run_state SET available_at = now() WHERE run_id = :r", r=run_id
+    )
+
+
+def hand_back_delay(engine, run_id) -> float:
+    """Seconds from the run's last move to when it may be claimed again."""
+    (row,) = db.rows(
+        engine,
+        "SELECT extract(epoch FROM available_at - updated_at) AS delay"
+        " FROM awooop_run_state WHERE run_id = :r",
+        r=run_id,
+    )
+    return float(row["delay"])
 
 
 def hand_backs(engine, run_id) -> list[dict]:
@@ -67,13 +76,12 @@ def test_a_run_first_found_unavailable_is_handed_back_for_a_minute(engine, proje
 
     assert runner.execute(engine, settings, run_id) == runner.Outcome.RELEASED
 
-    (row,) = db.rows(
-        engine,
-        "SELECT status, attempt_count, extract(epoch FROM available_at - updated_at) AS delay"
-        " FROM awooop_run_state WHERE run_id = :r",
-        r=run_id,
+    row = db.run(engine, run_id)
+    assert (row["status"], row["attempt_count"], hand_back_delay(engine, run_id)) == (
+        "PENDING",
+        0,
+        60.0,
     )
-    assert (row["status"], row["attempt_count"], float(row["delay"])) == ("PENDING", 0, 60.0)
     assert len(hand_backs(engine, run_id)) == 1
     assert unavailable_count("released") == released_before + 1
 
@@ -120,13 +128,7 @@ def test_a_run_near_the_limit_is_handed_back_only_until_the_limit(engine, projec
 
     assert runner.execute(engine, settings, run_id) == runner.Outcome.RELEASED
 
-    (row,) = db.rows(
-        engine,
-        "SELECT extract(epoch FROM available_at - updated_at) AS delay"
-        " FROM awooop_run_state WHERE run_id = :r",
-        r=run_id,
-    )
-    assert 9.0 <= float(row["delay"]) <= 10.0
+    assert 9.0 <= hand_back_delay(engine, run_id) <= 10.0
     assert len(hand_backs(engine, run_id)) == 2
 
 
@@ -152,11 +154,12 @@ def test_a_run_that_went_on_in_between_counts_its_unavailability_afresh(engine, 
 
 def test_a_run_whose_digest_changed_is_failed_the_same_way(engine, project, settings):
     run_id = test_runs.admit(engine, project["project_id"], "noop-3")
-    with engine.begin() as conn:
-        conn.execute(
-            text("UPDATE awooop_run_state SET workflow_digest = :d WHERE run_id = :r"),
-            {"d": "0" * 64, "r": run_id},
-        )
+    db.execute(
+        engine,
+        "UPDATE awooop_run_state SET workflow_digest = :d WHERE run_id = :r",
+        d="0" * 64,
+        r=run_id,
+    )
     assert runner.execute(engine, settings, run_id) == runner.Outcome.RELEASED
     age_hand_backs(engine, run_id, LIMIT)
 

@@ -7,15 +7,14 @@ import re
 import uuid
 
 import pytest
-from sqlalchemy import text as sql
 
 from awooop import cli
 from awooop.domain.workflow import Step, StepContext, Workflow
 from awooop.engine import runner
 from awooop.store import admission
 from awooop.workflows import registry
+from tests.support import db, tokens
 from tests.support import runs as test_runs
-from tests.support import tokens
 from tests.support.console import login, text
 
 
@@ -100,15 +99,15 @@ def test_runs_on_a_version_or_digest_this_process_lacks_are_counted_as_such(
     stranded = admit(engine, pid, V1)
     changed = admit(engine, pid, V1)
     admit(engine, pid, V1)
-    with engine.begin() as conn:
-        conn.execute(
-            sql("UPDATE awooop_run_state SET workflow_version = 7 WHERE run_id = :r"),
-            {"r": stranded},
-        )
-        conn.execute(
-            sql("UPDATE awooop_run_state SET workflow_digest = :d WHERE run_id = :r"),
-            {"d": "0" * 64, "r": changed},
-        )
+    db.execute(
+        engine, "UPDATE awooop_run_state SET workflow_version = 7 WHERE run_id = :r", r=stranded
+    )
+    db.execute(
+        engine,
+        "UPDATE awooop_run_state SET workflow_digest = :d WHERE run_id = :r",
+        d="0" * 64,
+        r=changed,
+    )
 
     workflows = listed(client, pid, viewer)
 
