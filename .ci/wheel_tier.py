@@ -43,6 +43,7 @@ PROJECT = "wheel"
 # Files a user of the wheel needs besides the Python modules.
 SHIPPED = (
     "celeryconfig.py",
+    "awooop/py.typed",
     "awooop/web/gunicorn_conf.py",
     "awooop/migrations/env.py",
     "awooop/migrations/script.py.mako",

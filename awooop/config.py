@@ -135,6 +135,10 @@ class Settings:
     # At least twice the interval, so a pass that is one interval late still runs its tick.
     schedule_interval_seconds: float = 30.0
     schedule_max_lateness_seconds: float = 300.0
+    # A run whose workflow definition (name, version, digest) no worker that claims it has is
+    # handed back every minute, and fails (E-RUN-003) once it has been handed back for this
+    # long without a worker that has the definition claiming it.
+    workflow_unavailable_fail_after_seconds: float = 900.0
     # The due-timer sweep (retry wake-ups; step, tool and approval timeouts).
     timer_interval_seconds: float = 2.0
     timer_batch_size: int = 500

@@ -151,6 +151,14 @@ SIGNALS = Counter(
     "to come), duplicate, conflict (an id reused), finished (409), full (409), no_run (404).",
     ["outcome"],
 )
+WORKFLOW_UNAVAILABLE = Counter(
+    "awooop_workflow_unavailable_total",
+    "Runs a worker claimed but could not run, because no definition of their workflow with "
+    "their version and digest is registered in it, by workflow, version and outcome: "
+    "released (handed back, to be claimed again within a minute) or failed (E-RUN-003: "
+    "handed back for AWOOOP_WORKFLOW_UNAVAILABLE_FAIL_AFTER_SECONDS).",
+    ["workflow", "version", "outcome"],
+)
 HTTP_RESPONSES = Counter(
     "awooop_http_responses_total",
     "HTTP answers of the web process, by Flask endpoint (ingress.webhook, ingress.create_run, "

@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from awooop import events
 from awooop.domain import schedule as cron
 from awooop.domain.timing import RENEWALS_PER_TTL, renewals_fit
 
@@ -83,6 +84,24 @@ class StepContext:
     @property
     def lease_held(self) -> bool:
         return not self.lease_lost.is_set() and self._lease_held()
+
+    @property
+    def channel(self) -> events.Channel:
+        """Where the run's event came from."""
+        return events.run_input(self)["channel"]
+
+    @property
+    def event(self) -> events.ChannelEvent:
+        """The event as its provider sent it, whatever the channel. A step written for one
+        channel reads it typed, checked against the run's channel, with that channel's helper:
+        :func:`awooop.events.alertmanager_event` and its siblings."""
+        return events.run_input(self)["event"]
+
+    @property
+    def meta(self) -> events.RunMeta:
+        """Channel facts that are not in the event (the Gitea event type, LINE's
+        destination)."""
+        return events.run_input(self)["meta"]
 
 
 Handler = Callable[[StepContext], Any]

@@ -36,7 +36,7 @@ from awooop import db, logs, metrics
 from awooop.config import Settings
 from awooop.domain import saga, states
 from awooop.domain.workflow import Halt, Phase, Reject, StepContext, Unknown, Workflow
-from awooop.engine import approvals, fenced, identity, lease
+from awooop.engine import approvals, fenced, identity, lease, unavailable
 from awooop.engine.lease import Lease
 from awooop.outbound import messages
 from awooop.store import approvals as approval_rows
@@ -45,7 +45,6 @@ from awooop.workflows import registry
 
 log = logging.getLogger("awooop.engine.runner")
 
-WORKFLOW_UNAVAILABLE_RETRY_SECONDS = 60.0
 # The run's failure code when the database refused one of its worker's writes for good.
 WRITE_REFUSED = "E-RUN-002"
 
@@ -164,17 +163,8 @@ def _drive(
     except registry.UnknownWorkflow:
         workflow = None
     if workflow is None or workflow.digest != claim.workflow_digest:
-        log.error(
-            "workflow definition missing or changed in this worker; run handed back",
-            extra={
-                **fields,
-                "action": "workflow_unavailable",
-                "workflow": f"{claim.workflow_name}:v{claim.workflow_version}",
-            },
-        )
-        with engine.connect() as conn:
-            leases.release(conn, claim, WORKFLOW_UNAVAILABLE_RETRY_SECONDS, "workflow_unavailable")
-        return Outcome.RELEASED
+        # handed back, or failed E-RUN-003 once unavailable for too long
+        return Outcome(unavailable.hand_back_or_fail(engine, settings, claim))
 
     lease_ttl = workflow.lease_ttl_seconds or settings.lease_ttl_seconds
     held = Lease(

@@ -347,14 +347,15 @@ def release(
     return conn.execute(_RELEASE, params).rowcount == 1
 
 
-# The run cannot be loaded by any worker: it fails at once, with its own code, instead of
-# being retried by the reaper until its crash budget runs out.
-_FAIL_UNLOADABLE = text(
+# A held run no worker can go on with fails at once with its own code (``:failure_code``),
+# instead of being retried by the reaper until its crash budget runs out: one that cannot be
+# loaded (E-RUN-001), one whose workflow definition stayed unavailable (E-RUN-003).
+_FAIL_CLAIMED = text(
     f"""
 WITH failed AS (
     UPDATE awooop_run_state
     SET status = 'FAILED',
-        failure_code = 'E-RUN-001',
+        failure_code = :failure_code,
         failure_reason = :reason,
         lease_until = NULL,
         finished_at = now(),
@@ -366,19 +367,74 @@ WITH failed AS (
 INSERT INTO awooop_run_event
     (run_id, kind, from_status, to_status, trigger, trigger_id, actor, detail)
 SELECT run_id, 'transition', 'RUNNING', 'FAILED', 'worker',
-       'unloadable:' || CAST(:lease_epoch AS text), :worker_id,
-       jsonb_build_object('failure_code', 'E-RUN-001', 'reason', CAST(:reason AS text))
+       :cause || ':' || CAST(:lease_epoch AS text), :worker_id,
+       jsonb_build_object('failure_code', CAST(:failure_code AS text),
+                          'reason', CAST(:reason AS text))
 FROM failed
 """
 )
 
+UNLOADABLE = "E-RUN-001"
+WORKFLOW_UNAVAILABLE = "E-RUN-003"
+_CAUSES = {UNLOADABLE: "unloadable", WORKFLOW_UNAVAILABLE: "workflow_unavailable"}
+
+
+def fail_claimed(
+    conn: Connection,
+    run_id: uuid.UUID,
+    worker_id: str,
+    lease_epoch: int,
+    failure_code: str,
+    reason: str,
+) -> bool:
+    """End a claimed run no worker can go on with: FAILED ``failure_code`` (E-RUN-001 or
+    E-RUN-003), fenced by its lease, with its event (``<cause>:<lease_epoch>``). Nothing is
+    compensated: no handler of the run can be called."""
+    params = {
+        "run_id": run_id,
+        "worker_id": worker_id,
+        "lease_epoch": lease_epoch,
+        "failure_code": failure_code,
+        "cause": _CAUSES[failure_code],
+        "reason": reason,
+    }
+    return conn.execute(_FAIL_CLAIMED, params).rowcount == 1
+
 
 def fail_unloadable(conn: Connection, unloadable: UnloadableRun) -> bool:
     """End a claimed run that cannot be loaded: FAILED ``E-RUN-001``, fenced by its lease."""
-    params = {
-        "run_id": unloadable.run_id,
-        "worker_id": unloadable.worker_id,
-        "lease_epoch": unloadable.lease_epoch,
-        "reason": unloadable.reason,
-    }
-    return conn.execute(_FAIL_UNLOADABLE, params).rowcount == 1
+    return fail_claimed(
+        conn,
+        unloadable.run_id,
+        unloadable.worker_id,
+        unloadable.lease_epoch,
+        UNLOADABLE,
+        unloadable.reason,
+    )
+
+
+# How long the run has been unavailable: since the first of its current unbroken series of
+# hand-backs for want of its workflow definition. The series is broken by anything the run
+# did besides being claimed and handed back (a step recorded, a wait, an operator's action: an
+# event of another kind), so a run that went on after a worker with its definition came back
+# starts a fresh series if it is stranded again. Measured here rather than from
+# ``updated_at`` (every claim and hand-back moves it), from rows the hand-backs wrote
+# (durable, whichever worker wrote them), by the database's clock, never a worker's.
+_UNAVAILABLE_FOR = text(
+    """
+SELECT GREATEST(0, extract(epoch FROM now() - min(e.at)))::float8 AS seconds
+FROM awooop_run_event e
+WHERE e.run_id = :run_id
+  AND e.kind = 'lease' AND e.detail->>'reason' = 'workflow_unavailable'
+  AND e.seq > COALESCE(
+      (SELECT max(o.seq) FROM awooop_run_event o WHERE o.run_id = :run_id AND o.kind <> 'lease'),
+      0)
+"""
+)
+
+
+def unavailable_for(conn: Connection, run_id: uuid.UUID) -> float:
+    """Seconds since the run was first handed back for want of its workflow definition, in
+    its current series of such hand-backs (0 when this is the first)."""
+    seconds = conn.execute(_UNAVAILABLE_FOR, {"run_id": run_id}).scalar()
+    return 0.0 if seconds is None else float(seconds)

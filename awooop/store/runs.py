@@ -13,7 +13,9 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from awooop.domain import states
 from awooop.store import jsonb
+from awooop.store.literals import sql_list
 
 _GET_RUN = text(
     """
@@ -41,16 +43,21 @@ def get_run(conn: Connection, project_id: str, run_id: uuid.UUID | str) -> dict[
 
 
 _ACTIVE_DEFINITIONS = text(
-    """
+    f"""
 SELECT workflow_name, workflow_version, workflow_digest, count(*) AS runs
 FROM awooop_run_state
-WHERE status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')
+WHERE status IN ({sql_list(states.UNFINISHED_STATUSES)})
+  AND (CAST(:project_id AS text) IS NULL OR project_id = :project_id)
 GROUP BY workflow_name, workflow_version, workflow_digest
-ORDER BY workflow_name, workflow_version
+ORDER BY workflow_name, workflow_version, workflow_digest
 """
 )
 
 
-def active_definitions(conn: Connection) -> list[tuple[str, int, str, int]]:
-    """(name, version, digest, runs) of every workflow definition unfinished runs use."""
-    return [tuple(r) for r in conn.execute(_ACTIVE_DEFINITIONS)]
+def active_definitions(
+    conn: Connection, project_id: str | None = None
+) -> list[tuple[str, int, str, int]]:
+    """(name, version, digest, runs) of every workflow definition unfinished runs use — of
+    one project's runs, or (``project_id`` None) of all."""
+    rows = conn.execute(_ACTIVE_DEFINITIONS, {"project_id": project_id})
+    return [(r.workflow_name, r.workflow_version, r.workflow_digest, r.runs) for r in rows]

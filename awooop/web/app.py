@@ -23,6 +23,7 @@ from awooop.web import (
     openapi,
     runs_api,
     signals_api,
+    workflows_api,
 )
 from awooop.web.auth import ProjectAuthCache
 from awooop.workflows import registry
@@ -81,6 +82,7 @@ def create_app(
     app.register_blueprint(signals_api.blueprint)
     app.register_blueprint(approvals.blueprint)
     app.register_blueprint(runs_api.blueprint)
+    app.register_blueprint(workflows_api.blueprint)
     app.register_blueprint(management_api.blueprint)
     app.register_blueprint(health.blueprint)
     app.register_blueprint(openapi.blueprint)

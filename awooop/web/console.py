@@ -7,6 +7,7 @@
   and the outbox backlog, each linked to the run list filtered to its runs.
 - ``GET /console/runs`` — the project's runs with the runs API's filters and cursor pages.
 - ``GET /console/interventions`` — runs waiting for a person (saga MANUAL_INTERVENTION).
+- ``GET /console/workflows`` — workflow versions and the project's open runs on each.
 - ``GET /console/runs/{run_id}`` — the run: step journal as a timeline, audit trail,
   approvals, outbox messages, and the management actions its state allows.
 - ``GET /console/runs/{run_id}/{operation}`` — the confirmation page of an action;
@@ -58,7 +59,7 @@ from awooop.models.project import RUN_CHANNEL_TYPES
 from awooop.store import approvals, outbox, queries
 from awooop.store import overview as store_overview
 from awooop.store import runs as store_runs
-from awooop.web import context, management_api, overview, params, roles
+from awooop.web import context, management_api, overview, params, roles, workflows_api
 
 log = logging.getLogger("awooop.web.console")
 
@@ -474,6 +475,18 @@ def interventions() -> HttpResponse:
         next_url=next_url,
         paged="cursor" in args,
         first_url=url_for(".interventions"),
+    )
+
+
+@blueprint.get("/workflows")
+def workflows() -> HttpResponse:
+    """Workflow versions and the project's open runs on each (retire one at 0 open runs)."""
+    caller: roles.Caller = g.caller
+    params.check_known(_given(request.args), ())
+    return _page(
+        "console/workflows.html",
+        workflows=workflows_api.project_versions(caller.project_id),
+        unfinished=",".join(states.UNFINISHED_STATUSES),
     )
 
 

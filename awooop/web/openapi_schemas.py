@@ -359,6 +359,59 @@ SCHEMAS: dict[str, Schema] = {
             },
         },
     },
+    "WorkflowVersions": {
+        "type": "object",
+        "required": ["workflows"],
+        "properties": {
+            "workflows": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": [
+                        "name",
+                        "version",
+                        "description",
+                        "registered",
+                        "digest",
+                        "latest",
+                        "open_runs",
+                        "open_runs_other_digest",
+                    ],
+                    "properties": {
+                        "name": {"type": "string"},
+                        "version": {"type": "integer"},
+                        "description": _nullable({"type": "string"}),
+                        "registered": {
+                            "type": "boolean",
+                            "description": "This web process has this version registered.",
+                        },
+                        "digest": _nullable(
+                            {
+                                "type": "string",
+                                "pattern": "^[0-9a-f]{64}$",
+                                "description": "The registered definition's digest.",
+                            }
+                        ),
+                        "latest": {
+                            "type": "boolean",
+                            "description": "The version new events start.",
+                        },
+                        "open_runs": {
+                            "type": "integer",
+                            "minimum": 0,
+                            "description": "The project's unfinished runs of this version.",
+                        },
+                        "open_runs_other_digest": {
+                            "type": "integer",
+                            "minimum": 0,
+                            "description": "Of those, the runs this process's definition "
+                            "cannot run (not registered, or started on another digest).",
+                        },
+                    },
+                },
+            }
+        },
+    },
     "ReadinessChecks": {
         "type": "object",
         "required": ["database", "broker"],

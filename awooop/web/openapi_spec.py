@@ -426,6 +426,25 @@ def _interventions() -> dict[str, Any]:
     }
 
 
+def _workflows() -> dict[str, Any]:
+    return {
+        "get": {
+            "operationId": "list_workflows",
+            "tags": ["runs"],
+            "summary": "Workflow versions and the project's open runs on each",
+            "description": "Every (name, version) this web process has registered or an "
+            "unfinished run of the project uses: its open runs, whether this process has it "
+            "(and with which digest), and whether it is the version new events start. Retire "
+            "a version once its `open_runs` is 0. Role viewer or above.",
+            "parameters": [_PROJECT_ID],
+            "responses": {
+                "200": _ok("The versions, by name then version.", _ref("WorkflowVersions")),
+                **_errors(errors.MalformedRequest, *_READ_ERRORS),
+            },
+        }
+    }
+
+
 def _tool_results() -> dict[str, Any]:
     return {
         "post": {
@@ -618,6 +637,7 @@ def _paths() -> dict[str, Any]:
     for segment, operation in OPERATIONS.items():
         paths[f"{run}/{segment}"] = _management(segment, operation)
     paths[f"{project}/interventions"] = _interventions()
+    paths[f"{project}/workflows"] = _workflows()
     paths[f"{project}/approvals/{{token}}"] = _approval()
     paths["/healthz"] = _unauthenticated(
         "healthz",

@@ -1,6 +1,7 @@
 """Built-in workflows: one harmless demo per channel, and a no-op workflow for benchmarks.
 
-Each demo summarises the event, decides what it would do, and "replies" by writing a log
+Each demo summarises the event (read through :mod:`awooop.events`, so a type checker knows
+each provider's fields), decides what it would do, and "replies" by writing a log
 line (``action=reply``) and returning the reply as the run's output — visible with
 ``GET /v1/projects/{project_id}/runs/{run_id}``. Outbound chat replies come with the outbox.
 """
@@ -8,42 +9,50 @@ line (``action=reply``) and returning the reply as the run's output — visible 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
+from awooop import events
 from awooop.domain.workflow import Step, StepContext, Workflow
 from awooop.workflows.registry import register
 
 log = logging.getLogger("awooop.workflows")
 
 
-def _summarise_telegram(event: dict[str, Any]) -> str:
-    message = event.get("message") or event.get("edited_message") or {}
-    who = (message.get("from") or {}).get("username") or "someone"
+def _summarise_telegram(ctx: StepContext) -> str:
+    update = events.telegram_event(ctx)
+    message = update.get("message") or update.get("edited_message") or events.TelegramMessage()
+    who = message.get("from", events.TelegramUser()).get("username") or "someone"
     text = message.get("text") or "(no text)"
     return f"telegram message from {who}: {text}"
 
 
-def _summarise_alertmanager(event: dict[str, Any]) -> str:
-    alerts = event.get("alerts") or []
-    names = sorted({str((a.get("labels") or {}).get("alertname", "?")) for a in alerts})
-    return f"alertmanager {event.get('status', '?')}: {len(alerts)} alert(s) {', '.join(names)}"
+def _summarise_alertmanager(ctx: StepContext) -> str:
+    notification = events.alertmanager_event(ctx)
+    alerts = notification["alerts"]
+    names = sorted({a.get("labels", {}).get("alertname", "?") for a in alerts})
+    return f"alertmanager {notification['status']}: {len(alerts)} alert(s) {', '.join(names)}"
 
 
-def _summarise_gitea(event: dict[str, Any]) -> str:
-    repo = (event.get("repository") or {}).get("full_name") or "?"
-    return f"gitea {event.get('action') or 'event'} on {repo}"
+def _summarise_gitea(ctx: StepContext) -> str:
+    payload = events.gitea_event(ctx)
+    repo = payload.get("repository", events.GiteaRepository()).get("full_name") or "?"
+    what = payload.get("action") or ctx.meta.get("event_type") or "event"
+    return f"gitea {what} on {repo}"
 
 
-def _summarise_line(event: dict[str, Any]) -> str:
-    text = (event.get("message") or {}).get("text") or event.get("type", "event")
-    return f"line {event.get('type', 'event')}: {text}"
+def _summarise_line(ctx: StepContext) -> str:
+    event = events.line_event(ctx)
+    kind = event.get("type", "event")
+    text = event.get("message", events.LineMessage()).get("text") or kind
+    return f"line {kind}: {text}"
 
 
-def _summarise_api(event: dict[str, Any]) -> str:
-    return f"api event with keys {sorted(event)}"
+def _summarise_api(ctx: StepContext) -> str:
+    return f"api event with keys {sorted(events.api_event(ctx))}"
 
 
-_SUMMARISERS = {
+_SUMMARISERS: dict[str, Callable[[StepContext], str]] = {
     "telegram": _summarise_telegram,
     "alertmanager": _summarise_alertmanager,
     "gitea": _summarise_gitea,
@@ -53,8 +62,7 @@ _SUMMARISERS = {
 
 
 def summarise(ctx: StepContext) -> dict[str, Any]:
-    channel = ctx.input["channel"]
-    return {"summary": _SUMMARISERS[channel](ctx.input["event"])}
+    return {"summary": _SUMMARISERS[ctx.channel](ctx)}
 
 
 def decide(ctx: StepContext) -> dict[str, Any]:

@@ -45,6 +45,23 @@ def rows(engine: Engine, sql: str, **params: object) -> list[dict]:
         return [dict(r) for r in conn.execute(text(sql), params).mappings()]
 
 
+def execute(engine: Engine, sql: str, **params: object) -> None:
+    """One statement in a transaction of its own (a test's setup or its clock moves)."""
+    with engine.begin() as conn:
+        conn.execute(text(sql), params)
+
+
+def set_run(engine: Engine, run_id: object, **columns: object) -> None:
+    """Set columns of a run row directly (a state no code path makes on demand)."""
+    assignments = ", ".join(f"{name} = :{name}" for name in columns)
+    execute(
+        engine,
+        f"UPDATE awooop_run_state SET {assignments} WHERE run_id = :run_id",
+        run_id=run_id,
+        **columns,
+    )
+
+
 def terminate_backend(engine: Engine, pid: int) -> None:
     """End server session ``pid`` of ``engine``'s database, from a connection of its own, and
     wait until the backend is gone."""

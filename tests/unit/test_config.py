@@ -148,6 +148,19 @@ def test_the_step_timeout_is_fifteen_minutes_unless_set_and_must_be_a_positive_n
     )
 
 
+def test_a_stranded_run_fails_after_fifteen_minutes_unless_set_and_never_at_once():
+    assert Settings.from_env(BASE).workflow_unavailable_fail_after_seconds == 900.0
+    chosen = Settings.from_env({**BASE, "AWOOOP_WORKFLOW_UNAVAILABLE_FAIL_AFTER_SECONDS": "3600"})
+    assert chosen.workflow_unavailable_fail_after_seconds == 3600
+
+    assert "AWOOOP_WORKFLOW_UNAVAILABLE_FAIL_AFTER_SECONDS=0 must be positive" in refused(
+        WORKFLOW_UNAVAILABLE_FAIL_AFTER_SECONDS="0"
+    )
+    assert "AWOOOP_WORKFLOW_UNAVAILABLE_FAIL_AFTER_SECONDS='inf' is not a finite number" in (
+        refused(WORKFLOW_UNAVAILABLE_FAIL_AFTER_SECONDS="inf")
+    )
+
+
 def test_zero_is_allowed_where_it_means_never():
     settings = Settings.from_env(
         {**BASE, "AWOOOP_AUTH_CACHE_SECONDS": "0", "AWOOOP_WRITE_RETRIES": "0"}

@@ -33,6 +33,7 @@ CONSOLE_PAGES = {
     ("/console/logout", "POST"),
     ("/console/runs", "GET"),
     ("/console/interventions", "GET"),
+    ("/console/workflows", "GET"),
     ("/console/runs/<run_id>", "GET"),
     ("/console/runs/<run_id>/<segment>", "GET"),
     ("/console/runs/<run_id>/<segment>", "POST"),
