@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict, cast
 if TYPE_CHECKING:
     from awooop.domain.workflow import StepContext
 
-# Where a run's event came from: a built-in channel, or "internal" (a run AwoooP started
-# itself, e.g. the compensation of a late tool result).
-Channel = Literal["telegram", "alertmanager", "gitea", "line", "api", "internal"]
+# Where a run's event came from: a built-in channel, "schedule" (a tick of the workflow's
+# schedule), or "internal" (a run AwoooP started itself, e.g. the compensation of a late
+# tool result).
+Channel = Literal["telegram", "alertmanager", "gitea", "line", "api", "schedule", "internal"]
 
 
 # --- Alertmanager (the webhook receiver's payload, version 4) --------------------------------
@@ -223,12 +224,37 @@ class LineEvent(TypedDict):
 
 ApiEvent = dict[str, Any]
 
-ChannelEvent = AlertmanagerNotification | TelegramUpdate | GiteaEvent | LineEvent | ApiEvent
+
+# --- A tick of a workflow's schedule ----------------------------------------------------------
+
+
+class ScheduleTick(TypedDict):
+    workflow: str
+    schedule: str  # the cron expression
+    tick: str  # the tick's time, ISO 8601 in UTC
+
+
+ChannelEvent = (
+    AlertmanagerNotification | TelegramUpdate | GiteaEvent | LineEvent | ScheduleTick | ApiEvent
+)
 
 
 class RunMeta(TypedDict, total=False):
     event_type: str  # gitea: the X-Gitea-Event header ("push", "pull_request", …)
     destination: str | None  # line: the bot's user id the webhook was sent to
+    workflow: str  # api: the workflow a start request named
+    version: int  # api: the version it asked for, if any
+
+
+class SignalReceived(TypedDict):
+    """The output of a wait step that took its signal (``ctx.outputs[step]``); a wait that
+    went on without it (``on_timeout="continue"``) has only ``signal`` and ``received``."""
+
+    signal: str
+    received: bool
+    signal_id: NotRequired[str]
+    seq: NotRequired[int]
+    payload: NotRequired[dict[str, Any]]
 
 
 class RunInput(TypedDict):
@@ -280,4 +306,14 @@ def line_event(ctx: StepContext) -> LineEvent:
 
 
 def api_event(ctx: StepContext) -> ApiEvent:
+    """The JSON object a client sent: the ``input`` of a start request, or the whole body."""
     return cast(ApiEvent, _event(ctx, "api"))
+
+
+def schedule_event(ctx: StepContext) -> ScheduleTick:
+    return cast(ScheduleTick, _event(ctx, "schedule"))
+
+
+def signal_received(ctx: StepContext, step: str) -> SignalReceived:
+    """What the wait step ``step`` (an earlier one) received."""
+    return cast(SignalReceived, ctx.outputs[step])
