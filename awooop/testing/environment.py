@@ -111,6 +111,27 @@ def environment(server_url: str, template: str) -> Iterator[AwooopEnv]:
         drop_database(server_url, name)
 
 
+def new_run(
+    project_id: str, workflow: Workflow, input: dict[str, Any], traceparent: str | None = None
+) -> admission.NewRun:
+    """A run of ``workflow`` on ``input`` (:func:`~awooop.testing.simulator.run_input`'s
+    shape) as the ingress admits it, its provider event id the request's key."""
+    key = str(input["provider_event_id"])
+    return admission.NewRun(
+        project_id=project_id,
+        channel_type=str(input["channel"]),
+        provider_event_id=key,
+        request_digest=key,
+        workflow_name=workflow.name,
+        workflow_version=workflow.version,
+        workflow_digest=workflow.digest,
+        max_attempts=workflow.max_attempts,
+        input=input,
+        deadline_seconds=workflow.deadline_seconds,
+        traceparent=traceparent,
+    )
+
+
 class AwooopEnv:
     """A fresh, migrated database and what a test does with runs on it."""
 
@@ -151,18 +172,8 @@ class AwooopEnv:
         project_id = project_id or self.project([workflow], config)
         registry.register(workflow)
         key = provider_event_id or uuid.uuid4().hex
-        new = admission.NewRun(
-            project_id=project_id,
-            channel_type=channel,
-            provider_event_id=key,
-            request_digest=key,
-            workflow_name=workflow.name,
-            workflow_version=workflow.version,
-            workflow_digest=workflow.digest,
-            max_attempts=workflow.max_attempts,
-            input=run_input(event, channel=channel, project=config, provider_event_id=key),
-            deadline_seconds=workflow.deadline_seconds,
-        )
+        run = run_input(event, channel=channel, project=config, provider_event_id=key)
+        new = new_run(project_id, workflow, run)
         with db.transaction(self.engine) as conn:
             admitted = admission.admit(conn, new)
         self._projects[admitted.run_id] = project_id

@@ -20,6 +20,7 @@ from awooop.domain.workflow import (
 from awooop.testing import Simulator
 from awooop.testing.environment import AwooopEnv
 from awooop.workflows import builtin, late, operations
+from tests.unit.test_builtin_workflows_simulated import EVENTS
 
 
 def _act(ctx: StepContext) -> dict[str, Any]:
@@ -155,15 +156,6 @@ def test_a_tool_result_gives_both_the_same_journal(awooop_env: AwooopEnv) -> Non
 
     assert row["status"] == sim.status == "COMPLETED"
     assert shape(row["saga_steps"]) == sim.trace()
-
-
-EVENTS: dict[str, dict[str, Any]] = {
-    "telegram": {"message": {"text": "disk full", "from": {"username": "bob"}}},
-    "alertmanager": {"status": "firing", "alerts": [{"labels": {"alertname": "Disk"}}]},
-    "gitea": {"action": "opened", "repository": {"full_name": "ops/infra"}},
-    "line": {"type": "message", "message": {"text": "hello"}},
-    "api": {"kind": "ping"},
-}
 
 
 @pytest.mark.parametrize("channel", sorted(EVENTS))
