@@ -309,25 +309,3 @@ def revoke_credential(conn: Connection, project_id: str, credential_id: Any) -> 
     """Revoke one active credential; False when the project has no such active one."""
     params = {"project_id": project_id, "credential_id": credential_id}
     return conn.execute(_REVOKE, params).first() is not None
-
-
-_ALLOW_WORKFLOWS = text(
-    """
-UPDATE awooop_project
-SET allowed_workflows = (
-    SELECT COALESCE(jsonb_agg(DISTINCT w ORDER BY w), '[]'::jsonb)
-    FROM jsonb_array_elements_text(allowed_workflows || CAST(:names AS jsonb)) AS w
-)
-WHERE project_id = :project_id
-RETURNING allowed_workflows
-"""
-)
-
-
-def allow_workflows(conn: Connection, project_id: str, names: list[str]) -> list[str] | None:
-    """Add ``names`` to the workflows the project may start by name; the new list, None if
-    no such project."""
-    row = conn.execute(
-        _ALLOW_WORKFLOWS, {"project_id": project_id, "names": json.dumps(names)}
-    ).first()
-    return None if row is None else list(row.allowed_workflows)

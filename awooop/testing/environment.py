@@ -153,7 +153,9 @@ class AwooopEnv:
             registry.register(workflow)
         with db.transaction(self.engine) as conn:
             projects.create_project(conn, project_id, project_id, {})
-            projects.allow_workflows(conn, project_id, sorted({w.name for w in workflows}))
+            projects.set_allowed_workflows(
+                conn, project_id, sorted({w.name for w in workflows}), []
+            )
             projects.set_config(conn, project_id, dict(config or {}))
         return project_id
 
