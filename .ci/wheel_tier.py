@@ -94,6 +94,9 @@ def import_every_module() -> int:
         # gunicorn with it below.
         if module.name == "awooop.web.gunicorn_conf":
             continue
+        # The pytest plugin (awooop_env) is loaded by pytest only, where pytest is installed.
+        if module.name == "awooop.testing.pytest_plugin":
+            continue
         importlib.import_module(module.name)
         count += 1
     return count

@@ -108,6 +108,28 @@ class Next:
     tries: int
 
 
+def attempt_identity(
+    run_id: object, nxt: Next, *, claim: int, lease_epoch: int, worker_id: str
+) -> dict[str, Any]:
+    """The journal entry of an attempt, before its outcome: who made it, under which lease,
+    and the ids its handler gets — ``effect_id`` stable across the step's retries in a
+    phase (a resolver asks about the forward call's effect, so it gets that call's), and
+    ``command_id`` unique per attempt and lease."""
+    effect_phase = FORWARD if nxt.phase == RESOLVE else nxt.phase
+    effect_id = f"{run_id}:{nxt.step.name}:{effect_phase}"
+    return {
+        "step": nxt.step.name,
+        "index": nxt.index,
+        "phase": nxt.phase,
+        "attempt": nxt.attempt,
+        "claim": claim,
+        "lease_epoch": lease_epoch,
+        "worker_id": worker_id,
+        "effect_id": effect_id,
+        "command_id": f"{effect_id}:{nxt.attempt}:{lease_epoch}",
+    }
+
+
 def forward_outputs(journal: Journal) -> dict[str, Any]:
     """Outputs of the forward steps recorded as SUCCEEDED, by step name."""
     return {

@@ -536,20 +536,13 @@ def _escalate_refused(
 
 def _identity(claim: leases.Claim, nxt: saga.Next) -> dict[str, Any]:
     """The journal entry of an attempt, before its outcome: who made it, under which lease."""
-    # A resolver asks about the forward call's effect: it gets that call's effect id.
-    effect_phase = saga.FORWARD if nxt.phase == saga.RESOLVE else nxt.phase
-    effect_id = f"{claim.run_id}:{nxt.step.name}:{effect_phase}"
-    return {
-        "step": nxt.step.name,
-        "index": nxt.index,
-        "phase": nxt.phase,
-        "attempt": nxt.attempt,
-        "claim": claim.attempt_count,
-        "lease_epoch": claim.lease_epoch,
-        "worker_id": claim.worker_id,
-        "effect_id": effect_id,
-        "command_id": f"{effect_id}:{nxt.attempt}:{claim.lease_epoch}",
-    }
+    return saga.attempt_identity(
+        claim.run_id,
+        nxt,
+        claim=claim.attempt_count,
+        lease_epoch=claim.lease_epoch,
+        worker_id=claim.worker_id,
+    )
 
 
 def _attempt_wait(

@@ -204,6 +204,19 @@ def deadline_passed(conn: Connection, t: FiredTimer) -> bool:
     return _apply(conn, _DEADLINE_PASSED, t)
 
 
+_NEXT_DUE = text(
+    "SELECT extract(epoch FROM min(due_at) - now())::float8 AS due_in FROM awooop_timer"
+    " WHERE run_id = :run_id AND state = 'PENDING'"
+)
+
+
+def next_due_in(conn: Connection, run_id: uuid.UUID) -> float | None:
+    """Seconds (by the database's clock; negative when overdue) until the run's next pending
+    timer falls due, or None when it has none."""
+    due_in = conn.execute(_NEXT_DUE, {"run_id": run_id}).scalar_one()
+    return None if due_in is None else float(due_in)
+
+
 from awooop.store import approvals  # noqa: E402 - approvals needs FiredTimer from here
 
 # What a fired timer does to its run, beyond the nudge (retry wake-ups and resolver polls

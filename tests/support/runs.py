@@ -12,6 +12,7 @@ from awooop.config import Settings
 from awooop.domain.workflow import Workflow
 from awooop.engine import management, runner
 from awooop.store import admission, operations
+from awooop.testing import environment
 from awooop.workflows import registry
 
 
@@ -24,19 +25,8 @@ def new_run(
 ) -> admission.NewRun:
     """A run of ``wf`` as the ingress admits it, under a fresh provider event id."""
     key = uuid.uuid4().hex
-    return admission.NewRun(
-        project_id=project_id,
-        channel_type=channel,
-        provider_event_id=key,
-        request_digest=key,
-        workflow_name=wf.name,
-        workflow_version=wf.version,
-        workflow_digest=wf.digest,
-        max_attempts=wf.max_attempts,
-        input={"channel": channel, "provider_event_id": key, "event": event or {}, "meta": {}},
-        deadline_seconds=wf.deadline_seconds,
-        traceparent=traceparent,
-    )
+    run_input = {"channel": channel, "provider_event_id": key, "event": event or {}, "meta": {}}
+    return environment.new_run(project_id, wf, run_input, traceparent)
 
 
 def admit(
