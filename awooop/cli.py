@@ -73,7 +73,7 @@ def _environment() -> config.Environment:
     environment = config.discover()
     if environment.env_file is not None:
         print(
-            f"awooop: using {environment.env_file} (no AWOOOP_* setting in the environment)",
+            f"awooop: using {environment.env_file} (no database, broker or key in the environment)",
             file=sys.stderr,
         )
     return environment
@@ -92,10 +92,10 @@ def _settings(*required: str) -> Settings:
 def _where_settings_were_looked_for(environment: config.Environment) -> str:
     if environment.env_file is not None:
         return f" (read {environment.env_file} and the environment)"
-    explicit = config.explicit_settings(environment.values)
+    explicit = config.deployment_settings(environment.values)
     if explicit:
-        shown = ", ".join(explicit[:3]) + (", ..." if len(explicit) > 3 else "")
-        return f" ({config.ENV_FILE} is not read while AWOOOP_* settings are set: {shown})"
+        shown = ", ".join(explicit)
+        return f" ({config.ENV_FILE} is not read while the environment sets {shown})"
     return f" (no {config.ENV_FILE} in {Path.cwd()} or its parents)"
 
 
@@ -415,9 +415,13 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_workflows(args: argparse.Namespace) -> int:
+    # The deployment's own workflows too (AWOOOP_WORKFLOW_MODULES), as its processes load them.
+    registry.import_modules(_settings().workflow_module_list)
     for wf in registry.all_workflows():
         steps = " -> ".join(s.name for s in wf.steps)
-        print(f"{wf.name} v{wf.version}  max_attempts={wf.max_attempts}  {steps}  {wf.description}")
+        schedule = f"  schedule={wf.schedule!r}" if wf.schedule else ""
+        line = f"{wf.name} v{wf.version}  max_attempts={wf.max_attempts}  {steps}{schedule}"
+        print(f"{line}  {wf.description}".rstrip())
     return 0
 
 

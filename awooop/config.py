@@ -555,9 +555,10 @@ class Environment:
         return "environment" if self.values.get(name) else "default"
 
 
-def explicit_settings(environ: Mapping[str, str]) -> list[str]:
-    """The AWOOOP_* settings ``environ`` sets (non-empty), sorted."""
-    return sorted(name for name in SETTING_VARIABLES if environ.get(name))
+def deployment_settings(environ: Mapping[str, str]) -> list[str]:
+    """The settings naming a deployment — its database, broker or key — that ``environ``
+    sets (non-empty), sorted."""
+    return sorted(variable(name) for name in REQUIRED if environ.get(variable(name)))
 
 
 def find_env_file(start: Path) -> Path | None:
@@ -591,15 +592,16 @@ def read_env_file(path: Path) -> dict[str, str]:
 def discover(environ: Mapping[str, str] | None = None, cwd: Path | None = None) -> Environment:
     """The variables the ``awooop`` command reads its settings from.
 
-    With no AWOOOP_* setting in the environment, the checkout's ``.awooop/env`` (written by
+    Unless the environment names a deployment, the checkout's ``.awooop/env`` (written by
     ``awooop dev up``; the nearest in the current directory or its parents, or the one in
     ``$AWOOOP_STATE_DIR``) supplies what the environment lacks, as ``make run`` does for its
-    processes. Any AWOOOP_* setting in the environment makes the environment the whole
-    configuration: no file is read, so a shell configured for a deployment never mixes in a
-    development checkout's database or key.
+    processes — so ``AWOOOP_WORKFLOW_MODULES=mine awooop workflows`` in a checkout uses the
+    checkout's database with your modules. A database, broker or key in the environment
+    makes the environment the whole configuration: no file is read, so a shell configured for
+    a deployment never mixes in a development checkout's database or key.
     """
     env = dict(os.environ if environ is None else environ)
-    if explicit_settings(env):
+    if deployment_settings(env):
         return Environment(env)
     state_dir = env.get("AWOOOP_STATE_DIR")
     if state_dir:

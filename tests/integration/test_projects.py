@@ -388,7 +388,7 @@ def test_project_create_finds_the_checkouts_env_file_and_says_so(
     out, err = capsys.readouterr()
     assert code == 0, err
     assert json.loads(out)["project_id"] == "ops"
-    assert err == f"awooop: using {env_file} (no AWOOOP_* setting in the environment)\n"
+    assert err == f"awooop: using {env_file} (no database, broker or key in the environment)\n"
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM awooop_project")).scalar_one() == 1
 

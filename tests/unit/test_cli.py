@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from awooop import cli
+from awooop import cli, config
 
 
 def run(capsys, *argv: str) -> tuple[int, str]:
@@ -213,13 +213,26 @@ def test_an_unreachable_database_is_one_line_without_the_password(capsys, monkey
 
 def test_a_missing_setting_says_the_env_file_was_not_read_and_why(capsys, monkeypatch, bare_env):
     env_file(bare_env, **configured())
-    monkeypatch.setenv("AWOOOP_LOG_LEVEL", "DEBUG")
+    monkeypatch.setenv("AWOOOP_BROKER_URL", "redis://elsewhere:6379/0")
 
     code, err = run(capsys, "project", "create", "ops")
 
     assert code == 2
     assert "AWOOOP_DATABASE_URL and AWOOOP_SECRET_KEY are not set" in err
-    assert ".awooop/env is not read while AWOOOP_* settings are set: AWOOOP_LOG_LEVEL" in err
+    assert ".awooop/env is not read while the environment sets AWOOOP_BROKER_URL" in err
+
+
+def test_a_setting_that_names_no_deployment_is_added_to_the_env_file(monkeypatch, bare_env):
+    path = env_file(bare_env, **configured())
+    monkeypatch.setenv("AWOOOP_LOG_LEVEL", "DEBUG")
+    monkeypatch.setenv("AWOOOP_WORKFLOW_MODULES", "tests.support.workflows")
+
+    environment = config.discover()
+
+    assert environment.env_file == path
+    assert environment.values["AWOOOP_DATABASE_URL"] == configured()["AWOOOP_DATABASE_URL"]
+    assert environment.source("AWOOOP_WORKFLOW_MODULES") == "environment"
+    assert environment.source("AWOOOP_DATABASE_URL") == f"env file {path}"
 
 
 def test_with_no_env_file_the_error_says_where_it_looked(capsys, bare_env):

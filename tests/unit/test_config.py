@@ -381,14 +381,33 @@ def test_the_nearest_env_file_is_found_from_a_subdirectory(tmp_path):
     assert environment.source("AWOOOP_PORT") == "default"
 
 
-def test_any_awooop_setting_in_the_environment_means_no_env_file_is_read(tmp_path):
+@pytest.mark.parametrize(
+    "deployment", ["AWOOOP_DATABASE_URL", "AWOOOP_BROKER_URL", "AWOOOP_SECRET_KEY"]
+)
+def test_a_deployment_setting_in_the_environment_means_no_env_file_is_read(tmp_path, deployment):
+    write_env_file(tmp_path, BASE)
+
+    environment = config.discover(
+        {deployment: "set-by-the-shell", "AWOOOP_LOG_LEVEL": "DEBUG"}, cwd=tmp_path
+    )
+
+    assert environment.env_file is None
+    assert {k for k in environment.values if k.startswith("AWOOOP_")} == {
+        deployment,
+        "AWOOOP_LOG_LEVEL",
+    }
+    assert environment.source("AWOOOP_LOG_LEVEL") == "environment"
+
+
+def test_a_setting_naming_no_deployment_is_read_beside_the_env_file(tmp_path):
     write_env_file(tmp_path, BASE)
 
     environment = config.discover({"AWOOOP_LOG_LEVEL": "DEBUG"}, cwd=tmp_path)
 
-    assert environment.env_file is None
-    assert "AWOOOP_DATABASE_URL" not in environment.values
+    assert environment.env_file is not None
+    assert environment.values["AWOOOP_LOG_LEVEL"] == "DEBUG"
     assert environment.source("AWOOOP_LOG_LEVEL") == "environment"
+    assert environment.source("AWOOOP_DATABASE_URL") == f"env file {environment.env_file}"
 
 
 def test_other_variables_in_the_environment_win_over_the_env_file(tmp_path):
