@@ -55,6 +55,9 @@ pytestmark = pytest.mark.slow
 
 DOCS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
 SHELL_BLOCK = re.compile(r"^```(?:sh|bash|shell|console)\n(.*?)^```", re.S | re.M)
+PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+# A Python block that is a file the reader saves: its first line names it.
+FILE_BLOCK = re.compile(r"# (\w+\.py)\n")
 ANY_BLOCK = re.compile(r"^```.*?^```", re.S | re.M)
 INLINE_SPAN = re.compile(r"`([^`\n]+(?:\n[^`\n]+)?)`")
 INLINE_COMMAND = re.compile(r"(?:[A-Z_]+=\S+ )*(?:\.venv/bin/)?(?:awooop|make) \S.*")
@@ -353,6 +356,14 @@ def configuration_shown(done: Done, ctx: dict[str, Any]) -> None:
     assert f"awooop: using {ctx['env_file']}" in done.err
 
 
+def scheduled_run(workflow: str) -> Check:
+    def check(done: Done, ctx: dict[str, Any]) -> None:
+        runs = done.json()["runs"]
+        assert any(r["workflow_name"] == workflow for r in runs), runs
+
+    return check
+
+
 def succeeds(done: Done, ctx: dict[str, Any]) -> None:
     assert done.returncode == 0, done.err
 
@@ -579,6 +590,42 @@ STEPS: dict[str, Step] = {
     ),
     "awooop project routes ops telegram=chatops line=chatops": Step(
         "deployment", routes(telegram="chatops", line="chatops")
+    ),
+    # --- docs/workflows.md: the tutorial, in a make run checkout ----------------------------
+    ".venv/bin/pytest -q test_disk_cleanup.py": Step("tutorial", out_has("3 passed")),
+    "export PYTHONPATH=$PWD AWOOOP_WORKFLOW_MODULES=disk_cleanup": Step(
+        "tutorial", exported("AWOOOP_WORKFLOW_MODULES", "disk_cleanup")
+    ),
+    """export AWOOOP_API_TOKEN=$(python3 -c "import json; print(json.load(open('.awooop/"""
+    """demo-project.json'))['api_token'])")""": Step(
+        "tutorial", exported("AWOOOP_API_TOKEN", r"[\w-]{43}")
+    ),
+    ".venv/bin/awooop project workflows demo --allow disk-cleanup disk-report": Step(
+        "tutorial", json_with(allowed_workflows=["disk-cleanup", "disk-report"])
+    ),
+    """.venv/bin/awooop runs start demo disk-cleanup --input '{"host": "web-3"}' --key """
+    """cleanup-web-3""": Step("tutorial", out_has("started run ", "(PENDING)")),
+    """RUN=$(.venv/bin/awooop runs start demo disk-cleanup --input '{"host": "web-3"}' --key """
+    """cleanup-web-3 --json | python3 -c "import json, sys; print(json.load(sys.stdin)"""
+    """['run_id'])")""": Step("tutorial", exported("RUN", r"[0-9a-f-]{36}")),
+    # the run has cleaned the host and waits for its signal
+    ".venv/bin/awooop runs get demo $RUN": Step(
+        "tutorial", out_has("PENDING", "disk-cleanup v1 at step confirm"), retry_for=30
+    ),
+    """curl -s -X POST http://127.0.0.1:8000/v1/projects/demo/runs/$RUN/signals/healthy -H """
+    """"Authorization: Bearer $AWOOOP_API_TOKEN" -H 'Idempotency-Key: check-web-3' -H """
+    """'Content-Type: application/json' -d '{"by": "alice"}'""": Step(
+        "tutorial", json_with(status="delivered"), replace=(("http://127.0.0.1:8000", "{base}"),)
+    ),
+    ".venv/bin/python start_and_signal.py": Step(
+        "tutorial", out_has("COMPLETED cleaned web-4, confirmed by bob")
+    ),
+    """curl -s "http://127.0.0.1:8000/v1/projects/demo/runs?channel=schedule" -H """
+    """"Authorization: Bearer $AWOOOP_API_TOKEN\"""": Step(
+        "tutorial",
+        scheduled_run("disk-report"),
+        replace=(("http://127.0.0.1:8000", "{base}"),),
+        retry_for=60,
     ),
     # --- commands that need no service -------------------------------------------------------
     "awooop --help": Step("local", succeeds),
@@ -1032,6 +1079,103 @@ def test_the_operations_approvals_and_workflows_docs_work_on_a_deployment(
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.timeout(300)
+def test_the_workflow_tutorial_works_in_a_make_run_checkout(stack, settings, tmp_path):
+    """docs/workflows.md: every Python block runs — the tutorial's files as the reader saves
+    them, the others each in a fresh interpreter — and every command of the tutorial answers
+    as the page says, against web, workers and beat that load the reader's module."""
+    page = (ROOT / "docs" / "workflows.md").read_text()
+    blocks = PYTHON_BLOCK.findall(page)
+    files = {m.group(1): b for b in blocks if (m := FILE_BLOCK.match(b))}
+    snippets = [b for b in blocks if not FILE_BLOCK.match(b)]
+    assert set(files) == {"disk_cleanup.py", "test_disk_cleanup.py", "start_and_signal.py"}
+
+    # Given a checkout as `make run` leaves it, with the pytest settings a checkout has
+    checkout = tmp_path / "checkout"
+    (checkout / ".awooop").mkdir(parents=True)
+    (checkout / ".venv").symlink_to(ROOT / ".venv")
+    (checkout / "pyproject.toml").symlink_to(ROOT / "pyproject.toml")
+    devstack.write_env(
+        checkout / ".awooop" / "env",
+        {
+            "AWOOOP_DATABASE_URL": settings.database_url,
+            "AWOOOP_BROKER_URL": settings.broker_url,
+            "AWOOOP_SECRET_KEY": settings.secret_key,
+        },
+    )
+    session = Session("tutorial", Shell(checkout, user_env(), tmp_path))
+    demo = session.shell(".venv/bin/awooop dev demo")  # as `make run` does
+    assert demo.returncode == 0, demo.err
+
+    # Every Python block that is not a file runs as written
+    for snippet in snippets:
+        done = subprocess.run(
+            [str(BIN / "python"), "-c", snippet],
+            cwd=checkout,
+            env=user_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, f"{snippet}\n{done.stderr}"
+
+    # 1-2. The reader saves the workflow and its test, and runs the test
+    for name in ("disk_cleanup.py", "test_disk_cleanup.py"):
+        (checkout / name).write_text(files[name])
+    session(".venv/bin/pytest -q test_disk_cleanup.py")
+
+    # 3. `make run` with the two variables exported: web, workers and beat load the module
+    session("export PYTHONPATH=$PWD AWOOOP_WORKFLOW_MODULES=disk_cleanup")
+    stack.env.update(
+        PYTHONPATH=os.pathsep.join([str(checkout), str(ROOT)]),
+        AWOOOP_WORKFLOW_MODULES="disk_cleanup",
+        AWOOOP_SCHEDULE_INTERVAL_SECONDS="1",
+    )
+    stack.worker()
+    stack.worker("maintenance", queues="maintenance")
+    stack.beat()
+    _, base = stack.web()
+    session.ctx["base"] = base
+    session.shell.env["AWOOOP_API_URL"] = base  # the web's address: a free port, not 8000
+
+    # 4-5. Start it, find it waiting, signal it: it completes
+    for command in (
+        """export AWOOOP_API_TOKEN=$(python3 -c "import json; print(json.load(open('.awooop/"""
+        """demo-project.json'))['api_token'])")""",
+        ".venv/bin/awooop project workflows demo --allow disk-cleanup disk-report",
+        """.venv/bin/awooop runs start demo disk-cleanup --input '{"host": "web-3"}' --key """
+        """cleanup-web-3""",
+        """RUN=$(.venv/bin/awooop runs start demo disk-cleanup --input '{"host": "web-3"}' """
+        """--key cleanup-web-3 --json | python3 -c "import json, sys; print(json.load("""
+        """sys.stdin)['run_id'])")""",
+        ".venv/bin/awooop runs get demo $RUN",
+        """curl -s -X POST http://127.0.0.1:8000/v1/projects/demo/runs/$RUN/signals/healthy """
+        """-H "Authorization: Bearer $AWOOOP_API_TOKEN" -H 'Idempotency-Key: check-web-3' -H """
+        """'Content-Type: application/json' -d '{"by": "alice"}'""",
+    ):
+        session(normal(command))
+    wait_until(
+        lambda: "COMPLETED" in session.shell(".venv/bin/awooop runs get demo $RUN").out,
+        30,
+        "the signalled run to complete",
+    )
+    finished = session.shell(".venv/bin/awooop runs get demo $RUN").out
+    assert '{"reply": "cleaned web-3, confirmed by alice"}' in finished, finished
+
+    # 6. The same from Python (the reader's web address for the docs' one)
+    script = files["start_and_signal.py"]
+    assert "http://127.0.0.1:8000" in script
+    (checkout / "start_and_signal.py").write_text(script.replace("http://127.0.0.1:8000", base))
+    session(".venv/bin/python start_and_signal.py")
+
+    # 7. The schedule: beat starts disk-report in the project that allows it
+    session(
+        """curl -s "http://127.0.0.1:8000/v1/projects/demo/runs?channel=schedule" -H """
+        """"Authorization: Bearer $AWOOOP_API_TOKEN\""""
+    )
+    session.assert_ran_all()
+
+
 def test_the_per_host_metrics_commands_start_processes_that_serve_them(settings, tmp_path):
     # Given a host configured as the deployment docs say (over the test's database and
     # broker), with free ports and a scratch directory standing in for the documented ones
