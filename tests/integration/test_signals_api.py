@@ -4,9 +4,11 @@ notifications correlated to the open run of their alert group."""
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 
 import pytest
+from sqlalchemy import text
 
 from awooop.engine import runner
 from awooop.store import projects
@@ -150,3 +152,65 @@ def test_a_notification_after_its_run_finished_starts_a_new_run(client, engine, 
     assert response.status_code == 202
     assert "signal" not in response.json and response.json["run_id"] != str(first)
     assert db.run(engine, response.json["run_id"])["correlation_key"] == again["groupKey"]
+
+
+def test_two_first_events_of_one_group_start_one_run(engine, watched, settings):
+    # Given two different notifications of one alert group, neither with a run yet, both
+    # held at the group's admission lock
+    from awooop import db as awooop_db
+    from awooop.channels import alertmanager
+    from awooop.store import admission
+    from awooop.workflows import registry
+    from tests.support import waiting
+
+    workflow = registry.latest("test-alert-watch")
+    events = []
+    for starts_at in ("2026-11-30T10:00:00Z", "2026-11-30T10:05:00Z"):
+        payload = requests.alertmanager_payload("firing")
+        payload["alerts"][0]["startsAt"] = starts_at
+        new = test_runs.new_run(watched["project_id"], workflow, payload, "alertmanager")
+        events.append((new, alertmanager.by_group(new.input)))
+    key = events[0][1].key
+    results: list = []
+
+    def admit(new, correlation):
+        with awooop_db.transaction(engine) as conn:
+            results.append(admission.admit(conn, new, None, correlation))
+
+    with awooop_db.transaction(engine) as holder:
+        holder.execute(
+            text("SELECT pg_advisory_xact_lock(:ns, hashtext(:p || '/' || :w || '/' || :k))"),
+            {
+                "ns": admission.CORRELATION_LOCK_NAMESPACE,
+                "p": watched["project_id"],
+                "w": workflow.name,
+                "k": key,
+            },
+        )
+        threads = [threading.Thread(target=admit, args=event) for event in events]
+        for t in threads:
+            t.start()
+        waiting.until(
+            lambda: (
+                db.rows(
+                    engine,
+                    "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event = 'advisory'"
+                    " AND query LIKE '%pg_advisory_xact_lock%' AND pid <> pg_backend_pid()",
+                )[0]["n"]
+                == 2
+            ),
+            what="both admissions waiting for the group's lock",
+        )
+    # When the lock is let go
+    for t in threads:
+        t.join(timeout=20)
+
+    # Then one event started the run and the other went to it as a signal
+    assert sorted((r.created, r.signalled) for r in results) == [
+        (False, "firing"),
+        (True, None),
+    ]
+    assert len({r.run_id for r in results}) == 1
+    assert db.count(engine, "awooop_run_state") == 1
+    assert db.count(engine, "awooop_signal") == 1
+    assert db.count(engine, "awooop_channel_event_dedupe") == 2
