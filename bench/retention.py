@@ -387,22 +387,17 @@ class Store:
 
         wf = self.workflow
         assert wf is not None
-        return admission.NewRun(
-            project_id=project_id,
-            channel_type="api",
-            provider_event_id=key,
-            request_digest=key,
-            workflow_name=wf.name,
-            workflow_version=wf.version,
-            workflow_digest=wf.digest,
-            max_attempts=wf.max_attempts,
-            input={
+        return admission.NewRun.of(
+            wf,
+            project_id,
+            {
                 "channel": "api",
                 "provider_event_id": key,
                 "event": {"summary": "disk almost full on db-1"},
                 "meta": {},
                 "project": {},
             },
+            key,
         )
 
     def admit_and_claim(self, project_id: str) -> tuple[float, float, float]:

@@ -115,17 +115,11 @@ def _admit(
         payload=payload,
         request_digest=digest(payload),
     )
-    new = admission.NewRun(
-        project_id=project.project_id,
-        channel_type=schedule.CHANNEL,
-        provider_event_id=event.provider_event_id,
-        request_digest=event.request_digest,
-        workflow_name=wf.name,
-        workflow_version=wf.version,
-        workflow_digest=wf.digest,
-        max_attempts=wf.max_attempts,
-        input=run_input(schedule.CHANNEL, event, project.config),
-        deadline_seconds=wf.deadline_seconds,
+    new = admission.NewRun.of(
+        wf,
+        project.project_id,
+        run_input(schedule.CHANNEL, event, project.config),
+        event.request_digest,
     )
     fields = {"project_id": project.project_id, "workflow": wf.name, "tick": tick}
     try:

@@ -129,22 +129,17 @@ def _compensate_late_success(
     with engine.connect() as conn:
         admitted = admission.admit(
             conn,
-            admission.NewRun(
-                project_id=project_id,
-                channel_type="internal",
-                provider_event_id=key,
-                request_digest=digest(original),
-                workflow_name=workflow.name,
-                workflow_version=workflow.version,
-                workflow_digest=workflow.digest,
-                max_attempts=workflow.max_attempts,
-                input={
+            admission.NewRun.of(
+                workflow,
+                project_id,
+                {
                     "channel": "internal",
                     "provider_event_id": key,
                     "event": original,
                     "meta": {},
                     "project": {},
                 },
+                digest(original),
             ),
         )
     log.warning(

@@ -11,7 +11,7 @@ from sqlalchemy import Connection, text
 
 from awooop import ids
 from awooop.domain import states
-from awooop.domain.workflow import Correlation
+from awooop.domain.workflow import Correlation, Workflow
 from awooop.store import signals
 from awooop.store.literals import sql_list
 from awooop.store.prepared import PreparedStatement
@@ -139,6 +139,31 @@ class NewRun:
     deadline_seconds: float | None = None
     # The workflow's correlation key for this event (a run started by it carries the key).
     correlation_key: str | None = None
+
+    @classmethod
+    def of(
+        cls,
+        workflow: Workflow,
+        project_id: str,
+        input: dict[str, Any],
+        request_digest: str,
+        traceparent: str | None = None,
+    ) -> NewRun:
+        """A run of ``workflow`` on ``input`` (``{"channel", "provider_event_id", "event",
+        "meta", "project"}``): its channel and event id are the input's."""
+        return cls(
+            project_id=project_id,
+            channel_type=str(input["channel"]),
+            provider_event_id=str(input["provider_event_id"]),
+            request_digest=request_digest,
+            workflow_name=workflow.name,
+            workflow_version=workflow.version,
+            workflow_digest=workflow.digest,
+            max_attempts=workflow.max_attempts,
+            input=input,
+            traceparent=traceparent,
+            deadline_seconds=workflow.deadline_seconds,
+        )
 
 
 def admit(

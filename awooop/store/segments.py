@@ -150,6 +150,21 @@ SELECT saga_status, failure_code, control_state FROM changed
 """
 )
 
+
+def _release_until(delay: str) -> str:
+    """SET items: back to PENDING with no lease, claimable — and its message due, for the
+    orphan sweep — ``delay`` (an SQL expression, seconds) from now. The segment ended
+    cleanly, so the crash budget (attempt_count) starts again."""
+    return f"""status = 'PENDING',
+        lease_until = NULL,
+        worker_id = NULL,
+        attempt_count = 0,
+        available_at = now() + make_interval(secs => {delay}),
+        enqueued_at = now() + make_interval(secs => {delay}),
+        version = version + 1,
+        updated_at = now()"""
+
+
 # Back to PENDING until ``delay`` from now; the retry timer wakes it (the orphan sweep is the
 # backstop: enqueued_at is set to the wake-up time). The segment ended cleanly, so the crash
 # budget (attempt_count) starts again.
@@ -159,15 +174,8 @@ WITH changed AS (
     UPDATE awooop_run_state
     SET {JOURNAL_APPEND},
         {STAMP},
-        status = 'PENDING',
         saga_status = COALESCE(:saga_status, saga_status),
-        lease_until = NULL,
-        worker_id = NULL,
-        attempt_count = 0,
-        available_at = now() + make_interval(secs => :delay),
-        enqueued_at = now() + make_interval(secs => :delay),
-        version = version + 1,
-        updated_at = now()
+        {_release_until(":delay")}
     WHERE {FENCE}
     RETURNING run_id, status, available_at, version, saga_status, failure_code, control_state
 ), timer AS (
@@ -196,17 +204,8 @@ WITH signalled AS (
     UPDATE awooop_run_state
     SET {JOURNAL_APPEND},
         {STAMP},
-        status = 'PENDING',
         current_step = :step,
-        lease_until = NULL,
-        worker_id = NULL,
-        attempt_count = 0,
-        available_at = now() + make_interval(
-            secs => CASE WHEN (SELECT yes FROM signalled) THEN 0 ELSE :delay END),
-        enqueued_at = now() + make_interval(
-            secs => CASE WHEN (SELECT yes FROM signalled) THEN 0 ELSE :delay END),
-        version = version + 1,
-        updated_at = now()
+        {_release_until("CASE WHEN (SELECT yes FROM signalled) THEN 0 ELSE :delay END")}
     WHERE {FENCE}
     RETURNING run_id, status, available_at, version, saga_status, failure_code, control_state
 ), timer AS (

@@ -116,19 +116,8 @@ def new_run(
 ) -> admission.NewRun:
     """A run of ``workflow`` on ``input`` (:func:`~awooop.testing.simulator.run_input`'s
     shape) as the ingress admits it, its provider event id the request's key."""
-    key = str(input["provider_event_id"])
-    return admission.NewRun(
-        project_id=project_id,
-        channel_type=str(input["channel"]),
-        provider_event_id=key,
-        request_digest=key,
-        workflow_name=workflow.name,
-        workflow_version=workflow.version,
-        workflow_digest=workflow.digest,
-        max_attempts=workflow.max_attempts,
-        input=input,
-        deadline_seconds=workflow.deadline_seconds,
-        traceparent=traceparent,
+    return admission.NewRun.of(
+        workflow, project_id, input, str(input["provider_event_id"]), traceparent
     )
 
 

@@ -109,18 +109,12 @@ def _admit(project_id: str, channel: str) -> tuple[Response, int]:
     # A missing or malformed traceparent is ignored, never refused.
     traceparent = tracing.parse_traceparent(request.headers.get("traceparent"))
     new_runs = [
-        admission.NewRun(
-            project_id=project_id,
-            channel_type=channel,
-            provider_event_id=event.provider_event_id,
-            request_digest=event.request_digest,
-            workflow_name=workflow.name,
-            workflow_version=workflow.version,
-            workflow_digest=workflow.digest,
-            max_attempts=workflow.max_attempts,
-            input=_run_input(channel, event, auth.config),
-            traceparent=traceparent,
-            deadline_seconds=workflow.deadline_seconds,
+        admission.NewRun.of(
+            workflow,
+            project_id,
+            _run_input(channel, event, auth.config),
+            event.request_digest,
+            traceparent,
         )
         for event in events
     ]

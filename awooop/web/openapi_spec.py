@@ -266,6 +266,21 @@ def _webhook(channel: str) -> dict[str, Any]:
     }
 
 
+def _idempotency_key(description: str) -> dict[str, Any]:
+    return {
+        "name": "Idempotency-Key",
+        "in": "header",
+        "required": True,
+        "description": description,
+        "schema": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": api_channel.MAX_KEY_LENGTH,
+            "pattern": "^[\\x20-\\x7e]+$",
+        },
+    }
+
+
 def _create_run() -> dict[str, Any]:
     return {
         "post": {
@@ -276,18 +291,7 @@ def _create_run() -> dict[str, Any]:
             "Roles ingest, operator, admin.",
             "parameters": [
                 _PROJECT_ID,
-                {
-                    "name": "Idempotency-Key",
-                    "in": "header",
-                    "required": True,
-                    "description": "The event key: the same key again returns the same run.",
-                    "schema": {
-                        "type": "string",
-                        "minLength": 1,
-                        "maxLength": api_channel.MAX_KEY_LENGTH,
-                        "pattern": "^[\\x20-\\x7e]+$",
-                    },
-                },
+                _idempotency_key("The event key: the same key again returns the same run."),
                 _TRACEPARENT,
             ],
             "requestBody": _body(
@@ -493,18 +497,7 @@ def _signal() -> dict[str, Any]:
                     "required": True,
                     "schema": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,64}$"},
                 },
-                {
-                    "name": "Idempotency-Key",
-                    "in": "header",
-                    "required": True,
-                    "description": "The signal's id: the same id again is a duplicate.",
-                    "schema": {
-                        "type": "string",
-                        "minLength": 1,
-                        "maxLength": api_channel.MAX_KEY_LENGTH,
-                        "pattern": "^[\\x20-\\x7e]+$",
-                    },
-                },
+                _idempotency_key("The signal's id: the same id again is a duplicate."),
             ],
             "requestBody": _body({"type": "object"}, "The signal's payload: any JSON object."),
             "responses": {
