@@ -121,7 +121,7 @@ def create_project(settings: Settings, project_id: str, name: str | None = None)
     from awooop.store import projects
 
     _check_project_id(project_id)
-    box = secrets.SecretBox(settings.secret_key)
+    box = secrets.SecretBox(settings.secret_keys)
     api_token = secrets.new_token()
     channel_secrets = {
         channel: secrets.new_token() for channel in CHANNEL_TYPES if channel != "api"
@@ -266,7 +266,7 @@ def cmd_project_outbound(args: argparse.Namespace) -> int:
             conn,
             args.project_id,
             credential_type,
-            secret_encrypted=secrets.SecretBox(settings.secret_key).encrypt(secret),
+            secret_encrypted=secrets.SecretBox(settings.secret_keys).encrypt(secret),
         )
     stored: dict[str, str] = {"project_id": args.project_id, "stored": credential_type}
     if args.generate:

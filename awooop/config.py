@@ -14,7 +14,7 @@ and exits with status 2 (:func:`settings_or_exit`), the ``awooop`` command likew
 Secrets never leave this module in clear: ``repr(settings)``, :meth:`Settings.masked` (what
 ``awooop config`` prints and the start-up log line shows) and every error message mask URL
 passwords (SQLAlchemy's ``render_as_string(hide_password=True)``, kombu's
-``sanitize_url``) and the secret key.
+``sanitize_url``) and every secret key.
 
 Why hand-written rather than pydantic-settings: the checks that matter here are the
 relations between settings, the supported database drivers and broker transports, and
@@ -62,6 +62,9 @@ REQUIRED = ("database_url", "broker_url", "secret_key")
 class Settings:
     database_url: str = ""
     broker_url: str = ""
+    # Fernet keys, comma-separated, newest first (:attr:`secret_keys`): the newest encrypts
+    # stored secrets and signs console sessions; every key decrypts and verifies, so a key
+    # can be rotated without downtime (docs/operations.md, "Rotating the secret key").
     secret_key: str = ""
     port: int = 8000
     web_workers: int = 4
@@ -221,6 +224,19 @@ class Settings:
         return self.rate_limit_redis_url or self.broker_url
 
     @property
+    def secret_keys(self) -> tuple[str, ...]:
+        """``AWOOOP_SECRET_KEY``'s keys, newest first (empty when it is not set).
+
+        One variable holding a list, rather than a second variable for the previous keys:
+        the key set is one secret an operator keeps in one place, rotation is "put the new
+        key in front" and retirement "remove the last one", and no process can be started
+        with a new key but without the old one by forgetting a second variable (the same
+        shape as Airflow's ``fernet_key``). Fernet keys are url-safe base64, which has no
+        comma, so the list is unambiguous.
+        """
+        return tuple(k.strip() for k in self.secret_key.split(",") if k.strip())
+
+    @property
     def workflow_module_list(self) -> list[str]:
         return [m.strip() for m in self.workflow_modules.split(",") if m.strip()]
 
@@ -347,7 +363,7 @@ def _parse_value(name: str, kind: str, raw: str) -> Any:
             raise ValueError(f"={raw} must be positive")
         return number
     if name == "secret_key":
-        _check_fernet_key(raw)  # never echoes the value
+        return _check_fernet_keys(raw)  # never echoes the value
     elif name == "log_level":
         if raw.upper() not in _LOG_LEVELS:
             raise ValueError(f"={raw!r} is not a log level ({', '.join(_LOG_LEVELS)})")
@@ -361,16 +377,26 @@ def _parse_value(name: str, kind: str, raw: str) -> Any:
     return raw
 
 
-def _check_fernet_key(raw: str) -> None:
+def _check_fernet_keys(raw: str) -> str:
+    """``raw`` as a comma-separated list of Fernet keys, newest first, without blanks
+    around them; the messages say which key (by position), never what it is."""
     from cryptography.fernet import Fernet
 
-    try:
-        Fernet(raw.encode("ascii"))
-    except (ValueError, TypeError):
-        raise ValueError(
-            " is not a Fernet key (32 url-safe base64-encoded bytes); "
-            "make one with `awooop dev key`"
-        ) from None
+    keys = [k.strip() for k in raw.split(",")]
+    for position, key in enumerate(keys, 1):
+        which = f" key {position} of {len(keys)}" if len(keys) > 1 else ""
+        if not key:
+            raise ValueError(f":{which} is empty (comma-separated Fernet keys, newest first)")
+        try:
+            Fernet(key.encode("ascii"))
+        except (ValueError, TypeError, UnicodeEncodeError):
+            raise ValueError(
+                f"{':' if which else ''}{which} is not a Fernet key (32 url-safe "
+                "base64-encoded bytes); make one with `awooop dev key`"
+            ) from None
+        if key in keys[: position - 1]:
+            raise ValueError(f":{which} repeats key {keys.index(key) + 1}")
+    return ",".join(keys)
 
 
 def _check_url(kind: str, raw: str) -> None:
@@ -531,7 +557,8 @@ def mask_setting(name: str, value: object) -> object:
         if name == "flower_basic_auth":
             user, _, _ = str(value).partition(":")
             return f"{user}:{MASK}"
-        return MASK
+        # One mask per key: how many keys are configured shows, none of them does.
+        return ",".join(MASK for _ in str(value).split(","))
     if isinstance(value, str) and (name in _URL_CHECKS or name.endswith("_url")):
         return mask_url(value)
     return value

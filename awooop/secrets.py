@@ -2,7 +2,8 @@
 
 Tokens and secrets are never logged. Secrets a provider echoes back verbatim are kept only as
 SHA-256 hashes; secrets needed as HMAC keys are encrypted with Fernet (AES-128-CBC +
-HMAC-SHA256, from the ``cryptography`` package) under ``AWOOOP_SECRET_KEY``.
+HMAC-SHA256, from the ``cryptography`` package) under ``AWOOOP_SECRET_KEY``: the newest of
+its keys encrypts, any of them decrypts (:class:`SecretBox`).
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import hashlib
 import hmac
 import secrets as _stdlib_secrets
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
-from cryptography.fernet import Fernet, InvalidToken
+from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
 
 def new_token(nbytes: int = 32) -> str:
@@ -76,23 +78,55 @@ def any_hmac_matches(
 
 
 class SecretBox:
-    """Encrypts and decrypts channel secrets with the deployment's key."""
+    """Encrypts channel secrets with the deployment's newest key; decrypts with any of them.
 
-    def __init__(self, key: str) -> None:
+    ``keys`` are ``Settings.secret_keys``, newest first (a single key is a list of one).
+    :class:`~cryptography.fernet.MultiFernet` does the work: it encrypts with its first key
+    and tries each key in order to decrypt, and its ``rotate`` re-encrypts under the first.
+    """
+
+    def __init__(self, keys: str | Sequence[str]) -> None:
+        keys = [keys] if isinstance(keys, str) else list(keys)
+        if not keys:
+            raise ValueError("AWOOOP_SECRET_KEY is not set (generate a key with `awooop dev key`)")
         try:
-            self._fernet = Fernet(key.encode("ascii"))
+            self._fernets = [Fernet(key.encode("ascii")) for key in keys]
         except (ValueError, TypeError) as exc:
             raise ValueError(
-                "AWOOOP_SECRET_KEY must be a urlsafe-base64 32-byte key "
+                "AWOOOP_SECRET_KEY must be urlsafe-base64 32-byte keys "
                 "(generate one with `awooop dev key`)"
             ) from exc
+        self._multi = MultiFernet(self._fernets)
 
     def encrypt(self, plaintext: str) -> str:
-        return self._fernet.encrypt(plaintext.encode("utf-8")).decode("ascii")
+        return self._multi.encrypt(plaintext.encode("utf-8")).decode("ascii")
 
     def decrypt(self, token: str) -> str | None:
-        """The plaintext, or None when the value was encrypted under another key."""
+        """The plaintext, or None when the value was encrypted under none of the keys."""
         try:
-            return self._fernet.decrypt(token.encode("ascii")).decode("utf-8")
+            return self._multi.decrypt(token.encode("ascii")).decode("utf-8")
         except InvalidToken:
             return None
+
+    def reseal(self, token: str) -> Resealed:
+        """``token`` encrypted under the newest key: unchanged when it already is, so running
+        a re-encryption twice writes nothing the second time; ``token`` None when no key
+        opens it."""
+        data = token.encode("ascii")
+        try:
+            self._fernets[0].decrypt(data)
+            return Resealed(token, changed=False)
+        except InvalidToken:
+            pass
+        try:
+            return Resealed(self._multi.rotate(data).decode("ascii"), changed=True)
+        except InvalidToken:
+            return Resealed(None, changed=False)
+
+
+@dataclass(frozen=True)
+class Resealed:
+    """What :meth:`SecretBox.reseal` made of one stored token."""
+
+    token: str | None  # None: none of the keys decrypts it
+    changed: bool

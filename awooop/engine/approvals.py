@@ -97,7 +97,7 @@ def request(
         action=approval.action,
         prompt=prompt,
         ttl_seconds=approval.ttl_seconds,
-        sealed_token=crypto.SecretBox(settings.secret_key).encrypt(token),
+        sealed_token=crypto.SecretBox(settings.secret_keys).encrypt(token),
         decide_url=decide_url,
     )
     if not targets:

@@ -57,7 +57,7 @@ def send(engine: Engine, settings: Settings, message_id: uuid.UUID) -> Sent:
         encrypted = projects.outbound_keys(
             conn, message.project_id, adapters.CREDENTIALS.get(message.channel, "")
         )
-    box = crypto.SecretBox(settings.secret_key)
+    box = crypto.SecretBox(settings.secret_keys)
     keys = [k for k in (box.decrypt(e) for e in encrypted) if k is not None]
     token = box.decrypt(message.sealed) if message.sealed else None
     fields = {

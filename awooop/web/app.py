@@ -62,7 +62,7 @@ def create_app(
             if settings is get_settings()
             else db.make_engine(settings.database_url, settings.db_pool_size, settings=settings)
         ),
-        "secret_box": SecretBox(settings.secret_key),
+        "secret_box": SecretBox(settings.secret_keys),
         "auth_cache": ProjectAuthCache(settings.auth_cache_seconds),
         "enqueue": enqueue,
         "notify": notify,

@@ -72,7 +72,8 @@ blueprint = Blueprint(
 )
 
 PREFIX = "/console"
-# Flask's SECRET_KEY is derived from AWOOOP_SECRET_KEY, never the key itself.
+# Flask's SECRET_KEY (and SECRET_KEY_FALLBACKS) are derived from AWOOOP_SECRET_KEY's keys,
+# never a key itself.
 _SESSION_KEY_LABEL = b"awooop ops console session cookie v1"
 PAGE_SIZE = 50
 EVENTS_PAGE_SIZE = 200
@@ -120,13 +121,21 @@ class ConsoleSessions(SecureCookieSessionInterface):
         return super().open_session(app, request)
 
 
+def _session_key(secret_key: str) -> str:
+    """The cookie signing key derived from one of AWOOOP_SECRET_KEY's keys."""
+    return hmac.new(secret_key.encode(), _SESSION_KEY_LABEL, hashlib.sha256).hexdigest()
+
+
 def register(app: Flask, settings: Settings) -> None:
     """Mount the console on ``app``: its blueprint, session cookie and error pages."""
     app.session_interface = ConsoleSessions()
-    if settings.secret_key:
-        app.secret_key = hmac.new(
-            settings.secret_key.encode(), _SESSION_KEY_LABEL, hashlib.sha256
-        ).hexdigest()
+    if settings.secret_keys:
+        newest, *older = (_session_key(key) for key in settings.secret_keys)
+        app.secret_key = newest
+        # Flask >= 3.1 (itsdangerous): a cookie signed with a fallback key is accepted, and
+        # the cookie sent back (every response refreshes a permanent session) is signed with
+        # SECRET_KEY. Fallbacks are tried last first, so the list runs oldest to newest.
+        app.config["SECRET_KEY_FALLBACKS"] = older[::-1]
     app.config.update(
         SESSION_COOKIE_NAME="awooop_console",
         SESSION_COOKIE_PATH=PREFIX,

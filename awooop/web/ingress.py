@@ -60,8 +60,26 @@ def _secrets_for(auth: projects.ProjectAuth, channel: str) -> ChannelSecrets:
     box = context.secret_box()
 
     def keys() -> list[str]:
-        decrypted = (box.decrypt(c.secret_encrypted) for c in rows if c.secret_encrypted)
-        return [k for k in decrypted if k is not None]
+        opened = []
+        for row in rows:
+            if not row.secret_encrypted:
+                continue
+            key = box.decrypt(row.secret_encrypted)
+            if key is None:
+                # Encrypted under a key AWOOOP_SECRET_KEY no longer lists (dropped before
+                # `awooop secrets reencrypt`): this credential cannot verify anything.
+                log.warning(
+                    "a channel secret decrypts with none of the configured keys",
+                    extra={
+                        "action": "secret_undecryptable",
+                        "project_id": auth.project_id,
+                        "channel": channel,
+                        "credential_id": row.credential_id,
+                    },
+                )
+                continue
+            opened.append(key)
+        return opened
 
     return ChannelSecrets(
         hashes=tuple(c.secret_hash for c in rows if c.secret_hash), hmac_keys=keys

@@ -136,7 +136,7 @@ def test_project_outbound_stores_the_credential_encrypted_from_stdin(
     assert "SECRET-BOT-TOKEN" not in stored
     from awooop.secrets import SecretBox
 
-    assert SecretBox(settings.secret_key).decrypt(stored) == "123456:SECRET-BOT-TOKEN"
+    assert SecretBox(settings.secret_keys).decrypt(stored) == "123456:SECRET-BOT-TOKEN"
     monkeypatch.setattr("sys.stdin", io.StringIO(""))
     empty = run(capsys, monkeypatch, settings, "project", "outbound", "ops", "telegram")
     assert empty[0] == 2 and "standard input" in empty[2]
@@ -177,7 +177,7 @@ def test_project_outbound_webhook_generates_or_takes_only_whsec_signing_secrets(
                 " WHERE channel_type = 'webhook:signing' ORDER BY created_at"
             )
         ).scalars()
-        box = SecretBox(settings.secret_key)
+        box = SecretBox(settings.secret_keys)
         assert [box.decrypt(s) for s in stored] == [printed["secret"], given]
     code, _, err = run(
         capsys, monkeypatch, settings, "project", "outbound", "ops", "telegram", "--generate"

@@ -41,7 +41,7 @@ def configure(
 ) -> None:
     """Route every channel to ``workflow`` (None: leave the routes), set approvers, store
     outbound credentials."""
-    box = secrets.SecretBox(settings.secret_key)
+    box = secrets.SecretBox(settings.secret_keys)
     with db.transaction(engine) as conn:
         if workflow is not None:
             routes = {c: workflow for c in ("telegram", "line", "api", "gitea")}
