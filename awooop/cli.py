@@ -1,5 +1,5 @@
 """The ``awooop`` command: projects, migrations, configuration, the development stack; runs
-over the HTTP API in :mod:`awooop.cli_runs`.
+over the HTTP API in :mod:`awooop.cli_runs`; key rotation in :mod:`awooop.cli_secrets`.
 
 Every sub-command has ``--help``. Errors go to stderr on one line with exit status 2 (bad
 usage, input or configuration) or 1 (the operation failed); nothing is written when the
@@ -24,7 +24,7 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy import exc as sa_exc
 
-from awooop import cli_runs, config, db, secrets
+from awooop import cli_runs, cli_secrets, config, db, secrets
 from awooop.config import STATE_DIR, ConfigError, Settings
 from awooop.domain import limits as project_limits
 from awooop.domain import retention as project_retention
@@ -691,6 +691,7 @@ def build_parser() -> argparse.ArgumentParser:
     token.set_defaults(func=cmd_project_token)
 
     cli_runs.add_parser(sub)
+    cli_secrets.add_parser(sub)
 
     outbox_parser = sub.add_parser("outbox", help="outbound messages: list, retry parked ones")
     outbox_sub = outbox_parser.add_subparsers(
