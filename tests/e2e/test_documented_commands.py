@@ -452,6 +452,24 @@ STEPS: dict[str, Step] = {
     "export AWOOOP_SECRET_KEY=$(awooop dev key)": Step(
         "deployment", exported("AWOOOP_SECRET_KEY", r"[\w-]{43}=")
     ),
+    # --- docs/operations.md: rotating the secret key (at the end of the deployment's session) -
+    'AWOOOP_SECRET_KEY="$(awooop dev key),$AWOOOP_SECRET_KEY"': Step(
+        "deployment", exported("AWOOOP_SECRET_KEY", r"[\w-]{43}=,[\w-]{43}=")
+    ),
+    "awooop secrets reencrypt": Step(
+        "deployment",
+        out_has(
+            "credentials: ",
+            " re-encrypted with the newest key, 0 already were, 0 open with no key",
+            "outbox messages: ",
+        ),
+    ),
+    'AWOOOP_SECRET_KEY="${AWOOOP_SECRET_KEY%%,*}"': Step(
+        "deployment", exported("AWOOOP_SECRET_KEY", r"[\w-]{43}=")
+    ),
+    "awooop secrets check": Step(
+        "deployment", out_has("under the newest key, 0 under an older key, 0 open with no key")
+    ),
     "export AWOOOP_PUBLIC_BASE_URL=https://awooop.example.com": Step(
         "deployment", exported("AWOOOP_PUBLIC_BASE_URL", "https://awooop.example.com")
     ),
@@ -1073,6 +1091,16 @@ def test_the_operations_approvals_and_workflows_docs_work_on_a_deployment(
         "awooop project routes ops alertmanager=alert-triage",
         "awooop project config ops actions_url=https://automation.example",
         "awooop project routes ops telegram=chatops line=chatops",
+    ):
+        session(command)
+
+    # docs/operations.md "Rotating the secret key": a new key in front, every stored secret
+    # re-encrypted with it, the old key dropped and nothing left that needs it
+    for command in (
+        'AWOOOP_SECRET_KEY="$(awooop dev key),$AWOOOP_SECRET_KEY"',
+        "awooop secrets reencrypt",
+        'AWOOOP_SECRET_KEY="${AWOOOP_SECRET_KEY%%,*}"',
+        "awooop secrets check",
     ):
         session(command)
     session.assert_ran_all()
