@@ -5,68 +5,18 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import Any
 
 import pytest
-import requests
 
-from awooop import cli, cli_runs, client
-
-BASE = "http://awooop.test"
-RUN_ID = "6f1c5b4e-2a55-4b0e-9a43-0b7f3c1d2e10"
-
-
-class Recorder(requests.adapters.BaseAdapter):
-    """Answers each request with the next canned (status, body) and keeps what was sent."""
-
-    def __init__(self, *answers: tuple[int, Any]) -> None:
-        super().__init__()
-        self.answers = list(answers)
-        self.sent: list[requests.PreparedRequest] = []
-
-    def send(self, request, **kwargs):  # type: ignore[no-untyped-def]
-        self.sent.append(request)
-        status, body = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
-        response = requests.Response()
-        response.status_code = status
-        response.url = request.url
-        response.request = request
-        raw = body if isinstance(body, bytes) else json.dumps(body).encode()
-        response._content = raw
-        response.headers["Content-Type"] = "application/json"
-        return response
-
-    def close(self) -> None:
-        pass
-
-    def body(self, index: int = -1) -> Any:
-        return json.loads(self.sent[index].body)
-
-
-def api(*answers: tuple[int, Any]) -> tuple[client.Client, Recorder]:
-    recorder = Recorder(*answers)
-    session = requests.Session()
-    session.mount(BASE, recorder)
-    return client.Client(BASE + "/", "tok", "ops", session=session), recorder
-
-
-def run_body(status: str = "RUNNING", **extra: Any) -> dict[str, Any]:
-    return {
-        "run_id": RUN_ID,
-        "status": status,
-        "saga_status": "RUNNING" if status == "RUNNING" else status,
-        "workflow_name": "alert-triage",
-        "workflow_version": 2,
-        "current_step": "diagnose",
-        "output": None,
-        "failure_code": None,
-        "failure_reason": None,
-        "version": 3,
-        "created_at": "2026-11-29T10:00:00+00:00",
-        "finished_at": None,
-        "attempt_count": 1,
-        **extra,
-    }
+from awooop import cli, client
+from tests.support.recording import (
+    BASE,
+    RUN_ID,
+    api,
+    awooop,
+    commands_over,
+    run_body,
+)
 
 
 def test_start_posts_a_start_request_with_the_key_as_idempotency_key():
@@ -190,25 +140,7 @@ def test_cancel_posts_an_operation_with_its_reason():
 @pytest.fixture
 def wire(monkeypatch):
     """`awooop runs` over a recorder: call it with the answers to give."""
-
-    def install(*answers: tuple[int, Any]) -> Recorder:
-        recorder = Recorder(*answers)
-        session = requests.Session()
-        session.mount(BASE, recorder)
-        monkeypatch.setattr(
-            cli_runs.client, "Client", functools.partial(client.Client, session=session)
-        )
-        monkeypatch.setenv("AWOOOP_API_URL", BASE)
-        monkeypatch.setenv("AWOOOP_API_TOKEN", "tok")
-        return recorder
-
-    return install
-
-
-def awooop(capsys, *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    return functools.partial(commands_over, monkeypatch)
 
 
 def test_runs_start_json_prints_the_run_it_started(wire, capsys):
