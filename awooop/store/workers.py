@@ -2,7 +2,8 @@
 
 A worker process's lease keeper calls :func:`beat` every few seconds; the reaper
 (:mod:`awooop.store.reaper`) reads each row's ``seen_at`` as a token that every beat changes,
-to tell a dead worker from a slow one, and its pass calls :func:`prune`.
+to tell a dead worker from a slow one, and its pass calls :func:`prune`. The runs API's
+workers list reads them with :func:`list_for_project`.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import os
 import socket
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Connection, text
 
@@ -60,3 +62,28 @@ WHERE w.seen_at < now() - make_interval(secs => :older_than)
 def prune(conn: Connection, older_than: float) -> int:
     """Delete the rows of workers not seen for ``older_than`` seconds; returns how many."""
     return int(conn.execute(_PRUNE, {"older_than": older_than}).rowcount)
+
+
+# Every worker row (workers serve every project), with the RUNNING runs of one project each
+# holds — the holder as the reaper and prune see it. The runs joined are that project's
+# RUNNING ones only (ix_awooop_run_state_project_status serves them).
+_LIST_FOR_PROJECT = text(
+    """
+SELECT w.worker_id, w.host, w.pid, w.started_at, w.seen_at,
+       CAST(greatest(extract(epoch FROM now() - w.seen_at), 0) AS double precision)
+           AS seen_seconds_ago,
+       w.judged_dead_at, count(r.run_id) AS runs_held
+FROM awooop_worker w
+LEFT JOIN awooop_run_state r
+       ON r.worker_id = w.worker_id AND r.project_id = :project_id AND r.status = 'RUNNING'
+GROUP BY w.worker_id
+ORDER BY w.host, w.started_at, w.worker_id
+"""
+)
+
+
+def list_for_project(conn: Connection, project_id: str) -> list[dict[str, Any]]:
+    """The workers the system knows (a row each, alive or not yet pruned), by host then
+    start, each with how many of ``project_id``'s RUNNING runs it holds."""
+    rows = conn.execute(_LIST_FOR_PROJECT, {"project_id": project_id}).mappings()
+    return [dict(r) for r in rows]

@@ -23,6 +23,7 @@ from awooop.web import (
     openapi,
     runs_api,
     signals_api,
+    workers_api,
     workflows_api,
 )
 from awooop.web.auth import ProjectAuthCache
@@ -83,6 +84,7 @@ def create_app(
     app.register_blueprint(approvals.blueprint)
     app.register_blueprint(runs_api.blueprint)
     app.register_blueprint(workflows_api.blueprint)
+    app.register_blueprint(workers_api.blueprint)
     app.register_blueprint(management_api.blueprint)
     app.register_blueprint(health.blueprint)
     app.register_blueprint(openapi.blueprint)

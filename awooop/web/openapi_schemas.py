@@ -134,6 +134,27 @@ _DECISION: Schema = {
     },
 }
 
+_WORKER_PROPERTIES: dict[str, Schema] = {
+    "worker_id": {"type": "string", "description": "host:pid:boot-nonce, as runs name it."},
+    "host": {"type": "string"},
+    "pid": {"type": "integer"},
+    "started_at": _TIME,
+    "seen_at": {**_TIME, "description": "Its last beat."},
+    "seen_seconds_ago": {
+        "type": "number",
+        "minimum": 0,
+        "description": "Seconds since its last beat, by the database's clock.",
+    },
+    "judged_dead_at": _nullable(
+        {**_TIME, "description": "When the reaper judged it dead and took its runs."}
+    ),
+    "runs_held": {
+        "type": "integer",
+        "minimum": 0,
+        "description": "This project's RUNNING runs it holds.",
+    },
+}
+
 SCHEMAS: dict[str, Schema] = {
     "Error": {
         "type": "object",
@@ -408,6 +429,20 @@ SCHEMAS: dict[str, Schema] = {
                             "cannot run (not registered, or started on another digest).",
                         },
                     },
+                },
+            }
+        },
+    },
+    "Workers": {
+        "type": "object",
+        "required": ["workers"],
+        "properties": {
+            "workers": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": list(_WORKER_PROPERTIES),
+                    "properties": _WORKER_PROPERTIES,
                 },
             }
         },

@@ -449,6 +449,24 @@ def _workflows() -> dict[str, Any]:
     }
 
 
+def _workers() -> dict[str, Any]:
+    return {
+        "get": {
+            "operationId": "list_workers",
+            "tags": ["operations"],
+            "summary": "The worker processes, with the project's runs each holds",
+            "description": "Workers serve every project: every process that has held a "
+            "lease (until pruned) is listed, and `runs_held` counts this project's RUNNING "
+            "runs only. Role viewer or above.",
+            "parameters": [_PROJECT_ID],
+            "responses": {
+                "200": _ok("The workers, by host then start.", _ref("Workers")),
+                **_errors(errors.MalformedRequest, *_READ_ERRORS),
+            },
+        }
+    }
+
+
 def _tool_results() -> dict[str, Any]:
     return {
         "post": {
@@ -631,6 +649,7 @@ def _paths() -> dict[str, Any]:
         paths[f"{run}/{segment}"] = _management(segment, operation)
     paths[f"{project}/interventions"] = _interventions()
     paths[f"{project}/workflows"] = _workflows()
+    paths[f"{project}/workers"] = _workers()
     paths[f"{project}/approvals/{{token}}"] = _approval()
     paths["/healthz"] = _unauthenticated(
         "healthz",
