@@ -1,5 +1,6 @@
 """A typed Python client for AwoooP's HTTP API: start a workflow, read a run, wait for it to
-finish, signal it, cancel it.
+finish, signal it; list runs and a run's history; operate on runs (cancel, pause, resume, the
+retries), decide approvals, list the workers.
 
     client = Client("http://127.0.0.1:8000", token, "ops")
     started = client.start("alert-triage", {"host": "db-1"}, key="ticket-4711")
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -25,6 +26,8 @@ import requests
 from awooop.domain.states import TERMINAL_STATUSES
 
 DEFAULT_TIMEOUT = 10.0
+# The management operations, by the name of their URL segment.
+OPERATIONS = ("pause", "resume", "cancel", "retry-compensation", "retry-resolution")
 
 
 class ApiError(Exception):
@@ -53,7 +56,9 @@ class Started:
 
 @dataclass(frozen=True)
 class Run:
-    """A run as ``GET /v1/projects/{p}/runs/{run_id}`` shows it; ``raw`` has every field."""
+    """A run as ``GET /v1/projects/{p}/runs/{run_id}`` shows it; ``raw`` has every field. In a
+    list (:meth:`Client.list_runs`) ``output`` is None: a list shows no input, output or
+    step journal."""
 
     run_id: str
     status: str
@@ -92,9 +97,98 @@ class Run:
         )
 
 
+@dataclass(frozen=True)
+class RunPage:
+    """A page of runs, newest first; ``next_cursor`` (None on the last page) asks for the
+    next one with the same filters."""
+
+    runs: list[Run]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True)
+class RunFilters:
+    """The runs API's filters (every one optional): statuses and saga statuses (any of),
+    workflow, channel, a created or finished time range (ISO 8601 with an offset; ``_from``
+    inclusive, ``_until`` exclusive), failure code, and ``outbox`` (PENDING or PARKED: runs
+    with unsent messages)."""
+
+    status: tuple[str, ...] = ()
+    saga_status: tuple[str, ...] = ()
+    workflow: str | None = None
+    channel: str | None = None
+    created_from: str | None = None
+    created_until: str | None = None
+    finished_from: str | None = None
+    finished_until: str | None = None
+    failure_code: str | None = None
+    outbox: str | None = None
+
+    def query(self) -> dict[str, str]:
+        """The query parameters: the lists comma-separated, the absent ones left out."""
+        out: dict[str, str] = {}
+        for name, value in vars(self).items():
+            if isinstance(value, tuple):
+                value = ",".join(value) or None
+            if value is not None:
+                out[name] = value
+        return out
+
+
+@dataclass(frozen=True)
+class Operated:
+    """What a management operation did: ``applied`` (it changed the run), ``replayed`` (this
+    ``operation_id`` was seen before: nothing changed now), and the run's state after it."""
+
+    run_id: str
+    operation: str
+    operation_id: str
+    applied: bool
+    replayed: bool
+    status: str
+    saga_status: str
+    control_state: str
+    version: int
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> Operated:
+        fields = (name for name in cls.__dataclass_fields__ if name != "raw")
+        return cls(**{name: body[name] for name in fields}, raw=dict(body))
+
+
+@dataclass(frozen=True)
+class Worker:
+    """A worker process the system knows (it has held a lease): ``seen_at`` its last beat,
+    ``seen_seconds_ago`` by the database's clock, ``judged_dead_at`` when the reaper took its
+    runs, ``runs_held`` the project's RUNNING runs it holds."""
+
+    worker_id: str
+    host: str
+    pid: int
+    started_at: str
+    seen_at: str
+    seen_seconds_ago: float
+    judged_dead_at: str | None
+    runs_held: int
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> Worker:
+        return cls(
+            worker_id=body["worker_id"],
+            host=body["host"],
+            pid=body["pid"],
+            started_at=body["started_at"],
+            seen_at=body["seen_at"],
+            seen_seconds_ago=body["seen_seconds_ago"],
+            judged_dead_at=body.get("judged_dead_at"),
+            runs_held=body["runs_held"],
+        )
+
+
 class Client:
     """One project's API, with an API token of a role that may do what you call (ingest or
-    above to start and signal, viewer to read, operator to cancel)."""
+    above to start and signal, viewer to read, operator to operate on runs)."""
 
     def __init__(
         self,
@@ -171,16 +265,109 @@ class Client:
             headers={"Idempotency-Key": signal_id},
         )
 
+    def list_runs(
+        self,
+        filters: RunFilters | None = None,
+        *,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> RunPage:
+        """One page of the project's runs, newest first (``limit``: 1-200, the API's default
+        50). Pass a page's ``next_cursor`` as ``cursor``, with the same filters, for the
+        next."""
+        query = (filters or RunFilters()).query()
+        answer = self._call("GET", "/runs", params=_paged(query, limit, cursor))
+        runs = [Run.from_json(run) for run in answer["runs"]]
+        return RunPage(runs, answer["next_cursor"])
+
+    def iter_runs(
+        self, filters: RunFilters | None = None, *, limit: int | None = None
+    ) -> Iterator[Run]:
+        """Every run that matches, newest first, page after page (``limit`` a page's size)."""
+        query = (filters or RunFilters()).query()
+        return (Run.from_json(run) for run in self._pages("/runs", "runs", query, limit))
+
+    def events(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's whole audit trail in ``seq`` order (transitions, leases, steps,
+        operations): each ``seq``, ``kind``, ``from_status``, ``to_status``, ``trigger``,
+        ``trigger_id``, ``actor``, ``detail``, ``at``."""
+        return list(self._pages(f"/runs/{_segment(run_id)}/events", "events", {}, None))
+
+    def operate(
+        self,
+        run_id: str,
+        operation: str,
+        reason: str | None = None,
+        *,
+        operation_id: str | None = None,
+        if_version: int | None = None,
+    ) -> Operated:
+        """A management operation (one of :data:`OPERATIONS`; role operator or admin).
+        ``operation_id`` makes it idempotent: pass your own so that a retry of this call is
+        a replay (default: a new one, returned in the answer). ``if_version`` (the run's
+        ``version``) refuses it with 412 ``E-OPERATION-002`` if the run changed since."""
+        answer = self._operation(run_id, operation, reason, operation_id, if_version)
+        return Operated.from_json(answer)
+
+    def _operation(
+        self,
+        run_id: str,
+        operation: str,
+        reason: str | None,
+        operation_id: str | None,
+        if_version: int | None,
+    ) -> dict[str, Any]:
+        path = f"/runs/{_segment(run_id)}/{operation}"
+        if operation not in OPERATIONS:
+            raise ValueError(f"operation must be one of {', '.join(OPERATIONS)}")
+        body: dict[str, Any] = {"operation_id": operation_id or str(uuid.uuid4())}
+        if reason is not None:
+            body["reason"] = reason
+        headers = {"If-Match": f'"{if_version}"'} if if_version is not None else {}
+        return self._call("POST", path, json=body, headers=headers)
+
     def cancel(
         self, run_id: str, reason: str | None = None, *, operation_id: str | None = None
     ) -> dict[str, Any]:
         """Cancel a run (an operator operation): it turns back at the next step boundary.
         Pass your own ``operation_id`` to make a retry of this call a replay (default: a new
-        one per call)."""
-        body: dict[str, Any] = {"operation_id": operation_id or str(uuid.uuid4())}
-        if reason is not None:
-            body["reason"] = reason
-        return self._call("POST", f"/runs/{_segment(run_id)}/cancel", json=body)
+        one per call). Answers the API's JSON; :meth:`operate` reads it."""
+        return self._operation(run_id, "cancel", reason, operation_id, None)
+
+    def decide_approval(
+        self,
+        token: str,
+        decision: str,
+        *,
+        actor: str | None = None,
+        comment: str | None = None,
+        run_id: str | None = None,
+        step: str | None = None,
+    ) -> dict[str, Any]:
+        """Approve or reject (``decision``) the approval the prompt's ``token`` stands for, as
+        ``actor`` (default: the API token's role). With ``run_id`` or ``step`` the API checks
+        the token is bound to them. Answers ``{"status": "approved" | "rejected", "run_id"}``;
+        an expired token raises a 410, a decided one a 409."""
+        body: dict[str, Any] = {"decision": decision}
+        optional = {"actor": actor, "comment": comment, "run_id": run_id, "step": step}
+        body.update({key: value for key, value in optional.items() if value is not None})
+        return self._call("POST", f"/approvals/{_segment(token)}", json=body)
+
+    def workers(self) -> list[Worker]:
+        """The worker processes the system knows, with the project's runs each holds."""
+        return [Worker.from_json(w) for w in self._call("GET", "/workers")["workers"]]
+
+    def _pages(
+        self, path: str, key: str, query: dict[str, str], limit: int | None
+    ) -> Iterator[dict[str, Any]]:
+        """The items under ``key`` of every page of a list, following ``next_cursor``."""
+        cursor = None
+        while True:
+            answer = self._call("GET", path, params=_paged(query, limit, cursor))
+            yield from answer[key]
+            cursor = answer["next_cursor"]
+            if cursor is None:
+                return
 
     def _call(
         self,
@@ -189,12 +376,14 @@ class Client:
         *,
         json: Any = None,
         headers: Mapping[str, str] | None = None,
+        params: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
         url = f"{self.base_url}/v1/projects/{_segment(self.project_id)}{path}"
         response = self._session.request(
             method,
             url,
             json=json,
+            params=params,
             headers={**self._auth, **(headers or {})},
             timeout=self.timeout,
         )
@@ -209,6 +398,15 @@ class Client:
 def _segment(value: str) -> str:
     """``value`` as one path segment (a ``/`` in it cannot reach another resource)."""
     return quote(value, safe="")
+
+
+def _paged(query: dict[str, str], limit: int | None, cursor: str | None) -> dict[str, str]:
+    paged = dict(query)
+    if limit is not None:
+        paged["limit"] = str(limit)
+    if cursor is not None:
+        paged["cursor"] = cursor
+    return paged
 
 
 def _json_or_none(response: requests.Response) -> Any:
