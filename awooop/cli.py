@@ -24,7 +24,7 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy import exc as sa_exc
 
-from awooop import cli_runs, cli_secrets, config, db, secrets
+from awooop import cli_approvals, cli_runs, cli_secrets, cli_workers, config, db, secrets
 from awooop.config import STATE_DIR, ConfigError, Settings
 from awooop.domain import limits as project_limits
 from awooop.domain import retention as project_retention
@@ -692,6 +692,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_runs.add_parser(sub)
     cli_secrets.add_parser(sub)
+    cli_approvals.add_parser(sub)
+    cli_workers.add_parser(sub)
 
     outbox_parser = sub.add_parser("outbox", help="outbound messages: list, retry parked ones")
     outbox_sub = outbox_parser.add_subparsers(

@@ -1,47 +1,79 @@
-"""``awooop runs``: start a workflow and read runs over the HTTP API (:mod:`awooop.client`).
+"""``awooop runs``: start a workflow, list and read runs, and operate on them (cancel, pause,
+resume, the retries) over the HTTP API (:mod:`awooop.client`, :mod:`awooop.cli_api`).
 
-These commands talk to a running web, not to the database: its address comes from
-``--url`` or ``AWOOOP_API_URL`` (default http://127.0.0.1:8000), the API token from
-``--token`` or ``AWOOOP_API_TOKEN``. A readable line for people, ``--json`` for scripts.
-Exit status: 0 done; 1 the API refused (the error code is printed) or could not be
-reached, or a waited-for run did not complete; 2 bad usage.
+A readable line or table for people, ``--json`` for scripts. Exit status: 0 done; 1 the API
+refused (the error code is printed) or could not be reached, or a waited-for run did not
+complete; 2 bad usage.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
-from collections.abc import Callable
+import uuid
 from pathlib import Path
 from typing import Any
 
-import requests
-
-from awooop import client, config
+from awooop import cli_api, client
+from awooop.cli_api import Usage
 from awooop.domain import states
 
-Command = Callable[[argparse.Namespace], int]
-
-
-class _Usage(Exception):
-    """Bad input on the command line."""
+# The management operations a person runs from here (manual-close stays with the console).
+OPERATION_HELP = {
+    "cancel": "cancel a run: it stops at the next step boundary and compensates what it did",
+    "pause": "pause a run: it stops at the next step boundary until resumed",
+    "resume": "resume a paused run",
+    "retry-compensation": "retry the compensation of a run in MANUAL_INTERVENTION (BACKWARD)",
+    "retry-resolution": "retry resolving a run in MANUAL_INTERVENTION (FORWARD)",
+}
+LIST_COLUMNS = ("RUN ID", "STATUS", "SAGA", "WORKFLOW", "STEP", "AGE")
 
 
 def add_parser(sub: Any) -> None:
     """The ``runs`` command and its actions, under the ``awooop`` parser's sub-commands."""
     runs = sub.add_parser(
         "runs",
-        help="start a workflow and read runs over the HTTP API",
-        description="These commands call a running web's HTTP API (not the database): its "
-        f"address from --url or {config.API_URL_VARIABLE} (default {config.DEFAULT_API_URL}), "
-        f"the API token from --token or {config.API_TOKEN_VARIABLE}. Exit status: 0 done; 1 "
-        "the API refused (its error code is printed), could not be reached, or a waited-for "
-        "run did not complete; 2 bad usage.",
+        help="start, list, show and operate on runs over the HTTP API",
+        description=f"{cli_api.CONNECTION} Exit status: 0 done; 1 the API refused (its error "
+        "code is printed), could not be reached, or a waited-for run did not complete; 2 bad "
+        "usage.",
     )
     actions = runs.add_subparsers(dest="runs_command", required=True, metavar="ACTION")
+    _add_start(actions)
+    _add_list(actions)
 
+    get = actions.add_parser(
+        "get",
+        help="show one run on one line",
+        description="Shows one run on one line: status, saga status, workflow and step "
+        "(runs show adds the details and the step journal). Role viewer or above.",
+    )
+    _run_arguments(get)
+    get.set_defaults(func=cli_api.reporting(cmd_get))
+
+    show = actions.add_parser(
+        "show",
+        help="show one run with its step journal (--events: and its history)",
+        description="Shows one run: its state, where it is, its failure or output, and its "
+        "step journal, one line per recorded step attempt. --events adds the run's history "
+        "(GET …/runs/{id}/events: transitions, leases, steps, operations and who did them). "
+        '--json prints the API\'s run, with the history under "events". Role viewer or above.',
+    )
+    _run_arguments(show)
+    show.add_argument("--events", action="store_true", help="add the run's history")
+    show.set_defaults(func=cli_api.reporting(cmd_show))
+
+    for operation, what in OPERATION_HELP.items():
+        _add_operation(actions, operation, what)
+
+
+def _run_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("project_id", metavar="PROJECT")
+    parser.add_argument("run_id", metavar="RUN_ID")
+    cli_api.add_common(parser)
+
+
+def _add_start(actions: Any) -> None:
     start = actions.add_parser(
         "start",
         help="start a workflow the project routes or allows, with an input",
@@ -72,38 +104,107 @@ def add_parser(sub: Any) -> None:
     start.add_argument(
         "--timeout", type=float, default=300.0, help="seconds --wait waits (default: 300)"
     )
-    _common(start)
-    start.set_defaults(func=_reporting(cmd_start))
-
-    get = actions.add_parser("get", help="show one run", description="Shows one run.")
-    get.add_argument("project_id", metavar="PROJECT")
-    get.add_argument("run_id", metavar="RUN_ID")
-    _common(get)
-    get.set_defaults(func=_reporting(cmd_get))
+    cli_api.add_common(start)
+    start.set_defaults(func=cli_api.reporting(cmd_start))
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
+def _add_list(actions: Any) -> None:
+    listing = actions.add_parser(
+        "list",
+        help="list the project's runs, newest first, with the runs API's filters",
+        description="Lists the project's runs, newest first: run id, status, saga status, "
+        "workflow and version, current step, and age (since it was created). The filters "
+        "are the runs API's (GET …/runs); --status and --saga-status take several values, "
+        "comma-separated or repeated. One page at a time (--limit runs, 50 by default): the "
+        "command names the --cursor of the next page on stderr; --all follows the pages to "
+        'the end. --json prints {"runs": [...], "next_cursor": ...}. Role viewer or above. '
+        "Example: awooop runs list ops --status RUNNING,WAITING_APPROVAL --workflow "
+        "alert-triage",
+    )
+    listing.add_argument("project_id", metavar="PROJECT")
+    add_filters(listing)
+    listing.add_argument("--limit", type=int, help="runs per page, 1-200 (default: 50)")
+    pages = listing.add_mutually_exclusive_group()
+    pages.add_argument("--cursor", help="the page after the one that named this cursor")
+    pages.add_argument("--all", action="store_true", help="every matching run, page after page")
+    cli_api.add_common(listing)
+    listing.set_defaults(func=cli_api.reporting(cmd_list))
+
+
+def add_filters(parser: argparse.ArgumentParser) -> None:
+    """The runs API's filters as options (see :class:`awooop.client.RunFilters`)."""
+    several = "; several comma-separated or repeated"
     parser.add_argument(
-        "--url",
-        help=f"the web's address (default: ${config.API_URL_VARIABLE}, else "
-        f"{config.DEFAULT_API_URL})",
+        "--status",
+        action="append",
+        default=[],
+        help=f"run status: {', '.join(states.RUN_STATUSES)}{several}",
     )
     parser.add_argument(
-        "--token",
-        help=f"an API token of the project (default: ${config.API_TOKEN_VARIABLE}; "
-        "prefer the variable: an argument shows in the process list)",
+        "--saga-status",
+        action="append",
+        default=[],
+        help=f"saga status: {', '.join(states.SAGA_STATUSES)}{several}",
     )
-    parser.add_argument("--json", action="store_true", help="print JSON (for scripts)")
+    parser.add_argument("--workflow", help="the workflow's name")
+    parser.add_argument("--channel", help="the channel the run came from (api, telegram, …)")
+    for event in ("created", "finished"):
+        parser.add_argument(
+            f"--{event}-from",
+            metavar="TIME",
+            help=f"{event} at or after TIME (ISO 8601 with an offset, e.g. 2026-11-29T10:00Z)",
+        )
+        parser.add_argument(f"--{event}-until", metavar="TIME", help=f"{event} before TIME")
+    parser.add_argument("--failure-code", help="failed with this code, e.g. E-STEP-001")
+    parser.add_argument(
+        "--outbox",
+        choices=("PENDING", "PARKED"),
+        help="with an outbox message waiting to be sent (PENDING) or given up (PARKED)",
+    )
 
 
-def _client(args: argparse.Namespace) -> client.Client:
-    token = args.token or os.environ.get(config.API_TOKEN_VARIABLE)
-    if not token:
-        raise _Usage(f"give an API token with --token or {config.API_TOKEN_VARIABLE}")
-    url = args.url or os.environ.get(config.API_URL_VARIABLE) or config.DEFAULT_API_URL
-    if not url.startswith(("http://", "https://")):
-        raise _Usage(f"the web's address must be an http:// or https:// URL, not {url!r}")
-    return client.Client(url, token, args.project_id)
+def filters_of(args: argparse.Namespace) -> client.RunFilters:
+    def several(values: list[str]) -> tuple[str, ...]:
+        return tuple(v.strip() for value in values for v in value.split(",") if v.strip())
+
+    return client.RunFilters(
+        status=several(args.status),
+        saga_status=several(args.saga_status),
+        workflow=args.workflow,
+        channel=args.channel,
+        created_from=args.created_from,
+        created_until=args.created_until,
+        finished_from=args.finished_from,
+        finished_until=args.finished_until,
+        failure_code=args.failure_code,
+        outbox=args.outbox,
+    )
+
+
+def _add_operation(actions: Any, operation: str, what: str) -> None:
+    parser = actions.add_parser(
+        operation,
+        help=what,
+        description=f"{what[0].upper()}{what[1:]} (POST …/runs/{{id}}/{operation}). "
+        "--reason goes into the run's history with the API token that acted. The operation "
+        "is idempotent by its --operation-id: without one the command makes one and prints "
+        "it on stderr before it calls, so that a retry after a lost answer can pass it again "
+        "and is answered as a replay, changing nothing. --if-version N acts only if the "
+        "run's version is still N (runs show prints it; E-OPERATION-002 otherwise). A run "
+        "not in a state for the operation is refused with E-OPERATION-001. Role operator or "
+        f"admin. Example: awooop runs {operation} ops RUN_ID --reason 'wrong host'",
+    )
+    _run_arguments(parser)
+    parser.add_argument("--reason", required=True, help="why, for the run's history")
+    parser.add_argument(
+        "--operation-id",
+        metavar="ID",
+        help="the operation's id, 1-128 characters (default: a new one, printed)",
+    )
+    parser.add_argument(
+        "--if-version", type=int, metavar="N", help="act only if the run's version is N"
+    )
+    parser.set_defaults(func=cli_api.reporting(cmd_operate), operation=operation)
 
 
 def parse_input(text: str) -> dict[str, Any]:
@@ -112,21 +213,21 @@ def parse_input(text: str) -> dict[str, Any]:
         try:
             text = Path(text[1:]).read_text()
         except OSError as exc:
-            raise _Usage(f"--input {text}: {exc.strerror}") from None
+            raise Usage(f"--input {text}: {exc.strerror}") from None
     try:
         value = json.loads(text)
     except ValueError as exc:
-        raise _Usage(f"--input is not JSON: {exc}") from None
+        raise Usage(f"--input is not JSON: {exc}") from None
     if not isinstance(value, dict):
-        raise _Usage('--input must be a JSON object, e.g. \'{"host": "db-1"}\'')
+        raise Usage('--input must be a JSON object, e.g. \'{"host": "db-1"}\'')
     return value
 
 
 def cmd_start(args: argparse.Namespace) -> int:
     event = parse_input(args.input)
     if args.version is not None and args.version < 1:
-        raise _Usage("--version must be a positive integer")
-    api = _client(args)
+        raise Usage("--version must be a positive integer")
+    api = cli_api.api_client(args)
     started = api.start(args.workflow, event, key=args.key, version=args.version)
     answer: dict[str, Any] = {
         "run_id": started.run_id,
@@ -145,8 +246,84 @@ def cmd_start(args: argparse.Namespace) -> int:
 
 
 def cmd_get(args: argparse.Namespace) -> int:
-    run = _client(args).get(args.run_id)
+    run = cli_api.api_client(args).get(args.run_id)
     print(json.dumps(run.raw, indent=2) if args.json else describe(run))
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    if args.limit is not None and not 1 <= args.limit <= 200:
+        raise Usage("--limit must be from 1 to 200")
+    api = cli_api.api_client(args)
+    filters = filters_of(args)
+    if args.all:
+        page = client.RunPage(list(api.iter_runs(filters, limit=args.limit)), None)
+    else:
+        page = api.list_runs(filters, limit=args.limit, cursor=args.cursor)
+    if args.json:
+        runs = [run.raw for run in page.runs]
+        print(json.dumps({"runs": runs, "next_cursor": page.next_cursor}, indent=2))
+    else:
+        print(run_table(page.runs) if page.runs else "no runs match")
+    if page.next_cursor is not None:
+        cli_api.note(f"more runs: add --cursor {page.next_cursor} (or --all)")
+    return 0
+
+
+def run_table(runs: list[client.Run]) -> str:
+    """Runs as a table for people (:data:`LIST_COLUMNS`)."""
+    return cli_api.table(
+        LIST_COLUMNS,
+        [
+            (
+                run.run_id,
+                run.status,
+                run.saga_status,
+                f"{run.workflow_name} v{run.workflow_version}",
+                run.current_step or "-",
+                cli_api.age(run.created_at),
+            )
+            for run in runs
+        ],
+    )
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    api = cli_api.api_client(args)
+    run = api.get(args.run_id)
+    events = api.events(args.run_id) if args.events else None
+    if args.json:
+        shown = run.raw if events is None else {**run.raw, "events": events}
+        print(json.dumps(shown, indent=2))
+        return 0
+    print(details(run))
+    if events is not None:
+        print(history(events))
+    return 0
+
+
+def cmd_operate(args: argparse.Namespace) -> int:
+    if args.operation_id is not None and not 0 < len(args.operation_id) <= 128:
+        raise Usage("--operation-id must be 1 to 128 characters")
+    api = cli_api.api_client(args)
+    operation_id = args.operation_id or str(uuid.uuid4())
+    if args.operation_id is None:
+        cli_api.note(f"operation id {operation_id} (to retry: --operation-id {operation_id})")
+    done = api.operate(
+        args.run_id,
+        args.operation,
+        args.reason,
+        operation_id=operation_id,
+        if_version=args.if_version,
+    )
+    if args.json:
+        print(json.dumps(done.raw, indent=2))
+        return 0
+    outcome = "done" if done.applied else "already done by this operation id (replayed)"
+    print(
+        f"{args.operation} {outcome}: run {done.run_id} {done.status} (saga {done.saga_status}, "
+        f"{done.control_state}), version {done.version}"
+    )
     return 0
 
 
@@ -165,25 +342,66 @@ def describe(run: client.Run) -> str:
     return line
 
 
-def _reporting(command: Command) -> Command:
-    """``command`` with its failures as one line on stderr and the exit status for them."""
+def details(run: client.Run) -> str:
+    """:func:`describe`, then the run's facts and its step journal, a line per entry."""
+    raw = run.raw
+    attempts = f"attempt {raw.get('attempt_count')} of {raw.get('max_attempts')}"
+    lines = [
+        describe(run),
+        f"  channel {raw.get('channel_type')}, {raw.get('direction')}, "
+        f"{raw.get('control_state')}, {attempts}, version {run.version}",
+        f"  created {cli_api.when(run.created_at)}, updated {cli_api.when(raw.get('updated_at'))}"
+        f", finished {cli_api.when(run.finished_at)}",
+    ]
+    if raw.get("worker_id"):
+        lines.append(
+            f"  held by {raw['worker_id']} (lease until {cli_api.when(raw.get('lease_until'))})"
+        )
+    journal = raw.get("saga_steps") or []
+    lines.append(f"steps ({len(journal)}):" if journal else "steps: none recorded yet")
+    rows = [
+        (
+            cli_api.when(entry.get("recorded_at")),
+            str(entry.get("phase", "")),
+            str(entry.get("step", "")),
+            str(entry.get("status") or entry.get("decision") or ""),
+            f"attempt {entry['attempt']}" if "attempt" in entry else "",
+            str(entry.get("error") or ""),
+        )
+        for entry in journal
+    ]
+    if rows:
+        lines += _indented(
+            cli_api.table(("AT", "PHASE", "STEP", "OUTCOME", "ATTEMPT", "ERROR"), rows)
+        )
+    return "\n".join(lines)
 
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return command(args)
-        except _Usage as error:
-            return _fail(str(error), 2)
-        except client.ApiError as error:
-            return _fail(f"{error.code or 'error'} (HTTP {error.status}): {error.message}", 1)
-        except TimeoutError as error:
-            return _fail(str(error), 1)
-        except requests.RequestException as error:
-            url = getattr(error.request, "url", None) or "the API"
-            return _fail(f"cannot reach {url} ({type(error).__name__})", 1)
 
-    return run
+def history(events: list[dict[str, Any]]) -> str:
+    """The run's audit trail, a line per event."""
+    if not events:
+        return "events: none"
+    rows = [
+        (
+            str(event["seq"]),
+            cli_api.when(event.get("at")),
+            str(event.get("kind", "")),
+            _move(event.get("from_status"), event.get("to_status")),
+            str(event.get("trigger", "")),
+            str(event.get("actor") or ""),
+            json.dumps(event["detail"]) if event.get("detail") else "",
+        )
+        for event in events
+    ]
+    headers = ("SEQ", "AT", "KIND", "STATUS", "TRIGGER", "ACTOR", "DETAIL")
+    return "\n".join([f"events ({len(events)}):", *_indented(cli_api.table(headers, rows))])
 
 
-def _fail(message: str, status: int) -> int:
-    print(f"awooop: error: {message}", file=sys.stderr)
-    return status
+def _move(before: str | None, after: str | None) -> str:
+    if before and after and before != after:
+        return f"{before} -> {after}"
+    return after or before or ""
+
+
+def _indented(text: str) -> list[str]:
+    return [f"  {line}" for line in text.splitlines()]

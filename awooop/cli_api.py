@@ -1,0 +1,136 @@
+"""What the commands over the HTTP API share (``awooop runs``, ``approvals``, ``workers``):
+the web's address and token, the one-line failures and their exit status, tables and times
+for people.
+
+These commands talk to a running web, not to the database: its address comes from
+``--url`` or ``AWOOOP_API_URL`` (default http://127.0.0.1:8000), the API token from
+``--token`` or ``AWOOOP_API_TOKEN``, so the token's role decides what they may do. Exit
+status: 0 done; 1 the API refused (the error code is printed) or could not be reached; 2 bad
+usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+
+import requests
+
+from awooop import client, config
+
+Command = Callable[[argparse.Namespace], int]
+
+EXIT_STATUS = (
+    "Exit status: 0 done; 1 the API refused (its error code is printed) or could not be "
+    "reached; 2 bad usage."
+)
+CONNECTION = (
+    "These commands call a running web's HTTP API (not the database): its address from "
+    f"--url or {config.API_URL_VARIABLE} (default {config.DEFAULT_API_URL}), the API token "
+    f"from --token or {config.API_TOKEN_VARIABLE}; the token's role decides what they may do."
+)
+
+
+class Usage(Exception):
+    """Bad input on the command line."""
+
+
+def add_common(parser: argparse.ArgumentParser) -> None:
+    """``--url``, ``--token`` and ``--json``."""
+    parser.add_argument(
+        "--url",
+        help=f"the web's address (default: ${config.API_URL_VARIABLE}, else "
+        f"{config.DEFAULT_API_URL})",
+    )
+    parser.add_argument(
+        "--token",
+        help=f"an API token of the project (default: ${config.API_TOKEN_VARIABLE}; "
+        "prefer the variable: an argument shows in the process list)",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON (for scripts)")
+
+
+def api_client(args: argparse.Namespace) -> client.Client:
+    """The client of ``args.project_id`` at the address and with the token given."""
+    token = args.token or os.environ.get(config.API_TOKEN_VARIABLE)
+    if not token:
+        raise Usage(f"give an API token with --token or {config.API_TOKEN_VARIABLE}")
+    url = args.url or os.environ.get(config.API_URL_VARIABLE) or config.DEFAULT_API_URL
+    if not url.startswith(("http://", "https://")):
+        raise Usage(f"the web's address must be an http:// or https:// URL, not {url!r}")
+    return client.Client(url, token, args.project_id)
+
+
+def reporting(command: Command) -> Command:
+    """``command`` with its failures as one line on stderr and the exit status for them."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except Usage as error:
+            return fail(str(error), 2)
+        except client.ApiError as error:
+            return fail(f"{error.code or 'error'} (HTTP {error.status}): {error.message}", 1)
+        except TimeoutError as error:
+            return fail(str(error), 1)
+        except requests.RequestException as error:
+            url = getattr(error.request, "url", None) or "the API"
+            return fail(f"cannot reach {url} ({type(error).__name__})", 1)
+
+    return run
+
+
+def fail(message: str, status: int) -> int:
+    print(f"awooop: error: {message}", file=sys.stderr)
+    return status
+
+
+def note(message: str) -> None:
+    """A line for the person, on stderr: stdout stays the answer (a table, JSON)."""
+    print(message, file=sys.stderr)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Left-aligned columns two spaces apart, the last one not padded."""
+    widths = [max(len(str(row[i])) for row in [headers, *rows]) for i in range(len(headers))]
+    return "\n".join(
+        "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in [headers, *rows]
+    )
+
+
+def now() -> datetime:
+    """The time ages are measured to (a test replaces it)."""
+    return datetime.now(UTC)
+
+
+def age(since: str | None) -> str:
+    """How long ago ``since`` (ISO 8601) was (:func:`duration`); ``-`` when there is none."""
+    if not since:
+        return "-"
+    return duration((now() - datetime.fromisoformat(since)).total_seconds())
+
+
+def duration(seconds: float) -> str:
+    """Seconds in their largest unit, rounded down: ``42s``, ``5m``, ``3h``, ``12d``."""
+    whole = max(0, int(seconds))
+    for unit, size, up_to in (("s", 1, 120), ("m", 60, 7200), ("h", 3600, 172800)):
+        if whole < up_to:
+            return f"{whole // size}{unit}"
+    return f"{whole // 86400}d"
+
+
+def when(value: str | None) -> str:
+    """An ISO 8601 time as ``2026-11-29 10:00:03 UTC``; ``-`` when there is none."""
+    if not value:
+        return "-"
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return value
+    if parsed.tzinfo is not None:
+        parsed = parsed.astimezone(UTC)
+    return parsed.strftime("%Y-%m-%d %H:%M:%S UTC")
