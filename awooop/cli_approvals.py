@@ -14,7 +14,7 @@ import json
 import sys
 from typing import Any
 
-from awooop import cli_api, client
+from awooop import cli_api, cli_runs, client
 from awooop.cli_api import Usage
 from awooop.domain import states
 
@@ -71,15 +71,10 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    api = cli_api.api_client(args)
     filters = client.RunFilters(status=(states.WAITING_APPROVAL,), workflow=args.workflow)
-    if args.all:
-        page = client.RunPage(list(api.iter_runs(filters)), None)
-    else:
-        page = api.list_runs(filters)
+    page = cli_runs.listed(args, filters)
     if args.json:
-        runs = [run.raw for run in page.runs]
-        print(json.dumps({"runs": runs, "next_cursor": page.next_cursor}, indent=2))
+        print(cli_runs.page_json(page))
     elif not page.runs:
         print("no run is waiting for an approval")
     else:

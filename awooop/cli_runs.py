@@ -164,21 +164,13 @@ def add_filters(parser: argparse.ArgumentParser) -> None:
 
 
 def filters_of(args: argparse.Namespace) -> client.RunFilters:
-    def several(values: list[str]) -> tuple[str, ...]:
-        return tuple(v.strip() for value in values for v in value.split(",") if v.strip())
-
-    return client.RunFilters(
-        status=several(args.status),
-        saga_status=several(args.saga_status),
-        workflow=args.workflow,
-        channel=args.channel,
-        created_from=args.created_from,
-        created_until=args.created_until,
-        finished_from=args.finished_from,
-        finished_until=args.finished_until,
-        failure_code=args.failure_code,
-        outbox=args.outbox,
-    )
+    """The filters :func:`add_filters` read; the lists split at commas."""
+    given = {name: getattr(args, name) for name in client.RunFilters.__dataclass_fields__}
+    for name in ("status", "saga_status"):
+        given[name] = tuple(
+            v.strip() for value in given[name] for v in value.split(",") if v.strip()
+        )
+    return client.RunFilters(**given)
 
 
 def _add_operation(actions: Any, operation: str, what: str) -> None:
@@ -254,20 +246,34 @@ def cmd_get(args: argparse.Namespace) -> int:
 def cmd_list(args: argparse.Namespace) -> int:
     if args.limit is not None and not 1 <= args.limit <= 200:
         raise Usage("--limit must be from 1 to 200")
-    api = cli_api.api_client(args)
-    filters = filters_of(args)
-    if args.all:
-        page = client.RunPage(list(api.iter_runs(filters, limit=args.limit)), None)
-    else:
-        page = api.list_runs(filters, limit=args.limit, cursor=args.cursor)
+    page = listed(args, filters_of(args), limit=args.limit, cursor=args.cursor)
     if args.json:
-        runs = [run.raw for run in page.runs]
-        print(json.dumps({"runs": runs, "next_cursor": page.next_cursor}, indent=2))
+        print(page_json(page))
     else:
         print(run_table(page.runs) if page.runs else "no runs match")
     if page.next_cursor is not None:
         cli_api.note(f"more runs: add --cursor {page.next_cursor} (or --all)")
     return 0
+
+
+def listed(
+    args: argparse.Namespace,
+    filters: client.RunFilters,
+    *,
+    limit: int | None = None,
+    cursor: str | None = None,
+) -> client.RunPage:
+    """The page of runs asked for, or with ``--all`` every page as one."""
+    api = cli_api.api_client(args)
+    if args.all:
+        return client.RunPage(list(api.iter_runs(filters, limit=limit)), None)
+    return api.list_runs(filters, limit=limit, cursor=cursor)
+
+
+def page_json(page: client.RunPage) -> str:
+    """A page as the API answers it: every field of each run, and the next cursor."""
+    runs = [run.raw for run in page.runs]
+    return json.dumps({"runs": runs, "next_cursor": page.next_cursor}, indent=2)
 
 
 def run_table(runs: list[client.Run]) -> str:

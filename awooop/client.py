@@ -174,16 +174,7 @@ class Worker:
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> Worker:
-        return cls(
-            worker_id=body["worker_id"],
-            host=body["host"],
-            pid=body["pid"],
-            started_at=body["started_at"],
-            seen_at=body["seen_at"],
-            seen_seconds_ago=body["seen_seconds_ago"],
-            judged_dead_at=body.get("judged_dead_at"),
-            runs_held=body["runs_held"],
-        )
+        return cls(**{name: body[name] for name in cls.__dataclass_fields__})
 
 
 class Client:
