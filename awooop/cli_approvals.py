@@ -59,7 +59,8 @@ def add_parser(sub: Any) -> None:
         "--comment 'checked the disk'",
     )
     decide.add_argument("project_id", metavar="PROJECT")
-    decide.add_argument("token", metavar="TOKEN", help="the token from the prompt, or -")
+    # Not "token": --token is the API token.
+    decide.add_argument("approval_token", metavar="TOKEN", help="the token from the prompt, or -")
     decide.add_argument("decision", choices=("approve", "reject"))
     decide.add_argument("--actor", required=True, metavar="NAME", help="who decides")
     decide.add_argument("--comment", metavar="TEXT", help="why, for the run's history")
@@ -98,7 +99,7 @@ def waiting_table(runs: list[client.Run]) -> str:
 
 
 def cmd_decide(args: argparse.Namespace) -> int:
-    token = args.token
+    token = args.approval_token
     if token == "-":  # noqa: S105 - "read it from stdin", not a password
         token = sys.stdin.readline().strip()
     if not token:

@@ -450,6 +450,7 @@ def test_approvals_decide_posts_the_decision_with_the_actor(wire, capsys):
 
     assert code == 0
     assert sent.sent[0].url == f"{BASE}/v1/projects/ops/approvals/{'T' * 43}"
+    assert sent.sent[0].headers["Authorization"] == "Bearer tok"  # the API token, not TOKEN
     assert sent.body() == {
         "decision": "reject", "actor": "alice", "comment": "not now", "run_id": RUN_ID
     }  # fmt: skip
@@ -466,6 +467,7 @@ def test_approvals_decide_reads_the_token_from_stdin_for_a_dash(wire, capsys, mo
 
     assert code == 0
     assert sent.sent[0].url.endswith(f"/approvals/{'S' * 43}")
+    assert sent.sent[0].headers["Authorization"] == "Bearer tok"
     assert json.loads(out) == {"status": "approved", "run_id": RUN_ID}
 
 
