@@ -1,10 +1,12 @@
 """Approvals with real web, worker, maintenance and beat processes: the prompt sent by the
 notifications queue, expiry by the beat-driven timer sweep, and a waiting run that survives
-reaper passes and a SIGKILLed worker."""
+reaper passes and a SIGKILLed worker; `awooop approvals` listing and deciding one."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -16,7 +18,7 @@ from tests.support import approvals as setup
 from tests.support import db
 from tests.support import requests as req
 from tests.support.fake_provider import FakeProvider
-from tests.support.processes import wait_until
+from tests.support.processes import BIN, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -148,3 +150,45 @@ def test_a_waiting_run_survives_reapers_and_a_killed_worker_then_completes(
         "approve",
         "act",
     ]
+
+
+def test_an_operator_lists_the_waiting_run_and_approves_it_from_the_command_line(
+    stack, engine, project, settings, provider
+):
+    # Given a run waiting for an approval whose prompt carried its token
+    setup.configure(
+        engine, settings, project["project_id"], config={"notify_url": f"{provider.url}/hook"}
+    )
+    _, base = start(stack, provider)
+    run_id = admit(base, project)
+    token = prompt_token(provider, run_id)
+    wait_for(engine, run_id, "WAITING_APPROVAL")
+    env = {**os.environ, "AWOOOP_API_URL": base, "AWOOOP_API_TOKEN": project["api_token"]}
+
+    def awooop(*argv: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(BIN / "awooop"), *argv], input=stdin,
+            env=env, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+
+    # When the operator lists the runs waiting for an approval, then approves with the token
+    listed = awooop("approvals", "list", project["project_id"], "--json")
+    decided = awooop(
+        "approvals", "decide", project["project_id"], "-", "approve", "--actor", "alice",
+        "--comment", "checked", stdin=f"{token}\n",
+    )  # fmt: skip
+    again = awooop("approvals", "decide", project["project_id"], token, "approve", "--actor", "a")
+
+    # Then the run was listed, the decision recorded as alice's, and the token used up
+    assert listed.returncode == 0, listed.stderr
+    assert [r["run_id"] for r in json.loads(listed.stdout)["runs"]] == [str(run_id)]
+    assert decided.returncode == 0, decided.stderr
+    assert decided.stdout == f"approved by alice: run {run_id} moves on\n"
+    assert again.returncode == 1 and "E-APPROVAL-003 (HTTP 409)" in again.stderr
+    assert wait_for(engine, run_id, "COMPLETED")["status"] == "COMPLETED"
+    (approval,) = db.rows(engine, "SELECT status, decided_by, comment FROM awooop_approval")
+    assert (approval["status"], approval["decided_by"], approval["comment"]) == (
+        "APPROVED",
+        "alice",
+        "checked",
+    )

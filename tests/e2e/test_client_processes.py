@@ -1,17 +1,20 @@
-"""The Python client and `awooop runs` against a live web (gunicorn) and a Celery worker."""
+"""The Python client, `awooop runs` and `awooop workers` against a live web (gunicorn) and a
+Celery worker."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import socket
 import subprocess
+from typing import Any
 
 import pytest
 
 from awooop import client
 from awooop.store import projects
-from tests.support.processes import BIN, ROOT
+from tests.support.processes import BIN, ROOT, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -94,3 +97,139 @@ def test_the_python_example_of_the_docs_runs(live, engine, project):
     assert lines[0].endswith(" PENDING new")
     assert lines[1].startswith("COMPLETED noop-3 1 ")
     assert lines[2].startswith("422 E-WORKFLOW-001 ")
+
+
+def awooop_cli(base: str, project: dict, *argv: str) -> subprocess.CompletedProcess[str]:
+    """`awooop ARGV` as an operator runs it: the web's address and the project's operator
+    token in the environment."""
+    env = {**os.environ, "AWOOOP_API_URL": base, "AWOOOP_API_TOKEN": project["api_token"]}
+    return subprocess.run(
+        [str(BIN / "awooop"), *argv],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+def answer(done: subprocess.CompletedProcess[str]) -> Any:
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_an_operator_lists_shows_pauses_resumes_and_cancels_a_run_from_the_command_line(
+    live, engine, project
+):
+    # Given a run waiting for a signal (it did step "a", which it compensates when cancelled)
+    base, api = live
+    pid = project["project_id"]
+    with engine.connect() as conn:
+        projects.set_allowed_workflows(conn, pid, ["test-signal-wait"], [])
+    run_id = api.start("test-signal-wait", key="op-cli-1").run_id
+
+    def waits_for_its_signal() -> bool:
+        run = api.get(run_id)
+        return (run.status, run.current_step) == ("PENDING", "wait")
+
+    wait_until(waits_for_its_signal, 30, "the run waits for its signal")
+
+    # When the operator lists the project's runs, for people and for scripts
+    table = awooop_cli(base, project, "runs", "list", pid, "--workflow", "test-signal-wait")
+    listed = answer(awooop_cli(base, project, "runs", "list", pid, "--status", "PENDING", "--json"))
+
+    # Then the run is in both, at its step
+    assert table.returncode == 0, table.stderr
+    header, row = table.stdout.splitlines()
+    assert header.split() == ["RUN", "ID", "STATUS", "SAGA", "WORKFLOW", "STEP", "AGE"]
+    assert row.split()[:6] == [run_id, "PENDING", "RUNNING", "test-signal-wait", "v1", "wait"]
+    assert [(r["run_id"], r["current_step"]) for r in listed["runs"]] == [(run_id, "wait")]
+
+    # When they show it, with its history
+    shown = awooop_cli(base, project, "runs", "show", pid, run_id, "--events")
+    assert shown.returncode == 0, shown.stderr
+    assert f"run {run_id} PENDING (saga RUNNING) test-signal-wait v1 at step wait" in shown.stdout
+    assert re.search(r"^  \S+ \S+ UTC +forward +a +SUCCEEDED +attempt 1", shown.stdout, re.M)
+    assert "events (" in shown.stdout
+
+    # When they pause it (the command makes the operation id), then retry with that id
+    paused = awooop_cli(base, project, "runs", "pause", pid, run_id, "--reason", "deploying")
+    assert paused.returncode == 0, paused.stderr
+    operation_id = re.fullmatch(r"operation id (\S+) \(to retry: .*\)\n", paused.stderr).group(1)
+    again = awooop_cli(
+        base, project, "runs", "pause", pid, run_id, "--reason", "deploying",
+        "--operation-id", operation_id,
+    )  # fmt: skip
+
+    # Then the first pauses it and the retry is a replay that changes nothing
+    assert "pause done: " in paused.stdout and "PAUSED" in paused.stdout
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith("pause already done by this operation id (replayed)")
+    assert api.get(run_id).raw["control_state"] == "PAUSED"
+
+    # When they resume it at the version they saw, and then at a stale version
+    version = answer(awooop_cli(base, project, "runs", "get", pid, run_id, "--json"))["version"]
+    resumed = answer(
+        awooop_cli(
+            base,
+            project,
+            "runs",
+            "resume",
+            pid,
+            run_id,
+            "--reason",
+            "deployed",
+            "--if-version",
+            str(version),
+            "--json",
+        )  # fmt: skip
+    )
+    stale = awooop_cli(
+        base, project, "runs", "cancel", pid, run_id, "--reason", "x",
+        "--if-version", str(version),
+    )  # fmt: skip
+
+    # Then the resume is applied and the stale cancel refused, changing nothing
+    assert (resumed["applied"], resumed["control_state"]) == (True, "ACTIVE")
+    assert stale.returncode == 1 and "E-OPERATION-002 (HTTP 412)" in stale.stderr
+
+    # When they cancel it
+    cancelled = answer(
+        awooop_cli(base, project, "runs", "cancel", pid, run_id, "--reason", "not needed", "--json")
+    )
+    finished = api.wait(run_id, timeout=30, poll=0.2)
+
+    # Then it compensates and ends CANCELLED, and its history names each operation and reason
+    assert cancelled["applied"] is True
+    assert (finished.status, finished.saga_status) == ("CANCELLED", "COMPENSATED")
+    history = answer(awooop_cli(base, project, "runs", "show", pid, run_id, "--events", "--json"))
+    operations = [
+        (e["detail"]["operation"], e["detail"]["reason"])
+        for e in history["events"]
+        if e["trigger"] == "operator"
+    ]
+    assert operations == [("pause", "deploying"), ("resume", "deployed"), ("cancel", "not needed")]
+
+
+def test_the_workers_command_shows_the_worker_holding_a_run_of_the_project(
+    live, engine, project, tmp_path
+):
+    # Given a run whose step sleeps under the stack's worker
+    base, api = live
+    pid = project["project_id"]
+    log = tmp_path / "slow.log"
+    with engine.connect() as conn:
+        projects.set_allowed_workflows(conn, pid, ["test-slow"], [])
+    run_id = api.start("test-slow", {"log": str(log), "seconds": 6}, key="slow-1").run_id
+    wait_until(lambda: log.exists() and log.read_text().strip(), 30, "the step is running")
+    holder = api.get(run_id).raw["worker_id"]
+
+    # When the operator lists the workers, for scripts and for people
+    found = answer(awooop_cli(base, project, "workers", pid, "--json"))["workers"]
+    table = awooop_cli(base, project, "workers", pid)
+
+    # Then the worker holding the run is there, beating, with the run counted
+    (worker,) = [w for w in found if w["worker_id"] == holder]
+    assert (worker["host"], worker["runs_held"], worker["judged_dead_at"]) == (
+        socket.gethostname()[:64], 1, None,
+    )  # fmt: skip
+    assert worker["seen_seconds_ago"] < 30
+    assert table.returncode == 0, table.stderr
+    assert any(line.split()[0] == holder for line in table.stdout.splitlines()[1:])
+    assert api.wait(run_id, timeout=30, poll=0.2).status == "COMPLETED"

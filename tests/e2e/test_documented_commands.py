@@ -651,13 +651,19 @@ STEPS: dict[str, Step] = {
     "awooop dev run": Step("local", succeeds, help_only=True),
     "awooop outbox retry": Step("local", succeeds, help_only=True),
     "awooop project retention": Step("local", succeeds, help_only=True),
-    # --- docs/client.md (its examples are ```text; the Python one runs in
-    # tests/e2e/test_client_processes.py) ----------------------------------------------------
+    # --- docs/client.md (its examples are ```text; the Python one and the operator's
+    # commands run in tests/e2e/test_client_processes.py) ------------------------------------
     "awooop project routes": Step("local", succeeds, help_only=True),
     "awooop project workflows": Step("local", succeeds, help_only=True),
     "awooop runs": Step("local", succeeds, help_only=True),
     "awooop runs start": Step("local", succeeds, help_only=True),
     "awooop runs get": Step("local", succeeds, help_only=True),
+    "awooop runs list": Step("local", succeeds, help_only=True),
+    "awooop runs show": Step("local", succeeds, help_only=True),
+    "awooop approvals": Step("local", succeeds, help_only=True),
+    "awooop approvals list": Step("local", succeeds, help_only=True),
+    "awooop approvals decide": Step("local", succeeds, help_only=True),
+    "awooop workers": Step("local", succeeds, help_only=True),
     # --- README / operations.md: a project's retention ---------------------------------------
     ".venv/bin/awooop project retention ops 90": Step(
         "checkout", json_with(project_id="ops", run_retention_days=90, effective_days=90)
