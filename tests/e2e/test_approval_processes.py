@@ -5,7 +5,6 @@ reaper passes and a SIGKILLed worker; `awooop approvals` listing and deciding on
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 import uuid
@@ -18,7 +17,7 @@ from tests.support import approvals as setup
 from tests.support import db
 from tests.support import requests as req
 from tests.support.fake_provider import FakeProvider
-from tests.support.processes import BIN, wait_until
+from tests.support.processes import awooop_command, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -163,13 +162,9 @@ def test_an_operator_lists_the_waiting_run_and_approves_it_from_the_command_line
     run_id = admit(base, project)
     token = prompt_token(provider, run_id)
     wait_for(engine, run_id, "WAITING_APPROVAL")
-    env = {**os.environ, "AWOOOP_API_URL": base, "AWOOOP_API_TOKEN": project["api_token"]}
 
     def awooop(*argv: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(BIN / "awooop"), *argv], input=stdin,
-            env=env, capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
+        return awooop_command(base, project["api_token"], *argv, stdin=stdin)
 
     # When the operator lists the runs waiting for an approval, then approves with the token
     listed = awooop("approvals", "list", project["project_id"], "--json")

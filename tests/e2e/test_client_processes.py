@@ -14,7 +14,7 @@ import pytest
 
 from awooop import client
 from awooop.store import projects
-from tests.support.processes import BIN, ROOT, wait_until
+from tests.support.processes import BIN, ROOT, awooop_command, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -100,13 +100,8 @@ def test_the_python_example_of_the_docs_runs(live, engine, project):
 
 
 def awooop_cli(base: str, project: dict, *argv: str) -> subprocess.CompletedProcess[str]:
-    """`awooop ARGV` as an operator runs it: the web's address and the project's operator
-    token in the environment."""
-    env = {**os.environ, "AWOOOP_API_URL": base, "AWOOOP_API_TOKEN": project["api_token"]}
-    return subprocess.run(
-        [str(BIN / "awooop"), *argv],
-        env=env, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    """`awooop ARGV` with the project's operator token."""
+    return awooop_command(base, project["api_token"], *argv)
 
 
 def answer(done: subprocess.CompletedProcess[str]) -> Any:

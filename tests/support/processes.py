@@ -42,6 +42,23 @@ def wait_until(
     return waiting.until(condition, timeout, what, interval)
 
 
+def awooop_command(
+    base: str, api_token: str, *argv: str, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`awooop ARGV` as a user runs it against the web at ``base``, with ``api_token`` in
+    AWOOOP_API_TOKEN."""
+    env = {**os.environ, "AWOOOP_API_URL": base, "AWOOOP_API_TOKEN": api_token}
+    return subprocess.run(
+        [str(BIN / "awooop"), *argv],
+        input=stdin,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 class Process:
     def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path):
         self.name = name
