@@ -37,9 +37,10 @@ def page(*runs: dict, cursor: str | None = None) -> tuple[int, dict]:
 
 
 def operated(operation: str = "pause", **extra) -> dict:
+    """The API's answer to ``operation`` (a URL segment; the answer names the engine's)."""
     return {
         "run_id": RUN_ID,
-        "operation": operation,
+        "operation": operation.replace("-", "_"),
         "operation_id": "op-1",
         "applied": True,
         "replayed": False,
