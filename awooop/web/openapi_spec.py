@@ -430,41 +430,49 @@ def _interventions() -> dict[str, Any]:
     }
 
 
-def _workflows() -> dict[str, Any]:
+def _project_listing(
+    operation_id: str, tag: str, summary: str, description: str, answer: str, schema: str
+) -> dict[str, Any]:
+    """A project's read-only list with no parameters of its own (role viewer or above)."""
     return {
         "get": {
-            "operationId": "list_workflows",
-            "tags": ["runs"],
-            "summary": "Workflow versions and the project's open runs on each",
-            "description": "Every (name, version) this web process has registered or an "
-            "unfinished run of the project uses: its open runs, whether this process has it "
-            "(and with which digest), and whether it is the version new events start. Retire "
-            "a version once its `open_runs` is 0. Role viewer or above.",
+            "operationId": operation_id,
+            "tags": [tag],
+            "summary": summary,
+            "description": f"{description} Role viewer or above.",
             "parameters": [_PROJECT_ID],
             "responses": {
-                "200": _ok("The versions, by name then version.", _ref("WorkflowVersions")),
+                "200": _ok(answer, _ref(schema)),
                 **_errors(errors.MalformedRequest, *_READ_ERRORS),
             },
         }
     }
+
+
+def _workflows() -> dict[str, Any]:
+    return _project_listing(
+        "list_workflows",
+        "runs",
+        "Workflow versions and the project's open runs on each",
+        "Every (name, version) this web process has registered or an unfinished run of the "
+        "project uses: its open runs, whether this process has it (and with which digest), "
+        "and whether it is the version new events start. Retire a version once its "
+        "`open_runs` is 0.",
+        "The versions, by name then version.",
+        "WorkflowVersions",
+    )
 
 
 def _workers() -> dict[str, Any]:
-    return {
-        "get": {
-            "operationId": "list_workers",
-            "tags": ["operations"],
-            "summary": "The worker processes, with the project's runs each holds",
-            "description": "Workers serve every project: every process that has held a "
-            "lease (until pruned) is listed, and `runs_held` counts this project's RUNNING "
-            "runs only. Role viewer or above.",
-            "parameters": [_PROJECT_ID],
-            "responses": {
-                "200": _ok("The workers, by host then start.", _ref("Workers")),
-                **_errors(errors.MalformedRequest, *_READ_ERRORS),
-            },
-        }
-    }
+    return _project_listing(
+        "list_workers",
+        "operations",
+        "The worker processes, with the project's runs each holds",
+        "Workers serve every project: every process that has held a lease (until pruned) is "
+        "listed, and `runs_held` counts this project's RUNNING runs only.",
+        "The workers, by host then start.",
+        "Workers",
+    )
 
 
 def _tool_results() -> dict[str, Any]:
