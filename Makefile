@@ -165,7 +165,7 @@ bench-growth: migrate
 bench-retention: services
 	$(WITH_ENV) $(BIN)/python -m bench.retention
 
-# The peers of DESIGN §8 (Procrastinate, DBOS Transact) beside AwoooP: 2,000 three-step
+# The peers (Procrastinate, DBOS Transact) beside AwoooP: 2,000 three-step
 # workflows each, admitted then drained by one worker process, a scratch database per system
 # on the configured server (created and dropped). The peers come from the `bench` extra,
 # installed here (and again when pyproject.toml or constraints.txt change), never by `install`.

@@ -1,4 +1,4 @@
-"""Celery settings only (DESIGN §6). Values that vary by deployment come from awooop.config.
+"""Celery settings only. Values that vary by deployment come from awooop.config.
 
 Celery imports this module the first time it needs its configuration (``awooop.tasks.app``
 hands it over with the lazy ``config_from_object``), so only the broker URL is required here;

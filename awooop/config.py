@@ -1,6 +1,6 @@
 """Every knob AwoooP has, read once from ``AWOOOP_*`` environment variables.
 
-Nothing else in the package reads the environment. Defaults are the ADR-114 values
+Nothing else in the package reads the environment. Defaults are the production values
 (5-minute lease, 30-second heartbeat, 60-second reaper, 7-day dedupe TTL); tests and
 benchmarks shorten them through the same variables.
 
@@ -71,7 +71,7 @@ class Settings:
     web_threads: int = 4
     # gunicorn access log on stdout (paths only: no query strings, no headers).
     access_log: bool = True
-    # Lease protocol (ADR-114 D2/D3).
+    # Lease protocol: the lease, its renewals, the stale-run reaper (docs/protocol.md).
     lease_ttl_seconds: float = 300.0
     heartbeat_interval_seconds: float = 30.0
     reaper_interval_seconds: float = 60.0
@@ -97,7 +97,7 @@ class Settings:
     orphan_after_seconds: float = 120.0
     orphan_interval_seconds: float = 30.0
     orphan_batch_size: int = 500
-    # Dedupe rows live this long (ADR-114 risk mitigation), pruned in batches.
+    # Dedupe rows live this long (a provider's retries fall well inside it), pruned in batches.
     dedupe_ttl_seconds: float = 7 * 24 * 3600.0
     prune_interval_seconds: float = 300.0
     prune_batch_size: int = 5000
@@ -306,7 +306,7 @@ _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 # The database drivers the package ships (psycopg2); SQLAlchemy reads "postgresql" as it.
 DATABASE_DRIVERS = ("postgresql+psycopg2", "postgresql")
-# Celery's broker transports for Redis and RabbitMQ (DESIGN §10).
+# Celery's broker transports for Redis (plain, TLS, Sentinel) and RabbitMQ.
 BROKER_SCHEMES = ("redis", "rediss", "sentinel", "amqp", "amqps", "pyamqp")
 # What the rate limiter can use (awooop.ratelimit).
 REDIS_SCHEMES = ("redis", "rediss", "unix")

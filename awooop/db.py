@@ -6,7 +6,7 @@ each is atomic on its own, and psycopg2 no longer spends a round trip on ``BEGIN
 another on ``COMMIT``. Work that needs several statements in one transaction must use
 :func:`transaction`; ``engine.begin()`` on this engine does *not* group statements.
 
-**Every connection is bounded** (DESIGN §9.5): the session has ``statement_timeout`` and
+**Every connection is bounded**: the session has ``statement_timeout`` and
 ``lock_timeout`` for its role (web, worker, keeper, sweeps), and TCP keepalives plus
 ``tcp_user_timeout``, so neither a lock queue nor a dead peer stalls a process. The timeouts
 travel in libpq's ``options`` startup parameter; behind a pooler that refuses it (PgBouncer)

@@ -1,4 +1,4 @@
-"""The embedded PostgreSQL and Redis for development and tests (DESIGN §7).
+"""The embedded PostgreSQL and Redis for development and tests (a fresh machine needs neither).
 
 Used only when ``AWOOOP_DATABASE_URL`` / ``AWOOOP_BROKER_URL`` are not configured. The
 binaries come from Python packages — PostgreSQL 16 from ``pgserver`` (driven through its
@@ -296,7 +296,7 @@ def start_postgres(paths: Paths, port: int) -> str:
         _initdb(paths, password, run_as)
         (paths.pgdata / "pg_hba.conf").write_text(PG_HBA)
     # Durable, as a deployment runs it (fsync and synchronous_commit at their defaults, on):
-    # `make bench` measures this server on a fresh machine, and DESIGN §8 wants its figures
+    # `make bench` measures this server on a fresh machine, and its figures must come
     # from a durable database (a commit's flush costs 0.3-0.5 ms on this project's machines).
     options = f"-h 127.0.0.1 -p {port} -k {paths.pgdata} -c max_connections=200"
     subprocess.run(

@@ -4,7 +4,7 @@ A project may keep its finished runs (COMPLETED / FAILED / CANCELLED) longer or 
 the deployment's default, in whole days, stored in ``awooop_project.run_retention_days``
 (NULL: the default). The retention sweep never deletes a run before its dedupe row has
 expired (``AWOOOP_DEDUPE_TTL_SECONDS``), whatever the retention says: a late duplicate of its
-event must still find it (ADR-114 D1).
+event must still find it.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""The two axes of run state (DESIGN §4) and the tables of allowed transitions.
+"""The two axes of run state and the tables of allowed transitions.
 
-``status`` is ADR-114 D4's runtime contract — who holds the run. ``saga_status`` is the
+``status`` is the runtime contract — who holds the run. ``saga_status`` is the
 orchestrator's business state — where the process is. Each axis has one table of the moves
 allowed on it; a finished run (a terminal ``status``) moves on neither. Store modules consult
 :func:`check_transition` for the moves their statements make, and each statement repeats the
 ``from`` state in its WHERE clause, so the database refuses a race too. The test database
-enforces both tables with a trigger on every statement the suite runs (DESIGN §9.1).
+enforces both tables with a trigger on every statement the suite runs.
 """
 
 from __future__ import annotations

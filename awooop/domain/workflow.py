@@ -1,4 +1,4 @@
-"""Declaring workflows: a name, a version, ordered steps with handlers (DESIGN §5).
+"""Declaring workflows: a name, a version, ordered steps with handlers.
 
 ::
 
@@ -140,12 +140,12 @@ class Resolver:
 
 
 APPROVAL_REJECT_POLICIES = ("compensate", "continue")
-DEFAULT_APPROVAL_TTL_SECONDS = 900.0  # ADR-114 D4: the approval token lives 15 minutes
+DEFAULT_APPROVAL_TTL_SECONDS = 900.0  # an approval token lives 15 minutes
 
 
 @dataclass(frozen=True)
 class Approval:
-    """A person must approve before the saga goes on (ADR-114 D4, DESIGN §5).
+    """A person must approve before the saga goes on.
 
     The step's handler builds the prompt: it returns the text to show (a string), or None
     when this run needs no approval (the step then succeeds at once with
@@ -255,7 +255,7 @@ class Wait:
 
 NO_RETRY = RetryPolicy()
 LATE_RESULT_POLICIES = ("accept", "ignore", "compensate")
-# Compensations must not give up easily: their own, larger budget (DESIGN §5).
+# Compensations must not give up easily: their own, larger budget.
 COMPENSATION_RETRY = RetryPolicy(max_retries=4, base_delay=1.0)
 
 

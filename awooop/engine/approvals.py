@@ -1,7 +1,7 @@
 """Approval steps: asking (from the runner, under the lease) and deciding (from the API, a
 Telegram button, a LINE postback, or the expiry timer).
 
-Tokens follow ADR-116: 32 random bytes (base64url, 43 characters), only the SHA-256 hash
+Tokens are 32 random bytes (base64url, 43 characters), only the SHA-256 hash
 stored, bound to project + run + step + action, single use, worthless once the run has left
 WAITING_APPROVAL. The raw token exists in memory here and, encrypted, in the prompt's outbox
 row until the prompt is sent; it is never logged and never a Celery argument.

@@ -1,4 +1,4 @@
-"""A lease holder's writes that survive a database hiccup (DESIGN §9.4).
+"""A lease holder's writes that survive a database hiccup.
 
 Every fenced write is a compare-and-set on the lease, the saga status the holder saw and the
 journal's length, so applying it twice is applying it once. That makes it safe to try again

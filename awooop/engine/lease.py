@@ -1,4 +1,4 @@
-"""Keeping leases alive (ADR-114 D2, DESIGN §9.5): one supervised keeper per process.
+"""Keeping leases alive: one supervised keeper per process.
 
 A worker process holds one lease per run it executes. Each :class:`Lease` is registered with
 the process's :class:`LeaseKeeper`, whose thread renews every lease that is due; starting a

@@ -1,5 +1,4 @@
-"""Steering runs: pause, resume, cancel, retry compensation, retry resolution, manual close
-(DESIGN §5).
+"""Steering runs: pause, resume, cancel, retry compensation, retry resolution, manual close.
 
 The engine API behind the operator surface. Each call is idempotent by ``operation_id``
 (the same id twice is one effect and one audit row), optionally checked against the run's

@@ -1,4 +1,4 @@
-"""Asynchronous tool results (WAITING_TOOL, DESIGN §5): the engine API behind
+"""Asynchronous tool results (WAITING_TOOL): the engine API behind
 ``POST /v1/projects/{project_id}/runs/{run_id}/tool-results``.
 
 A tool step's handler dispatches a call and the run waits, with no worker, for its result.

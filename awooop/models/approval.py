@@ -1,4 +1,4 @@
-"""``awooop_approval``: a person's decision a run waits for (DESIGN §2, ADR-114 D4 / ADR-116).
+"""``awooop_approval``: a person's decision a run waits for.
 
 The raw token is never stored: only its SHA-256 hash. A token is bound to its project, run,
 step and action, decided once (one atomic UPDATE … WHERE status = 'PENDING' AND not expired),

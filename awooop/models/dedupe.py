@@ -1,4 +1,4 @@
-"""ADR-114 D1: one row per admitted channel event, the exactly-once key."""
+"""One row per admitted channel event: the exactly-once key."""
 
 import uuid
 from datetime import datetime
@@ -11,7 +11,8 @@ from awooop.models.base import Base
 
 
 class ChannelEventDedupe(Base):
-    """ADR-114 D1 columns exactly, plus ``request_digest`` and the prune index.
+    """The event key (project, channel, provider event id) and its run, plus
+    ``request_digest`` and the prune index.
 
     Deliberately not partitioned by time: a UNIQUE constraint on a partitioned table must
     include the partition key, which would let a late duplicate through.

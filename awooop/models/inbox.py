@@ -1,4 +1,4 @@
-"""``awooop_inbox``: asynchronous results and callbacks, each accepted once (DESIGN §2)."""
+"""``awooop_inbox``: asynchronous results and callbacks, each accepted once."""
 
 import uuid
 from datetime import datetime

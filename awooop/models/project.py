@@ -1,4 +1,4 @@
-"""Tenants and their credentials (DESIGN §2)."""
+"""Tenants and their credentials."""
 
 import uuid
 from datetime import datetime

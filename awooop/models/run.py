@@ -1,6 +1,6 @@
 """One row per run (``awooop_run_state``) and its append-only history (``awooop_run_event``).
 
-Who moves a run out of each ``status`` (ADR-114 D4):
+Who moves a run out of each ``status``:
 
 - PENDING / RESUMED: a worker's claim (-> RUNNING).
 - RUNNING: the lease holder (-> COMPLETED / FAILED / WAITING_* / PENDING on retry) or the
@@ -44,7 +44,7 @@ class RunState(Base):
         CheckConstraint(_in("saga_status", states.SAGA_STATUSES), name="saga_status_valid"),
         CheckConstraint(_in("control_state", states.CONTROL_STATES), name="control_state_valid"),
         CheckConstraint(_in("direction", states.DIRECTIONS), name="direction_valid"),
-        # Claimable runs, oldest first (DESIGN §4 claim).
+        # Claimable runs, oldest first.
         Index(
             "ix_awooop_run_state_claimable",
             "available_at",
@@ -117,7 +117,7 @@ class RunState(Base):
     current_step: Mapped[str | None] = mapped_column(String(128))
     input: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
     output: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
-    # ADR-114 D2 lease columns.
+    # The lease.
     lease_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     attempt_count: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"))
@@ -139,7 +139,7 @@ class RunState(Base):
     reaped_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     failure_code: Mapped[str | None] = mapped_column(String(64))
     failure_reason: Mapped[str | None] = mapped_column(Text)
-    # The step journal (ADR-119): one entry per recorded step attempt.
+    # The step journal: one entry per recorded step attempt.
     saga_steps: Mapped[list[dict[str, Any]]] = mapped_column(
         JSONB, nullable=False, server_default=text("'[]'::jsonb")
     )

@@ -1,4 +1,4 @@
-"""Durable timers (DESIGN §2): what must happen later, kept in PostgreSQL, never in Celery ETAs.
+"""Durable timers: what must happen later, kept in PostgreSQL, never in Celery ETAs.
 
 Who moves a timer out of PENDING: the due-timer sweep (``awooop.sweeps.fire_due_timers``),
 which claims due timers with SKIP LOCKED and marks each FIRED — or SKIPPED when the run has

@@ -1,4 +1,4 @@
-"""Admitting a channel event: the dedupe row and the run row in one statement (ADR-114 D1)."""
+"""Admitting a channel event: the dedupe row and the run row in one statement."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ JOIN awooop_run_state r ON r.run_id = s.run_id
 
 _ADMIT = PreparedStatement("awooop_admit", _ADMIT_TEMPLATE.format(quota=""))
 
-# The active-run quota (DESIGN §5). The count stops at the quota, so it reads at most
+# The active-run quota. The count stops at the quota, so it reads at most
 # max_active_runs index entries of ix_awooop_run_state_project_status.
 _ACTIVE = sql_list(states.UNFINISHED_STATUSES)
 _WITHIN_QUOTA = f"""

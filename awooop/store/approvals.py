@@ -1,4 +1,4 @@
-"""Statements on ``awooop_approval``: waiting for a person, deciding, expiring (ADR-114 D4).
+"""Statements on ``awooop_approval``: waiting for a person, deciding, expiring.
 
 Entering an approval is one fenced statement: the journal entry, WAITING_APPROVAL with the
 lease released and ``attempt_count`` reset, the approval row (token hash only), the prompt

@@ -1,4 +1,4 @@
-"""The lease (ADR-114 D2, DESIGN §4): claiming a run, renewing and releasing it, and the
+"""The lease: claiming a run, renewing and releasing it, and the
 fence every write of a lease holder carries.
 
 A claim bumps ``lease_epoch``, the fencing token. Renewals carry :data:`LEASE_HELD`
@@ -242,7 +242,7 @@ WHERE {LEASE_HELD}
 
 
 def renew(conn: Connection, c: Claim, lease_ttl: float) -> bool:
-    """Heartbeat (ADR-114 D2). False: the lease was reaped or re-claimed — stop."""
+    """Heartbeat. False: the lease was reaped or re-claimed — stop."""
     return _RENEW.execute(conn, {**lease_params(c), "lease_ttl": lease_ttl}).rowcount == 1
 
 

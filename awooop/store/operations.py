@@ -1,4 +1,4 @@
-"""Operators' management operations on a run, each one statement (DESIGN §5).
+"""Operators' management operations on a run, each one statement.
 
 Every operation is idempotent by its ``operation_id``: the audit row it writes
 (``awooop_run_event``, trigger ``operator``) is unique per run and operation id, and an id

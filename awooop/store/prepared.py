@@ -67,7 +67,7 @@ class PreparedStatement:
 
     ``synchronous_commit=False``: the statement's transaction commits without waiting for its
     WAL to reach the disk (``SET LOCAL synchronous_commit TO OFF``, in the same round trip).
-    Only for writes whose loss in a server crash is covered already (DESIGN §8): losing one is
+    Only for writes whose loss in a server crash is covered already: losing one is
     the same as the worker dying just before it, which at-least-once execution repairs. A
     later synchronous commit on the server flushes it too (the WAL is one sequence).
     """

@@ -41,12 +41,12 @@ JOURNAL_APPEND = (
     " ORDER BY n) FROM jsonb_array_elements(CAST(:entries AS jsonb)) WITH ORDINALITY AS x(e, n))"
 )
 
-# Entering a WAITING_* state (DESIGN §4): the lease is released and the crash budget
+# Entering a WAITING_* state: the lease is released and the crash budget
 # (attempt_count) starts again — the work before the wait succeeded.
 RELEASE_TO_WAIT = "lease_until = NULL, attempt_count = 0, version = version + 1, updated_at = now()"
 
 # A step record is not a transition: the journal entry is its history (no run_event row).
-# It commits without waiting for the WAL flush (DESIGN §8): a record lost in a server crash
+# It commits without waiting for the WAL flush: a record lost in a server crash
 # is a step whose worker died before recording it — the run's lease expires, the reaper hands
 # it on, and the step runs again under the same effect id. Claims, admissions and the
 # statements that end a segment stay synchronous; the first of them flushes this record too.
@@ -243,7 +243,7 @@ SELECT saga_status, failure_code, control_state FROM changed
 )
 
 
-# A person must look: WAITING_APPROVAL / MANUAL_INTERVENTION (DESIGN §4). The lease is
+# A person must look: WAITING_APPROVAL / MANUAL_INTERVENTION. The lease is
 # released; the reaper never touches WAITING_* runs.
 _ESCALATE = text(
     f"""

@@ -1,4 +1,4 @@
-"""Worker liveness (DESIGN §9.5): the statements on ``awooop_worker``.
+"""Worker liveness: the statements on ``awooop_worker``.
 
 A worker process's lease keeper calls :func:`beat` every few seconds; the reaper
 (:mod:`awooop.store.reaper`) reads each row's ``seen_at`` as a token that every beat changes,

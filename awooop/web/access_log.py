@@ -1,8 +1,8 @@
 """gunicorn's access logger: one JSON line per request, with approval tokens taken out of
 request paths.
 
-An approval token travels in the path of ``POST …/approvals/{token}`` (DESIGN §5: a token in
-a URL path must be redacted from access logs). The line carries the method, the path, the
+An approval token travels in the path of ``POST …/approvals/{token}`` (a token in a
+URL path must be redacted from access logs). The line carries the method, the path, the
 status, the size and the time — never the query string or a header — so the path is the one
 place a secret could reach the access log.
 """

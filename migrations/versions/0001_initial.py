@@ -1,4 +1,4 @@
-"""runs, dedupe, projects and credentials (ADR-114)
+"""runs, dedupe, projects and credentials
 
 Revision ID: 0001
 Revises:
