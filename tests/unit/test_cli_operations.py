@@ -13,7 +13,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from awooop import cli, cli_api, client
+from awooop import cli, client
+from awooop.cli import output
 from tests.support.recording import BASE, RUN_ID, api, awooop, commands_over, run_body
 
 OTHER_ID = "0b7f3c1d-2e10-4b0e-9a43-6f1c5b4e2a55"
@@ -24,7 +25,7 @@ NOW = datetime(2026, 11, 29, 10, 5, 0, tzinfo=UTC)  # run_body was created 5 min
 @pytest.fixture
 def wire(monkeypatch):
     """The commands over a recorder (call it with the answers to give), at a fixed now."""
-    monkeypatch.setattr(cli_api, "now", lambda: NOW)
+    monkeypatch.setattr(output, "now", lambda: NOW)
     return functools.partial(commands_over, monkeypatch)
 
 

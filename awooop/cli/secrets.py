@@ -15,6 +15,7 @@ import argparse
 import sys
 from typing import Any
 
+from awooop.cli import _db
 from awooop.engine import rekey
 from awooop.secrets import SecretBox
 
@@ -61,11 +62,9 @@ def cmd_reencrypt(args: argparse.Namespace) -> int:
 
 
 def _pass(batch_size: int, *, write: bool) -> int:
-    from awooop import cli  # the command's settings and engine (cli imports this module)
-
-    settings = cli._settings("database_url", "secret_key")
+    settings = _db.settings("database_url", "secret_key")
     box = SecretBox(settings.secret_keys)
-    engine = cli._engine(settings)
+    engine = _db.engine(settings)
     try:
         found = rekey.run(engine, box, batch_size, write=write)
     finally:

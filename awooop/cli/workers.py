@@ -11,7 +11,7 @@ import argparse
 import json
 from typing import Any
 
-from awooop import cli_api
+from awooop.cli import _api, output
 
 COLUMNS = ("WORKER", "HOST", "PID", "LAST BEAT", "RUNS HELD", "STARTED")
 
@@ -26,15 +26,15 @@ def add_parser(sub: Any) -> None:
         "beat (a live worker beats every few seconds), whether the reaper judged it dead, "
         "and how many of PROJECT's running runs it holds. Workers serve every project, so "
         f"all are listed; only PROJECT's runs are counted. Role viewer or above. "
-        f"{cli_api.CONNECTION} {cli_api.EXIT_STATUS}",
+        f"{_api.CONNECTION} {_api.EXIT_STATUS}",
     )
     workers.add_argument("project_id", metavar="PROJECT")
-    cli_api.add_common(workers)
-    workers.set_defaults(func=cli_api.reporting(cmd_workers))
+    _api.add_common(workers)
+    workers.set_defaults(func=_api.reporting(cmd_workers))
 
 
 def cmd_workers(args: argparse.Namespace) -> int:
-    found = cli_api.api_client(args).workers()
+    found = _api.api_client(args).workers()
     if args.json:
         print(json.dumps({"workers": [vars(worker) for worker in found]}, indent=2))
         return 0
@@ -46,12 +46,12 @@ def cmd_workers(args: argparse.Namespace) -> int:
             worker.worker_id,
             worker.host,
             str(worker.pid),
-            f"{cli_api.duration(worker.seen_seconds_ago)} ago"
+            f"{output.duration(worker.seen_seconds_ago)} ago"
             + (", judged dead" if worker.judged_dead_at else ""),
             str(worker.runs_held),
-            cli_api.when(worker.started_at),
+            output.when(worker.started_at),
         )
         for worker in found
     ]
-    print(cli_api.table(COLUMNS, rows))
+    print(output.table(COLUMNS, rows))
     return 0

@@ -1,5 +1,5 @@
 """``awooop runs``: start a workflow, list and read runs, and operate on them (cancel, pause,
-resume, the retries) over the HTTP API (:mod:`awooop.client`, :mod:`awooop.cli_api`).
+resume, the retries) over the HTTP API (:mod:`awooop.client`, :mod:`awooop.cli._api`).
 
 A readable line or table for people, ``--json`` for scripts. Exit status: 0 done; 1 the API
 refused (the error code is printed) or could not be reached, or a waited-for run did not
@@ -14,8 +14,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from awooop import cli_api, client
-from awooop.cli_api import Usage
+from awooop import client
+from awooop.cli import _api, output
+from awooop.cli._api import Usage
 from awooop.domain import states
 
 # The management operations a person runs from here (manual-close stays with the console).
@@ -34,7 +35,7 @@ def add_parser(sub: Any) -> None:
     runs = sub.add_parser(
         "runs",
         help="start, list, show and operate on runs over the HTTP API",
-        description=f"{cli_api.CONNECTION} Exit status: 0 done; 1 the API refused (its error "
+        description=f"{_api.CONNECTION} Exit status: 0 done; 1 the API refused (its error "
         "code is printed), could not be reached, or a waited-for run did not complete; 2 bad "
         "usage.",
     )
@@ -49,7 +50,7 @@ def add_parser(sub: Any) -> None:
         "(runs show adds the details and the step journal). Role viewer or above.",
     )
     _run_arguments(get)
-    get.set_defaults(func=cli_api.reporting(cmd_get))
+    get.set_defaults(func=_api.reporting(cmd_get))
 
     show = actions.add_parser(
         "show",
@@ -61,7 +62,7 @@ def add_parser(sub: Any) -> None:
     )
     _run_arguments(show)
     show.add_argument("--events", action="store_true", help="add the run's history")
-    show.set_defaults(func=cli_api.reporting(cmd_show))
+    show.set_defaults(func=_api.reporting(cmd_show))
 
     for operation, what in OPERATION_HELP.items():
         _add_operation(actions, operation, what)
@@ -70,7 +71,7 @@ def add_parser(sub: Any) -> None:
 def _run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("project_id", metavar="PROJECT")
     parser.add_argument("run_id", metavar="RUN_ID")
-    cli_api.add_common(parser)
+    _api.add_common(parser)
 
 
 def _add_start(actions: Any) -> None:
@@ -104,8 +105,8 @@ def _add_start(actions: Any) -> None:
     start.add_argument(
         "--timeout", type=float, default=300.0, help="seconds --wait waits (default: 300)"
     )
-    cli_api.add_common(start)
-    start.set_defaults(func=cli_api.reporting(cmd_start))
+    _api.add_common(start)
+    start.set_defaults(func=_api.reporting(cmd_start))
 
 
 def _add_list(actions: Any) -> None:
@@ -127,8 +128,8 @@ def _add_list(actions: Any) -> None:
     pages = listing.add_mutually_exclusive_group()
     pages.add_argument("--cursor", help="the page after the one that named this cursor")
     pages.add_argument("--all", action="store_true", help="every matching run, page after page")
-    cli_api.add_common(listing)
-    listing.set_defaults(func=cli_api.reporting(cmd_list))
+    _api.add_common(listing)
+    listing.set_defaults(func=_api.reporting(cmd_list))
 
 
 def add_filters(parser: argparse.ArgumentParser) -> None:
@@ -196,7 +197,7 @@ def _add_operation(actions: Any, operation: str, what: str) -> None:
     parser.add_argument(
         "--if-version", type=int, metavar="N", help="act only if the run's version is N"
     )
-    parser.set_defaults(func=cli_api.reporting(cmd_operate), operation=operation)
+    parser.set_defaults(func=_api.reporting(cmd_operate), operation=operation)
 
 
 def parse_input(text: str) -> dict[str, Any]:
@@ -219,7 +220,7 @@ def cmd_start(args: argparse.Namespace) -> int:
     event = parse_input(args.input)
     if args.version is not None and args.version < 1:
         raise Usage("--version must be a positive integer")
-    api = cli_api.api_client(args)
+    api = _api.api_client(args)
     started = api.start(args.workflow, event, key=args.key, version=args.version)
     answer: dict[str, Any] = {
         "run_id": started.run_id,
@@ -238,7 +239,7 @@ def cmd_start(args: argparse.Namespace) -> int:
 
 
 def cmd_get(args: argparse.Namespace) -> int:
-    run = cli_api.api_client(args).get(args.run_id)
+    run = _api.api_client(args).get(args.run_id)
     print(json.dumps(run.raw, indent=2) if args.json else describe(run))
     return 0
 
@@ -252,7 +253,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     else:
         print(run_table(page.runs) if page.runs else "no runs match")
     if page.next_cursor is not None:
-        cli_api.note(f"more runs: add --cursor {page.next_cursor} (or --all)")
+        output.note(f"more runs: add --cursor {page.next_cursor} (or --all)")
     return 0
 
 
@@ -264,7 +265,7 @@ def listed(
     cursor: str | None = None,
 ) -> client.RunPage:
     """The page of runs asked for, or with ``--all`` every page as one."""
-    api = cli_api.api_client(args)
+    api = _api.api_client(args)
     if args.all:
         return client.RunPage(list(api.iter_runs(filters, limit=limit)), None)
     return api.list_runs(filters, limit=limit, cursor=cursor)
@@ -278,7 +279,7 @@ def page_json(page: client.RunPage) -> str:
 
 def run_table(runs: list[client.Run]) -> str:
     """Runs as a table for people (:data:`LIST_COLUMNS`)."""
-    return cli_api.table(
+    return output.table(
         LIST_COLUMNS,
         [
             (
@@ -287,7 +288,7 @@ def run_table(runs: list[client.Run]) -> str:
                 run.saga_status,
                 f"{run.workflow_name} v{run.workflow_version}",
                 run.current_step or "-",
-                cli_api.age(run.created_at),
+                output.age(run.created_at),
             )
             for run in runs
         ],
@@ -295,7 +296,7 @@ def run_table(runs: list[client.Run]) -> str:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    api = cli_api.api_client(args)
+    api = _api.api_client(args)
     run = api.get(args.run_id)
     events = api.events(args.run_id) if args.events else None
     if args.json:
@@ -311,10 +312,10 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_operate(args: argparse.Namespace) -> int:
     if args.operation_id is not None and not 0 < len(args.operation_id) <= 128:
         raise Usage("--operation-id must be 1 to 128 characters")
-    api = cli_api.api_client(args)
+    api = _api.api_client(args)
     operation_id = args.operation_id or str(uuid.uuid4())
     if args.operation_id is None:
-        cli_api.note(f"operation id {operation_id} (to retry: --operation-id {operation_id})")
+        output.note(f"operation id {operation_id} (to retry: --operation-id {operation_id})")
     done = api.operate(
         args.run_id,
         args.operation,
@@ -356,18 +357,18 @@ def details(run: client.Run) -> str:
         describe(run),
         f"  channel {raw.get('channel_type')}, {raw.get('direction')}, "
         f"{raw.get('control_state')}, {attempts}, version {run.version}",
-        f"  created {cli_api.when(run.created_at)}, updated {cli_api.when(raw.get('updated_at'))}"
-        f", finished {cli_api.when(run.finished_at)}",
+        f"  created {output.when(run.created_at)}, updated {output.when(raw.get('updated_at'))}"
+        f", finished {output.when(run.finished_at)}",
     ]
     if raw.get("worker_id"):
         lines.append(
-            f"  held by {raw['worker_id']} (lease until {cli_api.when(raw.get('lease_until'))})"
+            f"  held by {raw['worker_id']} (lease until {output.when(raw.get('lease_until'))})"
         )
     journal = raw.get("saga_steps") or []
     lines.append(f"steps ({len(journal)}):" if journal else "steps: none recorded yet")
     rows = [
         (
-            cli_api.when(entry.get("recorded_at")),
+            output.when(entry.get("recorded_at")),
             str(entry.get("phase", "")),
             str(entry.get("step", "")),
             str(entry.get("status") or entry.get("decision") or ""),
@@ -378,7 +379,7 @@ def details(run: client.Run) -> str:
     ]
     if rows:
         lines += _indented(
-            cli_api.table(("AT", "PHASE", "STEP", "OUTCOME", "ATTEMPT", "ERROR"), rows)
+            output.table(("AT", "PHASE", "STEP", "OUTCOME", "ATTEMPT", "ERROR"), rows)
         )
     return "\n".join(lines)
 
@@ -390,7 +391,7 @@ def history(events: list[dict[str, Any]]) -> str:
     rows = [
         (
             str(event["seq"]),
-            cli_api.when(event.get("at")),
+            output.when(event.get("at")),
             str(event.get("kind", "")),
             _move(event.get("from_status"), event.get("to_status")),
             str(event.get("trigger", "")),
@@ -400,7 +401,7 @@ def history(events: list[dict[str, Any]]) -> str:
         for event in events
     ]
     headers = ("SEQ", "AT", "KIND", "STATUS", "TRIGGER", "ACTOR", "DETAIL")
-    return "\n".join([f"events ({len(events)}):", *_indented(cli_api.table(headers, rows))])
+    return "\n".join([f"events ({len(events)}):", *_indented(output.table(headers, rows))])
 
 
 def _move(before: str | None, after: str | None) -> str:

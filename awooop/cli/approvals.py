@@ -14,8 +14,9 @@ import json
 import sys
 from typing import Any
 
-from awooop import cli_api, cli_runs, client
-from awooop.cli_api import Usage
+from awooop import client
+from awooop.cli import _api, output, runs
+from awooop.cli._api import Usage
 from awooop.domain import states
 
 
@@ -24,7 +25,7 @@ def add_parser(sub: Any) -> None:
     approvals = sub.add_parser(
         "approvals",
         help="list the runs waiting for an approval; approve or reject one",
-        description=f"{cli_api.CONNECTION} {cli_api.EXIT_STATUS}",
+        description=f"{_api.CONNECTION} {_api.EXIT_STATUS}",
     )
     actions = approvals.add_subparsers(dest="approvals_command", required=True, metavar="ACTION")
 
@@ -43,8 +44,8 @@ def add_parser(sub: Any) -> None:
     listing.add_argument("project_id", metavar="PROJECT")
     listing.add_argument("--workflow", help="only runs of this workflow")
     listing.add_argument("--all", action="store_true", help="every waiting run, not only 50")
-    cli_api.add_common(listing)
-    listing.set_defaults(func=cli_api.reporting(cmd_list))
+    _api.add_common(listing)
+    listing.set_defaults(func=_api.reporting(cmd_list))
 
     decide = actions.add_parser(
         "decide",
@@ -67,21 +68,21 @@ def add_parser(sub: Any) -> None:
     decide.add_argument(
         "--run-id", help="the run the token must be bound to (refused with a 404 otherwise)"
     )
-    cli_api.add_common(decide)
-    decide.set_defaults(func=cli_api.reporting(cmd_decide))
+    _api.add_common(decide)
+    decide.set_defaults(func=_api.reporting(cmd_decide))
 
 
 def cmd_list(args: argparse.Namespace) -> int:
     filters = client.RunFilters(status=(states.WAITING_APPROVAL,), workflow=args.workflow)
-    page = cli_runs.listed(args, filters)
+    page = runs.listed(args, filters)
     if args.json:
-        print(cli_runs.page_json(page))
+        print(runs.page_json(page))
     elif not page.runs:
         print("no run is waiting for an approval")
     else:
         print(waiting_table(page.runs))
     if page.next_cursor is not None:
-        cli_api.note("more runs wait: add --all")
+        output.note("more runs wait: add --all")
     return 0
 
 
@@ -91,11 +92,11 @@ def waiting_table(runs: list[client.Run]) -> str:
             run.run_id,
             f"{run.workflow_name} v{run.workflow_version}",
             run.current_step or "-",
-            cli_api.age(run.raw.get("updated_at")),
+            output.age(run.raw.get("updated_at")),
         )
         for run in runs
     ]
-    return cli_api.table(("RUN ID", "WORKFLOW", "STEP", "WAITING"), rows)
+    return output.table(("RUN ID", "WORKFLOW", "STEP", "WAITING"), rows)
 
 
 def cmd_decide(args: argparse.Namespace) -> int:
@@ -104,7 +105,7 @@ def cmd_decide(args: argparse.Namespace) -> int:
         token = sys.stdin.readline().strip()
     if not token:
         raise Usage("give the approval's token (from its prompt), or - to read it from stdin")
-    answer = cli_api.api_client(args).decide_approval(
+    answer = _api.api_client(args).decide_approval(
         token, args.decision, actor=args.actor, comment=args.comment, run_id=args.run_id
     )
     if args.json:
