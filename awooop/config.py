@@ -9,7 +9,10 @@ is in range, booleans are booleans, URLs parse (the database URL names a support
 the broker URL a supported transport), and the timings keep their relations (a lease renewed
 at least three times per TTL, the reaper passing within a lease). Every problem is reported
 at once, on one line, naming the variable; a starting process (web, worker, beat) prints it
-and exits with status 2 (:func:`settings_or_exit`), the ``awooop`` command likewise.
+and exits with status 2 (:func:`awooop.bootstrap.settings_or_exit`), the ``awooop`` command
+likewise. What a process checks beyond the values when it starts (its workflow modules import,
+every workflow's lease fits) is in :mod:`awooop.bootstrap`, so reading settings imports no
+workflow.
 
 Secrets never leave this module in clear: ``repr(settings)``, :meth:`Settings.masked` (what
 ``awooop config`` prints and the start-up log line shows) and every error message mask URL
@@ -30,18 +33,16 @@ from __future__ import annotations
 
 import difflib
 import functools
-import logging
 import math
 import os
 import re
 import shlex
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from awooop.domain import timing, workflow
+from awooop.domain import timing
 
 # Where the embedded development services keep their data and the state file
 # (`.awooop/env`) that every process started by `make run` reads.
@@ -645,8 +646,10 @@ def discover(environ: Mapping[str, str] | None = None, cwd: Path | None = None) 
 
 
 def describe(environment: Environment, required: tuple[str, ...] = REQUIRED) -> dict[str, Any]:
-    """Every setting with its value (masked) and source, and what is wrong (``awooop
-    config``): ``{"env_file", "settings": [{"variable", "value", "source"}], "problems"}``."""
+    """Every setting with its value (masked) and source, and what is wrong with the values:
+    ``{"env_file", "settings": [{"variable", "value", "source"}], "problems", "notes"}``
+    (``awooop config`` adds what a starting process checks: :func:`awooop.bootstrap.describe`).
+    """
     env = environment.values
     values, _ = _parse(env)
     defaults = Settings()
@@ -675,9 +678,9 @@ def describe(environment: Environment, required: tuple[str, ...] = REQUIRED) -> 
             }
         )
     try:
-        check_startup(Settings.from_env(env, required))
+        Settings.from_env(env, required)
         problems: list[str] = []
-    except (ConfigError, workflow.LeaseTooShort) as exc:
+    except ConfigError as exc:
         problems = str(exc).split("; ")
     unknown = sorted(
         name
@@ -707,69 +710,6 @@ def describe(environment: Environment, required: tuple[str, ...] = REQUIRED) -> 
 def get_settings() -> Settings:
     """The process-wide settings, read on first use."""
     return Settings.from_env()
-
-
-# The programs that run the Procfile's processes (``python -m celery`` included).
-PROCESS_PROGRAMS = frozenset({"celery", "gunicorn"})
-
-
-def settings_or_exit() -> Settings:
-    """The settings of a starting process (web, worker, beat, Flower), checked with what
-    they name: the workflow modules import, and every workflow's lease fits the renewal
-    interval.
-
-    In a process started by its program (gunicorn, celery), an invalid configuration ends it
-    here, before it does anything: one line on stderr naming the variable, exit status 2, no
-    traceback. Code that merely imports the package (tests, a Python shell) gets the
-    :class:`ConfigError` instead.
-    """
-    try:
-        settings = get_settings()
-        check_startup(settings)
-    except (ConfigError, workflow.LeaseTooShort) as exc:
-        if _program() not in PROCESS_PROGRAMS:
-            raise
-        print(f"awooop: configuration error: {exc}", file=sys.stderr, flush=True)
-        raise SystemExit(2) from None
-    return settings
-
-
-def _program() -> str:
-    """The name of the program this interpreter runs (``celery`` for ``python -m celery``)."""
-    main = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path()
-    return main.parent.name if main.name == "__main__.py" else main.name
-
-
-def check_startup(settings: Settings) -> None:
-    """What a process checks beyond the values: the workflow modules import
-    (:class:`ConfigError`), and every workflow's lease fits three renewal intervals
-    (:class:`~awooop.domain.workflow.LeaseTooShort`)."""
-    from awooop.workflows import registry  # the registry's workflows import this module
-
-    registry.import_modules(settings.workflow_module_list)
-    workflow.check_leases(registry.all_workflows(), settings.heartbeat_interval_seconds)
-
-
-def log_settings(settings: Settings, process: str) -> None:
-    """One start-up line saying which database and broker this process uses (masked), and
-    how it talks to the database: where its statement and lock timeouts come from, and
-    whether hot statements are prepared (both off behind a transaction-pooling PgBouncer)."""
-    logging.getLogger("awooop.config").info(
-        "settings loaded",
-        extra={
-            "action": "settings_loaded",
-            "role": process,
-            "database_url": mask_url(settings.database_url),
-            "broker_url": mask_url(settings.broker_url),
-            "database_timeouts": (
-                "sent as session options"
-                if settings.database_session_options
-                else "not sent: set on the server (ALTER ROLE ... SET, or the pooler's "
-                "connect_query)"
-            ),
-            "prepared_statements": settings.database_prepared_statements,
-        },
-    )
 
 
 def metrics_dir() -> str | None:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from awooop import config, secrets
+from awooop import bootstrap, config, secrets
 from awooop.cli import _db
 from awooop.cli._db import UsageError
 from awooop.cli.projects import create_project
@@ -72,7 +72,7 @@ def cmd_metrics_reset(args: argparse.Namespace) -> int:
 
 def cmd_config(args: argparse.Namespace) -> int:
     environment = _db.read_environment()
-    report = config.describe(environment)
+    report = bootstrap.describe(environment)
     if args.json:
         print(json.dumps(report, indent=2))
     else:

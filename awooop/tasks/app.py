@@ -16,7 +16,7 @@ from celery import Celery
 from celery.loaders.app import AppLoader
 from celery.signals import beat_init, celeryd_init, worker_process_init, worker_ready
 
-from awooop import config, db, logs
+from awooop import bootstrap, config, db, logs
 from awooop.tasks import observability
 
 
@@ -27,7 +27,7 @@ class Loader(AppLoader):
         # Invalid settings, a workflow module that does not exist, or a workflow whose lease is
         # shorter than three renewals: the process stops here, before it connects anywhere,
         # with one line naming the variable (exit status 2).
-        settings = config.settings_or_exit()
+        settings = bootstrap.settings_or_exit()
         logs.configure(settings.log_level)
         logs.quiet_sweep_passes()
 
@@ -44,12 +44,12 @@ observability.install(app)
 
 @celeryd_init.connect
 def _log_worker_settings(**_: object) -> None:
-    config.log_settings(config.get_settings(), "worker")
+    bootstrap.log_settings(config.get_settings(), "worker")
 
 
 @beat_init.connect
 def _log_beat_settings(**_: object) -> None:
-    config.log_settings(config.get_settings(), "beat")
+    bootstrap.log_settings(config.get_settings(), "beat")
 
 
 @worker_process_init.connect

@@ -6,7 +6,7 @@ Command-line options win over these, e.g. ``-b 0.0.0.0:8000`` to listen beyond l
 """
 
 from awooop import logs
-from awooop.config import settings_or_exit
+from awooop.bootstrap import settings_or_exit
 from awooop.web.gunicorn_hooks import child_exit, on_starting  # noqa: F401 - gunicorn hooks
 
 # Read and checked here, in gunicorn's master, before any worker starts: invalid settings stop

@@ -68,7 +68,7 @@ def test_worker_and_beat_refuse_to_start_without_the_database_url(program):
 
     assert (
         result.returncode == 2
-    )  # one line naming the variable, as every process (awooop.config.settings_or_exit)
+    )  # one line naming the variable, as every process (awooop.bootstrap.settings_or_exit)
     assert "awooop: configuration error: AWOOOP_DATABASE_URL and" in result.stderr
     assert "are not set" in result.stderr
     assert "Traceback" not in result.stderr

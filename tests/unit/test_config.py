@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from awooop import config, db, devstack, secrets
+from awooop import bootstrap, config, db, devstack, secrets
 from awooop.config import ConfigError, Settings
 
 CANARY = "s3cret-canary-pw"
@@ -104,8 +104,8 @@ def test_the_engine_carries_whether_its_statements_are_prepared():
 def test_the_start_up_line_says_where_the_timeouts_come_from(caplog):
     caplog.set_level("INFO", logger="awooop.config")
 
-    config.log_settings(Settings.from_env(BASE), "web")
-    config.log_settings(
+    bootstrap.log_settings(Settings.from_env(BASE), "web")
+    bootstrap.log_settings(
         Settings.from_env({**BASE, "AWOOOP_DATABASE_SESSION_OPTIONS": "false"}), "worker"
     )
 
@@ -475,7 +475,7 @@ def test_describe_reports_problems_and_unknown_variables():
 
 
 def test_describe_reports_a_workflow_module_that_does_not_exist():
-    report = config.describe(
+    report = bootstrap.describe(
         config.Environment({**BASE, "AWOOOP_WORKFLOW_MODULES": "awooop_no_such.workflows"})
     )
 
