@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from awooop import errors
+from awooop import bodies, errors
 from awooop import secrets as crypto
 from awooop.channels.base import (
     ChannelSecrets,
@@ -23,14 +23,42 @@ from awooop.channels.base import (
     RawRequest,
     digest,
     json_object,
-    require,
 )
 
 CHANNEL = "api"
 MAX_KEY_LENGTH = 255
 # awooop_run_state.workflow_name is a varchar(128).
 MAX_WORKFLOW_NAME_LENGTH = 128
-START_KEYS = ("workflow", "version", "input")
+START_REQUEST = bodies.Body(
+    description="Start the named workflow: it must be routed for one of the project's "
+    "channels or allowed by name (`awooop project workflows`). The run's "
+    "`input.event` is `input`; `input.meta.workflow` names the workflow.",
+    unknown_keys="unknown keys in a start request: {keys}",
+    fields=(
+        bodies.Field(
+            "workflow",
+            "string",
+            f"workflow must be a name of 1 to {MAX_WORKFLOW_NAME_LENGTH} characters",
+            required=True,
+            min_length=1,
+            max_length=MAX_WORKFLOW_NAME_LENGTH,
+        ),
+        bodies.Field(
+            "version",
+            "integer",
+            "version must be a positive integer (leave it out for the latest)",
+            minimum=1,
+            description="A registered version; the latest when left out.",
+        ),
+        bodies.Field(
+            "input",
+            "object",
+            "input must be a JSON object",
+            default=dict,
+            description="The event the steps read (default {}).",
+        ),
+    ),
+)
 
 
 def bearer_token(request: RawRequest) -> str | None:
@@ -61,20 +89,6 @@ def parse(request: RawRequest) -> list[InboundEvent]:
 
 def _start_request(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """A start request's (input, meta); a 400 naming what is wrong with it."""
-    unknown = sorted(set(body) - set(START_KEYS))
-    require(not unknown, f"unknown keys in a start request: {', '.join(unknown)}")
-    name = body["workflow"]
-    require(
-        isinstance(name, str) and 0 < len(name) <= MAX_WORKFLOW_NAME_LENGTH,
-        f"workflow must be a name of 1 to {MAX_WORKFLOW_NAME_LENGTH} characters",
-    )
-    meta: dict[str, Any] = {"workflow": name}
-    if "version" in body:
-        version = body["version"]
-        # bool is an int in Python, never a version.
-        valid = isinstance(version, int) and not isinstance(version, bool) and version > 0
-        require(valid, "version must be a positive integer (leave it out for the latest)")
-        meta["version"] = version
-    payload = body.get("input", {})
-    require(isinstance(payload, dict), "input must be a JSON object")
-    return payload, meta
+    start = START_REQUEST.parse(body)
+    payload = start.pop("input")
+    return payload, start

@@ -19,7 +19,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from awooop import errors
+from awooop import bodies, errors
 from awooop.channels.base import digest
 from awooop.domain import saga
 from awooop.store import admission, tools
@@ -28,6 +28,41 @@ from awooop.workflows import registry
 log = logging.getLogger("awooop.engine.tools")
 
 RESULT_STATUSES = {"succeeded": saga.SUCCEEDED, "failed": saga.FAILED, "rejected": saga.REJECTED}
+# The body of POST …/tool-results (checked here: the testing kit delivers through here too).
+TOOL_RESULT = bodies.Body(
+    fields=(
+        bodies.Field(
+            "event_id",
+            "string",
+            "event_id must be a string of 1 to 256 characters",
+            required=True,
+            min_length=1,
+            max_length=256,
+            description="Deduplicates the delivery: the same id again is a duplicate.",
+        ),
+        bodies.Field(
+            "step",
+            "string",
+            "step must be the name of the tool step",
+            required=True,
+            min_length=1,
+            max_length=128,
+        ),
+        bodies.Field(
+            "status",
+            "string",
+            f"status must be one of {sorted(RESULT_STATUSES)}",
+            required=True,
+            choices=tuple(RESULT_STATUSES),
+        ),
+        bodies.Field(
+            "output", "any", "", description="The tool's output when it succeeded (any JSON)."
+        ),
+        bodies.Field(
+            "error", "string", "error must be a string", nullable=True, description="Why it failed."
+        ),
+    ),
+)
 
 
 def deliver_result(
@@ -41,15 +76,9 @@ def deliver_result(
     output: Any = None,
     error: Any = None,
 ) -> DeliveryOutcome:
-    """Validate and deliver one result (the arguments may come straight from JSON)."""
-    if not (isinstance(event_id, str) and 0 < len(event_id) <= 256):
-        raise errors.MalformedRequest("event_id must be a string of 1 to 256 characters")
-    if not (isinstance(step, str) and 0 < len(step) <= 128):
-        raise errors.MalformedRequest("step must be the name of the tool step")
-    if not isinstance(status, str) or status not in RESULT_STATUSES:
-        raise errors.MalformedRequest(f"status must be one of {sorted(RESULT_STATUSES)}")
-    if error is not None and not isinstance(error, str):
-        raise errors.MalformedRequest("error must be a string")
+    """Validate and deliver one result (the arguments may come straight from JSON: a
+    :data:`TOOL_RESULT` body)."""
+    TOOL_RESULT.parse({"event_id": event_id, "step": step, "status": status, "error": error})
     result: dict[str, Any] = {"status": RESULT_STATUSES[status]}
     if status == "succeeded":
         result["output"] = output

@@ -14,12 +14,10 @@ when it expired; 409 E-APPROVAL-003 when it was already decided or the run moved
 from __future__ import annotations
 
 import re
-import uuid
-from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
 
-from awooop import errors
+from awooop import bodies, errors
 from awooop.channels import api as api_channel
 from awooop.channels.base import json_object
 from awooop.engine import approvals
@@ -48,13 +46,41 @@ def _caller_role(project_id: str) -> str:
     return credential.role
 
 
-def _optional_text(body: dict[str, Any], key: str, limit: int) -> str | None:
-    value = body.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value.strip() or len(value) > limit:
-        raise errors.MalformedRequest(f"{key} must be a non-empty string of at most {limit}")
-    return value.strip()
+def _text(name: str, limit: int, description: str | None = None) -> bodies.Field:
+    """An optional text of at most ``limit`` characters, not blank, stripped."""
+    return bodies.Field(
+        name,
+        "string",
+        f"{name} must be a non-empty string of at most {limit}",
+        nullable=True,
+        min_length=1,
+        max_length=limit,
+        strip=True,
+        description=description,
+    )
+
+
+DECISION = bodies.Body(
+    fields=(
+        bodies.Field(
+            "decision",
+            "string",
+            'decision must be "approve" or "reject"',
+            required=True,
+            choices=("approve", "reject"),
+        ),
+        _text("actor", 200),
+        _text("comment", 2000),
+        _text("step", 128, "If given, must be the step the token is bound to."),
+        bodies.Field(
+            "run_id",
+            "uuid",
+            "run_id must be a UUID",
+            nullable=True,
+            description="If given, must be the run the token is bound to.",
+        ),
+    ),
+)
 
 
 @blueprint.post("/v1/projects/<project_id>/approvals/<token>")
@@ -62,19 +88,10 @@ def decide(project_id: str, token: str) -> tuple[Response, int]:
     role = _caller_role(project_id)
     if request.mimetype != "application/json":
         raise errors.UnsupportedMediaType()
-    body = json_object(request_body.read())
-    decision = body.get("decision")
-    if decision not in ("approve", "reject"):
-        raise errors.MalformedRequest('decision must be "approve" or "reject"')
-    actor = _optional_text(body, "actor", 200)
-    comment = _optional_text(body, "comment", 2000)
-    step = _optional_text(body, "step", 128)
-    run_id = None
-    if body.get("run_id") is not None:
-        try:
-            run_id = uuid.UUID(str(body["run_id"]))
-        except ValueError:
-            raise errors.MalformedRequest("run_id must be a UUID") from None
+    body = DECISION.parse(json_object(request_body.read()))
+    decision = body["decision"]
+    actor, comment = body.get("actor"), body.get("comment")
+    step, run_id = body.get("step"), body.get("run_id")
     if not _TOKEN.match(token):
         raise errors.NotFound("no such approval in this project")
     caller = approvals.Caller(via="api", actor=actor or f"api-token:{role}", role=role)

@@ -17,7 +17,7 @@ from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
 
-from awooop import errors
+from awooop import bodies, errors
 from awooop.channels.base import json_object
 from awooop.engine import management
 from awooop.store.operations import OperationResult
@@ -37,6 +37,30 @@ OPERATIONS = {
 }
 MAX_OPERATION_ID = 128
 MAX_REASON = 1000
+OPERATION = bodies.Body(
+    fields=(
+        bodies.Field(
+            "operation_id",
+            "string",
+            f"operation_id is required: a string of 1 to {MAX_OPERATION_ID} characters, "
+            "the same for every retry of this request",
+            required=True,
+            min_length=1,
+            max_length=MAX_OPERATION_ID,
+            description="Makes the call idempotent: the same id again changes nothing.",
+            error=errors.InvalidOperation,
+        ),
+        bodies.Field(
+            "reason",
+            "string",
+            f"reason must be a string of at most {MAX_REASON} characters",
+            nullable=True,
+            default=str,
+            max_length=MAX_REASON,
+            description="For the audit row.",
+        ),
+    ),
+)
 
 
 def roles_for(operation: str) -> frozenset[str]:
@@ -46,19 +70,8 @@ def roles_for(operation: str) -> frozenset[str]:
 def _body() -> tuple[str, str]:
     if request.mimetype != "application/json":
         raise errors.UnsupportedMediaType()
-    body = json_object(request_body.read())
-    operation_id = body.get("operation_id")
-    if not isinstance(operation_id, str) or not 0 < len(operation_id) <= MAX_OPERATION_ID:
-        raise errors.InvalidOperation(
-            f"operation_id is required: a string of 1 to {MAX_OPERATION_ID} characters, "
-            "the same for every retry of this request"
-        )
-    reason = body.get("reason", "")
-    if reason is None:
-        reason = ""
-    if not isinstance(reason, str) or len(reason) > MAX_REASON:
-        raise errors.MalformedRequest(f"reason must be a string of at most {MAX_REASON} characters")
-    return operation_id, reason
+    body = OPERATION.parse(json_object(request_body.read()))
+    return body["operation_id"], body["reason"]
 
 
 def _expected_version() -> int | None:

@@ -2,7 +2,9 @@
 (:mod:`awooop.web.openapi_spec`).
 
 What the API's JSON bodies look like, built from the constants the code checks: run and saga
-statuses, channel names, length limits.
+statuses, channel names, length limits. The request bodies the API checks field by field are
+described once, beside the code that reads them (:mod:`awooop.bodies`), and shown here as
+they describe themselves.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from awooop import errors
 from awooop.channels import api as api_channel
 from awooop.channels.base import MAX_EVENT_ID_LENGTH
 from awooop.domain import states
+from awooop.engine import tools
 from awooop.models.project import RUN_CHANNEL_TYPES
-from awooop.web.management_api import MAX_OPERATION_ID, MAX_REASON, OPERATIONS
+from awooop.web import approvals, management_api
+from awooop.web.management_api import OPERATIONS
 
 Schema = dict[str, Any]
 
@@ -93,27 +97,6 @@ _ADMITTED: Schema = {
         },
     },
 }
-_START_WORKFLOW: Schema = {
-    "type": "object",
-    "description": "Start the named workflow: it must be routed for one of the project's "
-    "channels or allowed by name (`awooop project workflows`). The run's "
-    "`input.event` is `input`; `input.meta.workflow` names the workflow.",
-    "required": ["workflow"],
-    "additionalProperties": False,
-    "properties": {
-        "workflow": {
-            "type": "string",
-            "minLength": 1,
-            "maxLength": api_channel.MAX_WORKFLOW_NAME_LENGTH,
-        },
-        "version": {
-            "type": "integer",
-            "minimum": 1,
-            "description": "A registered version; the latest when left out.",
-        },
-        "input": {"type": "object", "description": "The event the steps read (default {})."},
-    },
-}
 _IGNORED: Schema = {
     "type": "object",
     "required": ["status", "reason"],
@@ -171,7 +154,7 @@ SCHEMAS: dict[str, Schema] = {
         },
     },
     "Admitted": _ADMITTED,
-    "StartWorkflow": _START_WORKFLOW,
+    "StartWorkflow": api_channel.START_REQUEST.schema(),
     "Ignored": _IGNORED,
     "Decision": _DECISION,
     "LineAdmitted": {
@@ -220,21 +203,7 @@ SCHEMAS: dict[str, Schema] = {
             "next_cursor": _nullable({"type": "string"}),
         },
     },
-    "Operation": {
-        "type": "object",
-        "required": ["operation_id"],
-        "properties": {
-            "operation_id": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": MAX_OPERATION_ID,
-                "description": "Makes the call idempotent: the same id again changes nothing.",
-            },
-            "reason": _nullable(
-                {"type": "string", "maxLength": MAX_REASON, "description": "For the audit row."}
-            ),
-        },
-    },
+    "Operation": management_api.OPERATION.schema(),
     "OperationResult": {
         "type": "object",
         "required": [
@@ -260,22 +229,7 @@ SCHEMAS: dict[str, Schema] = {
             "version": {"type": "integer", "minimum": 0},
         },
     },
-    "ToolResult": {
-        "type": "object",
-        "required": ["event_id", "step", "status"],
-        "properties": {
-            "event_id": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": 256,
-                "description": "Deduplicates the delivery: the same id again is a duplicate.",
-            },
-            "step": {"type": "string", "minLength": 1, "maxLength": 128},
-            "status": {"type": "string", "enum": ["succeeded", "failed", "rejected"]},
-            "output": {"description": "The tool's output when it succeeded (any JSON)."},
-            "error": _nullable({"type": "string", "description": "Why it failed."}),
-        },
-    },
+    "ToolResult": tools.TOOL_RESULT.schema(),
     "ToolResultAnswer": {
         "type": "object",
         "required": ["status"],
@@ -297,26 +251,7 @@ SCHEMAS: dict[str, Schema] = {
             "code": {"type": "string", "enum": [errors.DUPLICATE_EVENT_CODE]},
         },
     },
-    "ApprovalDecision": {
-        "type": "object",
-        "required": ["decision"],
-        "properties": {
-            "decision": {"type": "string", "enum": ["approve", "reject"]},
-            "actor": {"type": "string", "minLength": 1, "maxLength": 200},
-            "comment": {"type": "string", "minLength": 1, "maxLength": 2000},
-            "run_id": {
-                "type": "string",
-                "format": "uuid",
-                "description": "If given, must be the run the token is bound to.",
-            },
-            "step": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": 128,
-                "description": "If given, must be the step the token is bound to.",
-            },
-        },
-    },
+    "ApprovalDecision": approvals.DECISION.schema(),
     "ApprovalDecided": {
         "type": "object",
         "required": ["status", "run_id"],
