@@ -398,19 +398,14 @@ def cmd_project_revoke(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from alembic import command
-    from alembic.config import Config
+    from awooop import migrate
 
-    settings = _settings("database_url")
-    # The migrations ship inside the package, so an installed wheel migrates without the
-    # repository's alembic.ini (which points at the same directory).
-    alembic_config = Config()
-    alembic_config.set_main_option("script_location", str(MIGRATIONS))
-    alembic_config.attributes["url"] = settings.database_url
-    if args.revision.startswith("-") or args.direction == "down":
-        command.downgrade(alembic_config, args.revision)
-    else:
-        command.upgrade(alembic_config, args.revision)
+    down = args.revision.startswith("-") or args.direction == "down"
+    try:
+        migrate.run(_settings("database_url"), args.revision, down=down)
+    except migrate.MigrateError as error:
+        print(f"awooop: error: {error}", file=sys.stderr)
+        return 1
     return 0
 
 
