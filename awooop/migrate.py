@@ -125,7 +125,8 @@ def _holders(conn: Connection) -> str:
     if not holders:
         return "a session that has just released it"
     return ", ".join(
-        f"pid {h['pid']} from {h['client_addr'] or 'a local socket'} since {h['backend_start']:%Y-%m-%d %H:%M:%S %Z}"
+        f"pid {h['pid']} from {h['client_addr'] or 'a local socket'} "
+        f"since {h['backend_start']:%Y-%m-%d %H:%M:%S %Z}"
         for h in holders
     )
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Connection, text
-from sqlalchemy import exc as sa_exc
 
 # The key of the session-level advisory lock `awooop migrate` holds while it migrates: the
 # ASCII bytes of "awooop" read as one number (0x61776f6f6f70). pg_locks shows it as an

@@ -142,9 +142,7 @@ def test_a_second_migrate_gives_up_after_its_wait_naming_the_holder(db, empty_ur
 def test_a_migration_behind_a_long_transaction_gives_up_after_the_lock_timeout(db, empty_url):
     migrate.run(settings_for(empty_url), "0012")
     said: list[str] = []
-    settings = settings_for(
-        empty_url, migrate_lock_timeout_seconds=0.3, migrate_lock_retries=2
-    )
+    settings = settings_for(empty_url, migrate_lock_timeout_seconds=0.3, migrate_lock_retries=2)
     # A long transaction reading awooop_project: 0013's ALTER TABLE needs it alone.
     with db.connect() as reader:
         reader.execute(text("BEGIN"))

@@ -119,9 +119,8 @@ def index_problems(sql: str) -> list[str]:
 def contracting_statements(sql: str) -> list[str]:
     found = []
     for statement in statements(sql):
-        if _CONTRACTING.search(statement):
-            found.append(statement)
-        elif _ADD_NOT_NULL.search(statement) and " DEFAULT " not in statement.upper():
+        adds_not_null = bool(_ADD_NOT_NULL.search(statement))
+        if _CONTRACTING.search(statement) or (adds_not_null and " DEFAULT " not in statement):
             found.append(statement)
     return found
 
