@@ -11,7 +11,7 @@ from sqlalchemy import Connection, text
 
 # The key of the session-level advisory lock `awooop migrate` holds while it migrates: the
 # ASCII bytes of "awooop" read as one number (0x61776f6f6f70). pg_locks shows it as an
-# advisory lock with classid 0x6177 (24951) and objid 0x6f6f6f70 (1869573999).
+# advisory lock with classid 0x6177 (24951) and objid 0x6f6f6f70 (1869574000).
 MIGRATION_LOCK_KEY = 0x61776F6F6F70
 MIGRATION_LOCK_CLASSID = MIGRATION_LOCK_KEY >> 32
 MIGRATION_LOCK_OBJID = MIGRATION_LOCK_KEY & 0xFFFFFFFF

@@ -31,6 +31,7 @@ import requests as http
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+from awooop import migrate
 from tests.conftest import IN_CI
 from tests.support import requests as channel_requests
 from tests.support.processes import BIN, ROOT, Process, free_port, listening, wait_until
@@ -293,3 +294,49 @@ def test_a_rolling_upgrade_from_the_previous_release_loses_nothing(
         print(
             "\n".join(f"--- {p.name} ---\n{p.log()[-3000:]}" for p in old.processes + new.processes)
         )
+
+
+def test_processes_refuse_to_start_on_a_schema_older_than_their_release(
+    empty_url, broker_url, tmp_path
+):
+    from dataclasses import replace
+
+    from awooop.config import Settings
+
+    migrate.run(replace(Settings(), database_url=empty_url), "0007")  # before awooop_worker
+    env = {
+        **os.environ,
+        "AWOOOP_DATABASE_URL": empty_url,
+        "AWOOOP_BROKER_URL": broker_url,
+        "AWOOOP_PORT": str(free_port()),
+        "PYTHONPATH": str(ROOT),
+    }
+    new = Release("new", ROOT, env, tmp_path)
+    needs = f"needs {migrate.head_revision()}: run this release's `awooop migrate`"
+    try:
+        maintenance = new.start(
+            "maintenance",
+            [
+                str(BIN / "celery"),
+                "-A",
+                "awooop.tasks.app",
+                "--quiet",
+                "worker",
+                "-Q",
+                "maintenance",
+            ],
+        )
+        web = new.start(
+            "web", [str(BIN / "gunicorn"), "-c", "gunicorn.conf.py", "awooop.web.app:create_app()"]
+        )
+        assert maintenance.popen.wait(60) == 2
+        assert web.popen.wait(60) == 2
+        assert (
+            f"awooop: worker: the database schema is at revision 0007 and this release {needs}"
+            in (maintenance.log())
+        )
+        assert f"awooop: web: the database schema is at revision 0007 and this release {needs}" in (
+            web.log()
+        )
+    finally:
+        new.stop()
