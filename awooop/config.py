@@ -182,6 +182,14 @@ class Settings:
     db_lock_timeout_keeper_seconds: float = 2.0
     db_lock_timeout_sweeps_seconds: float = 10.0
     db_keeper_pool_size: int = 2
+    # `awooop migrate` (docs/upgrading.md): each migration's transaction waits at most
+    # lock_timeout for a table lock, so admissions never queue for long behind a migration
+    # that waits for a long transaction; a migration cancelled so is tried again lock_retries
+    # times, a lock timeout apart. A second `awooop migrate` waits up to wait_seconds for the
+    # one running to finish, then gives up (exit status 1).
+    migrate_lock_timeout_seconds: float = 5.0
+    migrate_lock_retries: int = 5
+    migrate_wait_seconds: float = 600.0
     # TCP keepalives on every database connection (libpq keepalives_*), and how long data may
     # stay unacknowledged before the connection is dropped (libpq tcp_user_timeout): a dead
     # peer is noticed in about idle + interval * count seconds.
@@ -300,7 +308,9 @@ CLIENT_VARIABLES = (API_URL_VARIABLE, API_TOKEN_VARIABLE)
 # --- Checking values ----------------------------------------------------------------------
 
 # Numbers must be positive, except these (0 means "never cache" / "do not retry").
-_MAY_BE_ZERO = frozenset({"auth_cache_seconds", "write_retries", "metrics_port"})
+_MAY_BE_ZERO = frozenset(
+    {"auth_cache_seconds", "write_retries", "metrics_port", "migrate_lock_retries"}
+)
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")

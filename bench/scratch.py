@@ -55,7 +55,7 @@ def create_database(admin: Engine, url: str, name: str) -> str:
     db_url = database_url(url, name)
     engine = create_engine(db_url)
     config = Config(str(ROOT / "alembic.ini"))
-    with engine.begin() as conn:
+    with engine.connect() as conn:  # outside a transaction: concurrent index builds
         config.attributes["connection"] = conn
         command.upgrade(config, "head")
     engine.dispose()

@@ -81,11 +81,12 @@ def template_database(server_url: str) -> Iterator[str]:
     url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
     engine = create_engine(url)
     config = Config(str(ROOT / "alembic.ini"))
-    with engine.begin() as conn:
+    with engine.connect() as conn:  # outside a transaction: concurrent index builds
         config.attributes["connection"] = conn
         command.upgrade(config, "head")
         # Every statement the suite runs is checked against the state machine's tables.
         conn.execute(text(transitions.trigger_sql()))
+        conn.commit()
     engine.dispose()
     yield name
     with admin.connect() as conn:

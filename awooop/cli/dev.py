@@ -20,31 +20,18 @@ from awooop.cli.projects import create_project
 from awooop.config import STATE_DIR
 from awooop.workflows import registry
 
-# The Alembic scripts: in an installed wheel the package awooop.migrations, in a checkout
-# (where an editable install maps that package to it) the top-level migrations/ directory.
-_PACKAGED_MIGRATIONS = Path(__file__).resolve().parents[1] / "migrations"
-MIGRATIONS = (
-    _PACKAGED_MIGRATIONS
-    if _PACKAGED_MIGRATIONS.is_dir()
-    else Path(__file__).resolve().parents[2] / "migrations"
-)
 DEMO_PROJECT = "demo"
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from alembic import command
-    from alembic.config import Config
+    from awooop import migrate
 
-    settings = _db.settings("database_url")
-    # The migrations ship inside the package, so an installed wheel migrates without the
-    # repository's alembic.ini (which points at the same directory).
-    alembic_config = Config()
-    alembic_config.set_main_option("script_location", str(MIGRATIONS))
-    alembic_config.attributes["url"] = settings.database_url
-    if args.revision.startswith("-") or args.direction == "down":
-        command.downgrade(alembic_config, args.revision)
-    else:
-        command.upgrade(alembic_config, args.revision)
+    down = args.revision.startswith("-") or args.direction == "down"
+    try:
+        migrate.run(_db.settings("database_url"), args.revision, down=down)
+    except migrate.MigrateError as error:
+        print(f"awooop: error: {error}", file=sys.stderr)
+        return 1
     return 0
 
 

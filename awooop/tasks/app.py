@@ -16,7 +16,7 @@ from celery import Celery
 from celery.loaders.app import AppLoader
 from celery.signals import beat_init, celeryd_init, worker_process_init, worker_ready
 
-from awooop import bootstrap, config, db, logs
+from awooop import bootstrap, config, db, logs, migrate
 from awooop.tasks import observability
 
 
@@ -30,6 +30,10 @@ class Loader(AppLoader):
         settings = bootstrap.settings_or_exit()
         logs.configure(settings.log_level)
         logs.quiet_sweep_passes()
+        # A schema older than this release needs (its `awooop migrate` has not run yet): the
+        # process stops here with one line saying so (exit status 2), rather than fail on
+        # every task that touches what the migration adds.
+        migrate.check_schema_or_exit(settings, "worker")
 
 
 app = Celery(

@@ -56,7 +56,7 @@ def create_template(server_url: str) -> str:
     from alembic import command
     from alembic.config import Config
 
-    from awooop.cli.dev import MIGRATIONS
+    from awooop.migrate import MIGRATIONS
 
     name = f"awooop_testing_tpl_{os.getpid()}"
     drop_database(server_url, name)

@@ -7,11 +7,15 @@ Command-line options win over these, e.g. ``-b 0.0.0.0:8000`` to listen beyond l
 
 from awooop import logs
 from awooop.bootstrap import settings_or_exit
+from awooop.migrate import check_schema_or_exit
 from awooop.web.gunicorn_hooks import child_exit, on_starting  # noqa: F401 - gunicorn hooks
 
 # Read and checked here, in gunicorn's master, before any worker starts: invalid settings stop
 # the web process with one line naming the variable (exit status 2).
 _settings = settings_or_exit()
+# ... and a schema older than this release needs (its `awooop migrate` has not run yet) stops
+# it likewise, before any worker serves a request that would fail on what is missing.
+check_schema_or_exit(_settings, "web")
 
 bind = f"127.0.0.1:{_settings.port}"
 workers = _settings.web_workers

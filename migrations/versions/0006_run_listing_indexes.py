@@ -15,29 +15,39 @@ depends_on = None
 
 
 def upgrade() -> None:
-    # On a large existing table, create these by hand with CREATE INDEX CONCURRENTLY first
-    # (same names); this migration then only records them.
-    op.create_index(
-        "ix_awooop_run_state_project_created",
-        "awooop_run_state",
-        ["project_id", "created_at", "run_id"],
-        unique=False,
-        if_not_exists=True,
-    )
-    op.create_index(
-        "ix_awooop_run_state_intervention",
-        "awooop_run_state",
-        ["project_id", "created_at", "run_id"],
-        unique=False,
-        postgresql_where=sa.text("saga_status = 'MANUAL_INTERVENTION'"),
-        if_not_exists=True,
-    )
+    # Built CONCURRENTLY, outside the migration's transaction: admissions keep writing the
+    # table meanwhile. IF NOT EXISTS: an index built by hand first (same name) is kept.
+    with op.get_context().autocommit_block():
+        op.create_index(
+            "ix_awooop_run_state_project_created",
+            "awooop_run_state",
+            ["project_id", "created_at", "run_id"],
+            unique=False,
+            postgresql_concurrently=True,
+            if_not_exists=True,
+        )
+        op.create_index(
+            "ix_awooop_run_state_intervention",
+            "awooop_run_state",
+            ["project_id", "created_at", "run_id"],
+            unique=False,
+            postgresql_where=sa.text("saga_status = 'MANUAL_INTERVENTION'"),
+            postgresql_concurrently=True,
+            if_not_exists=True,
+        )
 
 
 def downgrade() -> None:
-    op.drop_index(
-        "ix_awooop_run_state_intervention",
-        table_name="awooop_run_state",
-        postgresql_where=sa.text("saga_status = 'MANUAL_INTERVENTION'"),
-    )
-    op.drop_index("ix_awooop_run_state_project_created", table_name="awooop_run_state")
+    with op.get_context().autocommit_block():
+        op.drop_index(
+            "ix_awooop_run_state_intervention",
+            table_name="awooop_run_state",
+            postgresql_concurrently=True,
+            if_exists=True,
+        )
+        op.drop_index(
+            "ix_awooop_run_state_project_created",
+            table_name="awooop_run_state",
+            postgresql_concurrently=True,
+            if_exists=True,
+        )

@@ -18,26 +18,41 @@ depends_on = None
 
 
 def upgrade() -> None:
-    # On a large existing table, create these by hand with CREATE INDEX CONCURRENTLY first
-    # (same names); this migration then only records them.
-    op.create_index(
-        "ix_awooop_run_state_project_finished",
-        "awooop_run_state",
-        ["project_id", "finished_at"],
-        unique=False,
-        postgresql_where=sa.text("finished_at IS NOT NULL"),
-        if_not_exists=True,
-    )
-    op.create_index(
-        "ix_awooop_outbox_project_unsent",
-        "awooop_outbox",
-        ["project_id", "status", "created_at"],
-        unique=False,
-        postgresql_where=sa.text("status IN ('PENDING', 'PARKED')"),
-        if_not_exists=True,
-    )
+    # Built CONCURRENTLY, outside the migration's transaction: admissions and outbox sends
+    # keep writing the tables meanwhile. IF NOT EXISTS: an index built by hand first (same
+    # name) is kept.
+    with op.get_context().autocommit_block():
+        op.create_index(
+            "ix_awooop_run_state_project_finished",
+            "awooop_run_state",
+            ["project_id", "finished_at"],
+            unique=False,
+            postgresql_where=sa.text("finished_at IS NOT NULL"),
+            postgresql_concurrently=True,
+            if_not_exists=True,
+        )
+        op.create_index(
+            "ix_awooop_outbox_project_unsent",
+            "awooop_outbox",
+            ["project_id", "status", "created_at"],
+            unique=False,
+            postgresql_where=sa.text("status IN ('PENDING', 'PARKED')"),
+            postgresql_concurrently=True,
+            if_not_exists=True,
+        )
 
 
 def downgrade() -> None:
-    op.drop_index("ix_awooop_outbox_project_unsent", table_name="awooop_outbox")
-    op.drop_index("ix_awooop_run_state_project_finished", table_name="awooop_run_state")
+    with op.get_context().autocommit_block():
+        op.drop_index(
+            "ix_awooop_outbox_project_unsent",
+            table_name="awooop_outbox",
+            postgresql_concurrently=True,
+            if_exists=True,
+        )
+        op.drop_index(
+            "ix_awooop_run_state_project_finished",
+            table_name="awooop_run_state",
+            postgresql_concurrently=True,
+            if_exists=True,
+        )

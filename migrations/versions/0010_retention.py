@@ -32,39 +32,53 @@ def upgrade() -> None:
         "awooop_project",
         "run_retention_days BETWEEN 1 AND 3650",
     )
-    # On large existing tables, create these by hand with CREATE INDEX CONCURRENTLY first
-    # (same names); this migration then only records them.
-    op.create_index(
-        "ix_awooop_run_state_unfinished",
-        "awooop_run_state",
-        ["status"],
-        unique=False,
-        postgresql_where=sa.text(_UNFINISHED),
-        if_not_exists=True,
-    )
-    op.create_index("ix_awooop_timer_run", "awooop_timer", ["run_id"], if_not_exists=True)
-    op.create_index("ix_awooop_inbox_run", "awooop_inbox", ["run_id"], if_not_exists=True)
-    op.create_index(
-        "ix_awooop_outbox_done",
-        "awooop_outbox",
-        ["status", "created_at"],
-        unique=False,
-        postgresql_where=sa.text(_DONE),
-        if_not_exists=True,
-    )
+    # Built CONCURRENTLY, outside the migration's transaction (which commits the column
+    # first): admissions, timers and sends keep writing the tables meanwhile. IF NOT EXISTS:
+    # an index built by hand first (same name) is kept.
+    with op.get_context().autocommit_block():
+        op.create_index(
+            "ix_awooop_run_state_unfinished",
+            "awooop_run_state",
+            ["status"],
+            unique=False,
+            postgresql_where=sa.text(_UNFINISHED),
+            postgresql_concurrently=True,
+            if_not_exists=True,
+        )
+        op.create_index(
+            "ix_awooop_timer_run",
+            "awooop_timer",
+            ["run_id"],
+            postgresql_concurrently=True,
+            if_not_exists=True,
+        )
+        op.create_index(
+            "ix_awooop_inbox_run",
+            "awooop_inbox",
+            ["run_id"],
+            postgresql_concurrently=True,
+            if_not_exists=True,
+        )
+        op.create_index(
+            "ix_awooop_outbox_done",
+            "awooop_outbox",
+            ["status", "created_at"],
+            unique=False,
+            postgresql_where=sa.text(_DONE),
+            postgresql_concurrently=True,
+            if_not_exists=True,
+        )
 
 
 def downgrade() -> None:
-    op.drop_index(
-        "ix_awooop_outbox_done", table_name="awooop_outbox", postgresql_where=sa.text(_DONE)
-    )
-    op.drop_index("ix_awooop_inbox_run", table_name="awooop_inbox")
-    op.drop_index("ix_awooop_timer_run", table_name="awooop_timer")
-    op.drop_index(
-        "ix_awooop_run_state_unfinished",
-        table_name="awooop_run_state",
-        postgresql_where=sa.text(_UNFINISHED),
-    )
+    with op.get_context().autocommit_block():
+        for name, table in (
+            ("ix_awooop_outbox_done", "awooop_outbox"),
+            ("ix_awooop_inbox_run", "awooop_inbox"),
+            ("ix_awooop_timer_run", "awooop_timer"),
+            ("ix_awooop_run_state_unfinished", "awooop_run_state"),
+        ):
+            op.drop_index(name, table_name=table, postgresql_concurrently=True, if_exists=True)
     op.drop_constraint(
         op.f("ck_awooop_project_run_retention_days_valid"), "awooop_project", type_="check"
     )

@@ -4,8 +4,9 @@
   routed ones (and the scheduled ones that run in the project). A constant default: added
   without rewriting the table.
 - ``awooop_run_state.correlation_key``: nullable, no default (no rewrite), with a partial
-  index over open runs (none has a key yet, so the index is small; on a large table create
-  it by hand with CREATE INDEX CONCURRENTLY first, same name: this migration then skips it).
+  index over open runs (none has a key yet, so the index is small), built CONCURRENTLY
+  outside the migration's transaction, so admissions keep writing the table meanwhile (an
+  index of the same name built by hand first is kept).
 - ``awooop_signal``: signals kept for the steps that wait for them.
 
 Processes of the previous release ignore all three.
@@ -68,20 +69,26 @@ def upgrade() -> None:
     op.create_index(
         "ix_awooop_signal_run_name_seq", "awooop_signal", ["run_id", "name", "seq"], unique=False
     )
-    op.create_index(
-        "ix_awooop_run_state_correlation",
-        "awooop_run_state",
-        ["project_id", "workflow_name", "correlation_key"],
-        unique=False,
-        postgresql_where=sa.text(_OPEN),
-        if_not_exists=True,
-    )
+    with op.get_context().autocommit_block():
+        op.create_index(
+            "ix_awooop_run_state_correlation",
+            "awooop_run_state",
+            ["project_id", "workflow_name", "correlation_key"],
+            unique=False,
+            postgresql_where=sa.text(_OPEN),
+            postgresql_concurrently=True,
+            if_not_exists=True,
+        )
 
 
 def downgrade() -> None:
-    op.drop_index(
-        "ix_awooop_run_state_correlation", table_name="awooop_run_state", if_exists=True
-    )
+    with op.get_context().autocommit_block():
+        op.drop_index(
+            "ix_awooop_run_state_correlation",
+            table_name="awooop_run_state",
+            postgresql_concurrently=True,
+            if_exists=True,
+        )
     op.drop_index("ix_awooop_signal_run_name_seq", table_name="awooop_signal")
     op.drop_table("awooop_signal")
     op.drop_column("awooop_run_state", "correlation_key")

@@ -278,10 +278,11 @@ class Services:
         admin.dispose()
         engine = create_engine(self.postgres.url(name))
         config = Config(str(ROOT / "alembic.ini"))
-        with engine.begin() as conn:
+        with engine.connect() as conn:  # outside a transaction: concurrent index builds
             config.attributes["connection"] = conn
             command.upgrade(config, "head")
             conn.execute(text(transitions.trigger_sql()))
+            conn.commit()
         engine.dispose()
 
     def stop(self) -> None:

@@ -35,7 +35,7 @@ def empty_engine(server_url: str) -> Iterator[Engine]:
 
 def migrate(engine: Engine, direction: str, revision: str) -> None:
     config = Config(str(ROOT / "alembic.ini"))
-    with engine.begin() as conn:
+    with engine.connect() as conn:  # outside a transaction: concurrent index builds
         config.attributes["connection"] = conn
         getattr(command, direction)(config, revision)
 

@@ -60,13 +60,15 @@ def awooop_command(
 
 
 class Process:
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path):
+    def __init__(
+        self, name: str, argv: list[str], env: dict[str, str], log_dir: Path, cwd: Path = ROOT
+    ):
         self.name = name
         self.log_path = log_dir / f"{name}.log"
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.popen = subprocess.Popen(
             argv,
-            cwd=ROOT,
+            cwd=cwd,
             env=env,
             stdout=self._log,
             stderr=subprocess.STDOUT,
