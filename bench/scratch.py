@@ -55,7 +55,9 @@ def create_database(admin: Engine, url: str, name: str) -> str:
     db_url = database_url(url, name)
     engine = create_engine(db_url)
     config = Config(str(ROOT / "alembic.ini"))
-    with engine.begin() as conn:
+    # No transaction open: Alembic opens its own (and steps out of it for CREATE INDEX
+    # CONCURRENTLY).
+    with engine.connect() as conn:
         config.attributes["connection"] = conn
         command.upgrade(config, "head")
     engine.dispose()

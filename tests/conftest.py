@@ -81,11 +81,14 @@ def template_database(server_url: str) -> Iterator[str]:
     url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
     engine = create_engine(url)
     config = Config(str(ROOT / "alembic.ini"))
-    with engine.begin() as conn:
+    # A connection with no transaction open: Alembic runs the migrations in its own and can
+    # step out of it for CREATE INDEX CONCURRENTLY.
+    with engine.connect() as conn:
         config.attributes["connection"] = conn
         command.upgrade(config, "head")
         # Every statement the suite runs is checked against the state machine's tables.
         conn.execute(text(transitions.trigger_sql()))
+        conn.commit()
     engine.dispose()
     yield name
     with admin.connect() as conn:

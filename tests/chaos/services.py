@@ -278,10 +278,13 @@ class Services:
         admin.dispose()
         engine = create_engine(self.postgres.url(name))
         config = Config(str(ROOT / "alembic.ini"))
-        with engine.begin() as conn:
+        # A connection with no transaction open: Alembic runs each migration in its own and
+        # can step out of it for CREATE INDEX CONCURRENTLY.
+        with engine.connect() as conn:
             config.attributes["connection"] = conn
             command.upgrade(config, "head")
             conn.execute(text(transitions.trigger_sql()))
+            conn.commit()
         engine.dispose()
 
     def stop(self) -> None:

@@ -35,7 +35,9 @@ def empty_engine(server_url: str) -> Iterator[Engine]:
 
 def migrate(engine: Engine, direction: str, revision: str) -> None:
     config = Config(str(ROOT / "alembic.ini"))
-    with engine.begin() as conn:
+    # No transaction open: Alembic opens its own (and steps out of it for CREATE INDEX
+    # CONCURRENTLY).
+    with engine.connect() as conn:
         config.attributes["connection"] = conn
         getattr(command, direction)(config, revision)
 
