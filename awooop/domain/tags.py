@@ -39,18 +39,13 @@ def key_problem(key: Any) -> str | None:
 
 
 def value_problem(key: str, value: Any) -> str | None:
-    """Why ``value`` cannot be the value of tag ``key``, or None."""
-    if (
-        not isinstance(value, str)
-        or len(value) > MAX_VALUE_LENGTH
-        or not value.isprintable()
-        or "\x00" in value
-    ):
-        return f"tag {key}: the value must be a string of at most {MAX_VALUE_LENGTH} printable characters"
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return f"tag {key}: the value holds a lone surrogate"
+    """Why ``value`` cannot be the value of tag ``key``, or None. Printable excludes what
+    PostgreSQL cannot store (U+0000, a lone surrogate) and line breaks."""
+    if not isinstance(value, str) or len(value) > MAX_VALUE_LENGTH or not value.isprintable():
+        return (
+            f"tag {key}: the value must be a string of at most {MAX_VALUE_LENGTH} "
+            "printable characters"
+        )
     return None
 
 

@@ -26,9 +26,7 @@ _ACTIVE = sql_list(states.UNFINISHED_STATUSES)
 # The first key of the rerun-request advisory lock (the second is the hash of project and key).
 RERUN_LOCK_NAMESPACE = 0x415753  # "AWS"
 
-_LOCK = text(
-    "SELECT pg_advisory_xact_lock(:namespace, hashtext(:project_id || '/' || :key))"
-)
+_LOCK = text("SELECT pg_advisory_xact_lock(:namespace, hashtext(:project_id || '/' || :key))")
 
 
 def lock(conn: Connection, project_id: str, key: str) -> None:
@@ -72,9 +70,7 @@ def by_key(conn: Connection, project_id: str, key: str) -> list[Rerun]:
     """The runs the rerun request ``key`` made in the project, in the order they become
     claimable (none: no such request)."""
     rows = conn.execute(_BY_KEY, {"project_id": project_id, "key": key})
-    return [
-        Rerun(r.run_id, r.rerun_of, r.status, r.available_at, r.request_digest) for r in rows
-    ]
+    return [Rerun(r.run_id, r.rerun_of, r.status, r.available_at, r.request_digest) for r in rows]
 
 
 @dataclass(frozen=True)

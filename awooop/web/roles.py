@@ -2,9 +2,9 @@
 
 Roles of API tokens: ``viewer`` < ``operator`` < ``admin`` for the runs API, and ``ingest``,
 which only admits events. Each kind of request names the set of roles it allows here
-(``READ``, ``OPERATE``, ``RERUN`` …). A missing or unknown token is a 401 ``E-AUTH-001`` (alike for an
-unknown project, so projects cannot be enumerated); a valid token of this project whose
-role is not enough is a 403 ``E-AUTH-002``.
+(``READ``, ``OPERATE``, ``RERUN`` …). A missing or unknown token is a 401 ``E-AUTH-001``
+(alike for an unknown project, so projects cannot be enumerated); a valid token of this
+project whose role is not enough is a 403 ``E-AUTH-002``.
 """
 
 from __future__ import annotations

@@ -170,14 +170,12 @@ def test_the_find_filters_are_served_by_their_indexes(engine, project, settings)
     )
     db.execute(engine, "ANALYZE awooop_run_state")
     listing = queries._LIST_RUNS.text.replace(":limit", "50")
-    base = {
-        name: None
-        for name in (
-            "statuses saga_statuses workflow channel created_from created_until finished_from "
-            "finished_until failure_code after_created_at after_run_id provider_event_id "
-            "idempotency_key tags"
-        ).split()
-    }
+    filters = (
+        "statuses saga_statuses workflow channel created_from created_until finished_from "
+        "finished_until failure_code after_created_at after_run_id provider_event_id "
+        "idempotency_key tags"
+    )
+    base: dict[str, object] = dict.fromkeys(filters.split())
     base["project_id"] = project["project_id"]
     by_event = _plan(engine, listing, **{**base, "provider_event_id": "e77"})
     assert "ix_awooop_run_state_provider_event" in by_event

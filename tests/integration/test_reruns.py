@@ -235,9 +235,7 @@ def test_a_bulk_rerun_makes_the_runs_claimable_at_most_rate_per_second(
 ):
     originals = [finished_run(engine, settings, project, "test-fail") for _ in range(6)]
 
-    answer = bulk(
-        client, project, roles["admin"], filters={"status": ["FAILED"]}, rate=2, limit=10
-    )
+    answer = bulk(client, project, roles["admin"], filters={"status": ["FAILED"]}, rate=2, limit=10)
 
     assert answer.status_code == 202, answer.json
     assert answer.json["count"] == 6
