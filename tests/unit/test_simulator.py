@@ -416,9 +416,7 @@ def test_the_simulator_records_the_tags_steps_set_a_later_value_replacing_an_ear
 
 
 def test_a_bad_tag_fails_its_step_at_once_without_retries() -> None:
-    tagging = Workflow(
-        "sim-bad-tag", 1, [Step("a", _tag_badly, retry=RetryPolicy(max_retries=3))]
-    )
+    tagging = Workflow("sim-bad-tag", 1, [Step("a", _tag_badly, retry=RetryPolicy(max_retries=3))])
     sim = Simulator(tagging)
 
     assert sim.run() == "FAILED"
