@@ -1,6 +1,6 @@
 """A typed Python client for AwoooP's HTTP API: start a workflow, read a run, wait for it to
-finish, signal it; list runs and a run's history; operate on runs (cancel, pause, resume, the
-retries), decide approvals, list the workers.
+finish, signal it; list and find runs and read a run's history; operate on runs (cancel,
+pause, resume, the retries), rerun finished runs, decide approvals, list the workers.
 
     client = Client("http://127.0.0.1:8000", token, "ops")
     started = client.start("alert-triage", {"host": "db-1"}, key="ticket-4711")
@@ -110,8 +110,9 @@ class RunPage:
 class RunFilters:
     """The runs API's filters (every one optional): statuses and saga statuses (any of),
     workflow, channel, a created or finished time range (ISO 8601 with an offset; ``_from``
-    inclusive, ``_until`` exclusive), failure code, and ``outbox`` (PENDING or PARKED: runs
-    with unsent messages)."""
+    inclusive, ``_until`` exclusive), failure code, ``outbox`` (PENDING or PARKED: runs
+    with unsent messages), the event id or idempotency key a run was started with, and
+    tags (``("service:db-1", ...)``, all of them)."""
 
     status: tuple[str, ...] = ()
     saga_status: tuple[str, ...] = ()
@@ -123,16 +124,33 @@ class RunFilters:
     finished_until: str | None = None
     failure_code: str | None = None
     outbox: str | None = None
+    provider_event_id: str | None = None
+    idempotency_key: str | None = None
+    # ``KEY:VALUE`` each; a run must have all of them.
+    tag: tuple[str, ...] = ()
 
-    def query(self) -> dict[str, str]:
-        """The query parameters: the lists comma-separated, the absent ones left out."""
-        out: dict[str, str] = {}
+    def query(self) -> dict[str, str | list[str]]:
+        """The query parameters: the statuses comma-separated, the tags repeated, the
+        absent ones left out."""
+        out: dict[str, str | list[str]] = {}
         for name, value in vars(self).items():
+            if name == "tag":
+                if value:
+                    out[name] = list(value)
+                continue
             if isinstance(value, tuple):
                 value = ",".join(value) or None
             if value is not None:
                 out[name] = value
         return out
+
+    def body(self) -> dict[str, str | list[str]]:
+        """The filters as a bulk rerun's body names them: lists as lists."""
+        return {
+            name: list(value) if isinstance(value, tuple) else value
+            for name, value in vars(self).items()
+            if value not in (None, ())
+        }
 
 
 @dataclass(frozen=True)
@@ -155,6 +173,56 @@ class Operated:
     def from_json(cls, body: Mapping[str, Any]) -> Operated:
         fields = (name for name in cls.__dataclass_fields__ if name != "raw")
         return cls(**{name: body[name] for name in fields}, raw=dict(body))
+
+
+@dataclass(frozen=True)
+class Rerun:
+    """A run a rerun request made: ``rerun_of`` the run it reran, ``available_at`` when it
+    becomes claimable; ``created`` False when the key had made it before (a duplicate)."""
+
+    run_id: str
+    rerun_of: str
+    status: str
+    available_at: str
+    created: bool
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any], created: bool) -> Rerun:
+        fields = ("run_id", "rerun_of", "status", "available_at")
+        return cls(**{name: body[name] for name in fields}, created=created)
+
+
+@dataclass(frozen=True)
+class BulkRerun:
+    """What a bulk rerun did (or, ``dry_run``, would do): ``count`` runs matched (at most the
+    limit; ``more`` when more match — pass ``next_cursor`` as ``cursor`` for the next ones),
+    ``run_ids`` the matched runs (a dry run), ``runs`` the new runs, ``created`` False for a
+    duplicate request."""
+
+    dry_run: bool
+    count: int
+    more: bool
+    next_cursor: str | None
+    rate: float
+    run_ids: list[str]
+    runs: list[Rerun]
+    created: bool
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> BulkRerun:
+        created = "code" not in body
+        return cls(
+            dry_run=body["dry_run"],
+            count=body["count"],
+            more=body["more"],
+            next_cursor=body["next_cursor"],
+            rate=body["rate"],
+            run_ids=list(body.get("run_ids", [])),
+            runs=[Rerun.from_json(r, created) for r in body.get("runs", [])],
+            created=created,
+            raw=dict(body),
+        )
 
 
 @dataclass(frozen=True)
@@ -325,6 +393,40 @@ class Client:
         one per call). Answers the API's JSON; :meth:`operate` reads it."""
         return self._operation(run_id, "cancel", reason, operation_id, None)
 
+    def rerun(self, run_id: str, *, key: str, reason: str | None = None) -> Rerun:
+        """Start a finished run again: a new run with its input (role operator or admin).
+        ``key`` makes it idempotent: the same key again returns the run it made
+        (``created`` False); an unfinished run raises a 409 ``E-RERUN-001``."""
+        body = {"reason": reason} if reason is not None else {}
+        answer = self._call(
+            "POST", f"/runs/{_segment(run_id)}/rerun", json=body, headers={"Idempotency-Key": key}
+        )
+        return Rerun.from_json(answer, created="code" not in answer)
+
+    def rerun_matching(
+        self,
+        filters: RunFilters | None = None,
+        *,
+        key: str | None = None,
+        dry_run: bool = False,
+        limit: int | None = None,
+        rate: float | None = None,
+        cursor: str | None = None,
+        reason: str | None = None,
+    ) -> BulkRerun:
+        """Rerun every finished run ``filters`` match (role admin): at most ``limit`` (the
+        API's default 100, at most 1000), newest first, the new runs becoming claimable at
+        most ``rate`` per second (the deployment's default and maximum apply). ``dry_run``
+        only counts them (no ``key`` needed); otherwise ``key`` makes the request
+        idempotent."""
+        body: dict[str, Any] = {"filters": (filters or RunFilters()).body(), "dry_run": dry_run}
+        optional = {"limit": limit, "rate": rate, "cursor": cursor, "reason": reason}
+        body.update({name: value for name, value in optional.items() if value is not None})
+        if not dry_run and key is None:
+            raise ValueError("a bulk rerun needs a key (the same for every retry of it)")
+        headers = {"Idempotency-Key": key} if key is not None else {}
+        return BulkRerun.from_json(self._call("POST", "/runs/rerun", json=body, headers=headers))
+
     def decide_approval(
         self,
         token: str,
@@ -349,7 +451,7 @@ class Client:
         return [Worker.from_json(w) for w in self._call("GET", "/workers")["workers"]]
 
     def _pages(
-        self, path: str, key: str, query: dict[str, str], limit: int | None
+        self, path: str, key: str, query: Mapping[str, str | list[str]], limit: int | None
     ) -> Iterator[dict[str, Any]]:
         """The items under ``key`` of every page of a list, following ``next_cursor``."""
         cursor = None
@@ -367,7 +469,7 @@ class Client:
         *,
         json: Any = None,
         headers: Mapping[str, str] | None = None,
-        params: Mapping[str, str] | None = None,
+        params: Mapping[str, str | list[str]] | None = None,
     ) -> dict[str, Any]:
         url = f"{self.base_url}/v1/projects/{_segment(self.project_id)}{path}"
         response = self._session.request(
@@ -391,7 +493,9 @@ def _segment(value: str) -> str:
     return quote(value, safe="")
 
 
-def _paged(query: dict[str, str], limit: int | None, cursor: str | None) -> dict[str, str]:
+def _paged(
+    query: Mapping[str, str | list[str]], limit: int | None, cursor: str | None
+) -> dict[str, str | list[str]]:
     paged = dict(query)
     if limit is not None:
         paged["limit"] = str(limit)

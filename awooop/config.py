@@ -143,6 +143,11 @@ class Settings:
     # handed back every minute, and fails (E-RUN-003) once it has been handed back for this
     # long without a worker that has the definition claiming it.
     workflow_unavailable_fail_after_seconds: float = 900.0
+    # Bulk reruns (POST …/runs/rerun): the new runs become claimable at most this many per
+    # second — the default, and the most a request may ask for — so a rerun of a thousand
+    # runs never floods the workers.
+    rerun_rate_per_second: float = 5.0
+    rerun_max_rate_per_second: float = 50.0
     # The due-timer sweep (retry wake-ups; step, tool and approval timeouts).
     timer_interval_seconds: float = 2.0
     timer_batch_size: int = 500
@@ -484,6 +489,12 @@ def _relation_problems(settings: Settings) -> list[str]:
         problems.append(
             f"AWOOOP_SCHEDULE_MAX_LATENESS_SECONDS={lateness:g} must be at least twice "
             f"AWOOOP_SCHEDULE_INTERVAL_SECONDS={interval:g}: a tick must survive one late pass"
+        )
+    rate, most_rate = settings.rerun_rate_per_second, settings.rerun_max_rate_per_second
+    if rate > most_rate:
+        problems.append(
+            f"AWOOOP_RERUN_RATE_PER_SECOND={rate:g} must be at most "
+            f"AWOOOP_RERUN_MAX_RATE_PER_SECOND={most_rate:g}"
         )
     for prefix in ("write_retry", "outbox"):
         base_name, max_name = (

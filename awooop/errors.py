@@ -159,6 +159,13 @@ class OperationIdReused(AwoooPError):
     http_status = 422
 
 
+class RerunRefused(AwoooPError):
+    """Only a finished run (COMPLETED, FAILED or CANCELLED) can be rerun."""
+
+    code = "E-RERUN-001"
+    http_status = 409
+
+
 class FormRefused(AwoooPError):
     """This form has expired or did not come from this console; reload the page and try again."""
 

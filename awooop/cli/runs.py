@@ -1,5 +1,6 @@
-"""``awooop runs``: start a workflow, list and read runs, and operate on them (cancel, pause,
-resume, the retries) over the HTTP API (:mod:`awooop.client`, :mod:`awooop.cli._api`).
+"""``awooop runs``: start a workflow, list, find and read runs, operate on them (cancel, pause,
+resume, the retries) and rerun them over the HTTP API (:mod:`awooop.client`,
+:mod:`awooop.cli._api`).
 
 A readable line or table for people, ``--json`` for scripts. Exit status: 0 done; 1 the API
 refused (the error code is printed) or could not be reached, or a waited-for run did not
@@ -9,6 +10,7 @@ complete; 2 bad usage.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import uuid
 from pathlib import Path
@@ -66,6 +68,7 @@ def add_parser(sub: Any) -> None:
 
     for operation, what in OPERATION_HELP.items():
         _add_operation(actions, operation, what)
+    _add_rerun(actions)
 
 
 def _run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -162,6 +165,23 @@ def add_filters(parser: argparse.ArgumentParser) -> None:
         choices=("PENDING", "PARKED"),
         help="with an outbox message waiting to be sent (PENDING) or given up (PARKED)",
     )
+    parser.add_argument(
+        "--provider-event-id",
+        metavar="ID",
+        help="started by this provider event (any channel), or a rerun of such a run",
+    )
+    parser.add_argument(
+        "--idempotency-key",
+        metavar="KEY",
+        help="started with this Idempotency-Key (an API start request's or a rerun's)",
+    )
+    parser.add_argument(
+        "--tag",
+        action="append",
+        default=[],
+        metavar="KEY:VALUE",
+        help="tagged so by a step (ctx.tag); repeat for several: all must match",
+    )
 
 
 def filters_of(args: argparse.Namespace) -> client.RunFilters:
@@ -171,6 +191,10 @@ def filters_of(args: argparse.Namespace) -> client.RunFilters:
         given[name] = tuple(
             v.strip() for value in given[name] for v in value.split(",") if v.strip()
         )
+    given["tag"] = tuple(given["tag"])
+    for tag in given["tag"]:
+        if ":" not in tag:
+            raise Usage(f"--tag {tag!r} must be KEY:VALUE, e.g. service:db-1")
     return client.RunFilters(**given)
 
 
@@ -198,6 +222,112 @@ def _add_operation(actions: Any, operation: str, what: str) -> None:
         "--if-version", type=int, metavar="N", help="act only if the run's version is N"
     )
     parser.set_defaults(func=_api.reporting(cmd_operate), operation=operation)
+
+
+def _add_rerun(actions: Any) -> None:
+    rerun = actions.add_parser(
+        "rerun",
+        help="start finished runs again with their input: one run, or every run the filters match",
+        description="With RUN_ID: starts that finished run (COMPLETED, FAILED or CANCELLED) "
+        "again as a new run of the same workflow and version with the same input, linked to "
+        "it (runs show lists a run's reruns); role operator or admin (POST "
+        "…/runs/{id}/rerun). Without RUN_ID: every finished run the filters (those of runs "
+        "list, at least one) match, newest first, at most --limit, the new runs becoming "
+        "claimable at most --rate per second; --dry-run prints how many (and which) would "
+        "be rerun and changes nothing; role admin (POST …/runs/rerun). A rerun is not a new "
+        "delivery of the event: its dedupe key is untouched. Idempotent by --key: without "
+        "one the command makes one and prints it on stderr before it calls, so that a retry "
+        "after a lost answer can pass it again and gets the same runs. Example: awooop runs "
+        "rerun ops --workflow alert-triage --failure-code E-STEP-001 --dry-run",
+    )
+    rerun.add_argument("project_id", metavar="PROJECT")
+    rerun.add_argument("run_id", metavar="RUN_ID", nargs="?", help="the run (else: filters)")
+    add_filters(rerun)
+    rerun.add_argument("--dry-run", action="store_true", help="count the matching runs only")
+    rerun.add_argument(
+        "--rate",
+        type=float,
+        metavar="N",
+        help="new runs claimable per second at most (default: the deployment's, 5)",
+    )
+    rerun.add_argument(
+        "--limit", type=int, help="runs at most, newest first, 1-1000 (default: 100)"
+    )
+    rerun.add_argument("--cursor", help="go on after the runs an earlier call named")
+    rerun.add_argument("--reason", help="why, for the runs' history")
+    rerun.add_argument("--key", help="the request's idempotency key (default: a new one)")
+    _api.add_common(rerun)
+    rerun.set_defaults(func=_api.reporting(cmd_rerun))
+
+
+_BULK_ONLY = ("dry_run", "rate", "limit", "cursor")
+RERUN_COLUMNS = ("RUN ID", "RERUN OF", "STATUS", "CLAIMABLE AT")
+
+
+def cmd_rerun(args: argparse.Namespace) -> int:
+    filters = filters_of(args)
+    if args.key is not None and not 0 < len(args.key) <= 255:
+        raise Usage("--key must be 1 to 255 characters")
+    if args.run_id is not None:
+        given = [
+            f"--{n.replace('_', '-')}" for n in _BULK_ONLY if getattr(args, n) not in (None, False)
+        ]
+        if filters.query() or given:
+            raise Usage(f"give RUN_ID or filters, not both ({', '.join(given) or 'a filter'})")
+        return _rerun_one(args)
+    if not filters.query():
+        raise Usage("give RUN_ID, or at least one filter (see runs list) to rerun many")
+    if args.limit is not None and not 1 <= args.limit <= 1000:
+        raise Usage("--limit must be from 1 to 1000")
+    if args.rate is not None and not args.rate > 0:
+        raise Usage("--rate must be above 0")
+    key = None if args.dry_run else _key(args)
+    done = _api.api_client(args).rerun_matching(
+        filters,
+        key=key,
+        dry_run=args.dry_run,
+        limit=args.limit,
+        rate=args.rate,
+        cursor=args.cursor,
+        reason=args.reason,
+    )
+    if args.json:
+        print(json.dumps(done.raw, indent=2))
+    elif done.dry_run:
+        print(f"{done.count} finished runs would be rerun, at most {done.rate:g} a second")
+        if done.run_ids:
+            print(output.table(("RUN ID",), [(run_id,) for run_id in done.run_ids]))
+    else:
+        made = "rerun" if done.created else "already rerun with this key:"
+        print(f"{made} {len(done.runs)} runs, at most {done.rate:g} a second")
+        if done.runs:
+            print(_rerun_table(done.runs))
+    if done.more and done.next_cursor is not None:
+        output.note(f"more runs match: add --cursor {done.next_cursor}")
+    return 0
+
+
+def _key(args: argparse.Namespace) -> str:
+    if args.key is not None:
+        return str(args.key)
+    key = str(uuid.uuid4())
+    output.note(f"rerun key {key} (to retry: --key {key})")
+    return key
+
+
+def _rerun_one(args: argparse.Namespace) -> int:
+    done = _api.api_client(args).rerun(args.run_id, key=_key(args), reason=args.reason)
+    if args.json:
+        print(json.dumps(dataclasses.asdict(done), indent=2))
+        return 0
+    made = "rerun as" if done.created else "already rerun with this key as"
+    print(f"run {done.rerun_of} {made} run {done.run_id} ({done.status})")
+    return 0
+
+
+def _rerun_table(runs: list[client.Rerun]) -> str:
+    rows = [(r.run_id, r.rerun_of, r.status, output.when(r.available_at)) for r in runs]
+    return output.table(RERUN_COLUMNS, rows)
 
 
 def parse_input(text: str) -> dict[str, Any]:
@@ -360,6 +490,17 @@ def details(run: client.Run) -> str:
         f"  created {output.when(run.created_at)}, updated {output.when(raw.get('updated_at'))}"
         f", finished {output.when(run.finished_at)}",
     ]
+    if raw.get("tags"):
+        lines.append("  tags " + ", ".join(f"{k}={v}" for k, v in sorted(raw["tags"].items())))
+    if raw.get("rerun_of"):
+        lines.append(f"  rerun of {raw['rerun_of']} (key {raw.get('rerun_key')})")
+    reruns = raw.get("reruns") or []
+    if reruns:
+        lines.append(f"  reruns ({len(reruns)}):")
+        lines += [
+            f"    {r['run_id']} {r['status']} created {output.when(r['created_at'])}"
+            for r in reruns
+        ]
     if raw.get("worker_id"):
         lines.append(
             f"  held by {raw['worker_id']} (lease until {output.when(raw.get('lease_until'))})"

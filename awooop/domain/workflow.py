@@ -22,7 +22,8 @@ compensation of the steps that succeeded, in reverse order; raise :class:`Halt` 
 intervention; any other exception → transient: retried with back-off by the step's
 :class:`RetryPolicy`, a rejection once retries are exhausted. A handler may run more than once
 (work is at-least-once): ``ctx.effect_id`` is the idempotency key for anything it changes
-elsewhere — the same across retries and crashes of this step in this phase.
+elsewhere — the same across retries and crashes of this step in this phase. A handler may tag
+the run (``ctx.tag(service="db-1")``) so that people can find it later.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from typing import Any, Literal
 
 from awooop import events
 from awooop.domain import schedule as cron
+from awooop.domain import tags as run_tags
 from awooop.domain.timing import RENEWALS_PER_TTL, renewals_fit
 
 DEFAULT_MAX_ATTEMPTS = 3
@@ -76,6 +78,21 @@ class StepContext:
     # a long handler can wait on it (``ctx.lease_lost.wait(timeout)``) instead of polling,
     # and should stop — nothing it returns afterwards is recorded.
     lease_lost: threading.Event = field(repr=False, default_factory=threading.Event)
+    # The run's tags before this attempt (from its journal), and the ones this attempt set:
+    # they go into the attempt's journal entry, written with its record.
+    run_tags: Mapping[str, str] = field(repr=False, default_factory=dict)
+    tags_set: dict[str, str] = field(repr=False, default_factory=dict)
+
+    def tag(self, tags: Mapping[str, str] | None = None, /, **more: str) -> None:
+        """Tag the run so that people can find it: ``ctx.tag(service="db-1", host="x")``
+        (or a mapping, for keys that are not Python names: ``ctx.tag({"k8s.ns": "web"})``).
+        Recorded with this attempt's outcome, whatever it is, and only if the worker still
+        holds the run then; a later value of a key replaces the earlier one. At most
+        16 tags per run, keys identifiers of up to 64 characters, values strings of up to
+        256: anything else raises :class:`~awooop.domain.tags.TagError` here (the step
+        then fails without retries)."""
+        given = {**(tags or {}), **more}
+        self.tags_set.update(run_tags.checked(given, {**self.run_tags, **self.tags_set}))
 
     def heartbeat(self) -> bool:
         """Renew the lease now (long steps); False when the lease is lost — stop then."""

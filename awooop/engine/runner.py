@@ -35,6 +35,7 @@ from sqlalchemy import Connection, Engine, exc
 from awooop import db, logs, metrics
 from awooop.config import Settings
 from awooop.domain import saga, states
+from awooop.domain import tags as run_tags
 from awooop.domain.workflow import Halt, Phase, Reject, StepContext, Unknown, Workflow
 from awooop.engine import approvals, fenced, identity, lease, unavailable
 from awooop.engine.lease import Lease
@@ -583,6 +584,7 @@ def _attempt(
         _heartbeat=held.renew_now,
         _lease_held=held.believed,
         lease_lost=held.lost,
+        run_tags=run_tags.of_journal(journal),
     )
     if nxt.step.is_approval and nxt.phase == saga.FORWARD:
         decided = saga.approval_decision(journal, nxt)
@@ -608,7 +610,7 @@ def _attempt(
         return entry
     started = time.monotonic()
     try:
-        output = handler(ctx)
+        output = _tagged(entry, ctx, handler)
     except Reject as exc:
         entry.update(status=saga.REJECTED, error=_storable(str(exc) or "rejected"))
     except Halt as exc:
@@ -618,7 +620,7 @@ def _attempt(
     except Exception as exc:
         entry.update(status=saga.FAILED, error=_storable(f"{type(exc).__name__}: {exc}")[:1000])
         policy = nxt.step.retry if nxt.phase == saga.FORWARD else nxt.step.compensation_retry
-        if not policy.retries(exc):
+        if isinstance(exc, run_tags.TagError) or not policy.retries(exc):
             entry["retryable"] = False
     else:
         unstorable = _not_json(output)
@@ -651,6 +653,17 @@ def _attempt(
         claim.workflow_name, nxt.step.name, nxt.phase, entry["status"]
     ).observe(elapsed)
     return entry
+
+
+def _tagged(entry: dict[str, Any], ctx: StepContext, handler: Callable[[StepContext], Any]) -> Any:
+    """Call ``handler``; the tags it set go into the attempt's journal entry whatever it
+    returned or raised, so they are written with the attempt's record — by the same fenced
+    statement, so a worker that lost the run writes no tag."""
+    try:
+        return handler(ctx)
+    finally:
+        if ctx.tags_set:
+            entry["tags"] = dict(ctx.tags_set)
 
 
 # A NUL escape in JSON text: ``\u0000`` after an even run of backslashes (an odd run of

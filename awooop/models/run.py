@@ -93,6 +93,40 @@ class RunState(Base):
                 f"correlation_key IS NOT NULL AND {_in('status', states.UNFINISHED_STATUSES)}"
             ),
         ),
+        # The runs an event started (and their reruns, which carry its input): the runs
+        # list's provider_event_id and idempotency_key filters. An expression index, so the
+        # runs admitted before it existed are found too and admission writes no new column.
+        Index(
+            "ix_awooop_run_state_provider_event",
+            "project_id",
+            text("(input ->> 'provider_event_id')"),
+        ),
+        # The tags steps set (ctx.tag): a tag filter is one containment test (tags @> {...},
+        # several tags AND-ed in one probe). Untagged runs have no entry; a step record that
+        # sets no tag leaves the column as it was, so it stays a HOT update.
+        Index(
+            "ix_awooop_run_state_tags",
+            "tags",
+            postgresql_using="gin",
+            postgresql_ops={"tags": "jsonb_path_ops"},
+            postgresql_where=text("tags IS NOT NULL"),
+        ),
+        # A run's reruns (its detail lists them).
+        Index(
+            "ix_awooop_run_state_rerun_of",
+            "rerun_of",
+            postgresql_where=text("rerun_of IS NOT NULL"),
+        ),
+        # A rerun request's runs by its Idempotency-Key: one rerun of a run per key (a
+        # retried request is a duplicate), and the idempotency_key filter.
+        Index(
+            "uq_awooop_run_state_rerun_key",
+            "project_id",
+            "rerun_key",
+            "rerun_of",
+            unique=True,
+            postgresql_where=text("rerun_key IS NOT NULL"),
+        ),
         # The migration sets fillfactor = 70: room on each page, so step records (which
         # change no indexed column) are HOT updates that rewrite no index.
     )
@@ -152,6 +186,13 @@ class RunState(Base):
     # The workflow's correlation key for the event that started the run: later events with
     # the same key are delivered to it as signals while it is open.
     correlation_key: Mapped[str | None] = mapped_column(String(256))
+    # A rerun: the run whose input it started again with, and the Idempotency-Key of the
+    # request that made it. No foreign key: the original may be deleted by retention first,
+    # and the link then still says where the rerun came from.
+    rerun_of: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    rerun_key: Mapped[str | None] = mapped_column(String(255))
+    # The tags the run's steps set (ctx.tag), {key: value}; NULL until a step sets one.
+    tags: Mapped[dict[str, str] | None] = mapped_column(JSONB)
     created_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), nullable=False, server_default=func.now()
     )

@@ -9,6 +9,7 @@ filters not given.
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -20,7 +21,7 @@ from sqlalchemy import Connection, text
 _SUMMARY_COLUMNS = """
 run_id, channel_type, workflow_name, workflow_version, status, saga_status, direction,
 control_state, current_step, attempt_count, max_attempts, failure_code, failure_reason,
-version, created_at, updated_at, finished_at
+version, created_at, updated_at, finished_at, rerun_of, tags
 """
 
 
@@ -43,6 +44,13 @@ class RunFilters:
     failure_code: str | None = None
     # Only runs with an outbox message in this status (PENDING or PARKED: the backlog).
     outbox: str | None = None
+    # The runs an event started (any channel), and their reruns (they carry its input).
+    provider_event_id: str | None = None
+    # The runs started with this Idempotency-Key: an API start request's (its event id),
+    # or a rerun request's.
+    idempotency_key: str | None = None
+    # Runs with every one of these tags ({key: value}, AND).
+    tags: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -54,7 +62,9 @@ class RunPosition:
 
 
 # Newest first. Served by ix_awooop_run_state_project_status when a status is given, by
-# ix_awooop_run_state_project_finished for a finish-time range.
+# ix_awooop_run_state_project_finished for a finish-time range; by
+# ix_awooop_run_state_provider_event for an event id (and with uq_awooop_run_state_rerun_key,
+# as a bitmap OR, for an idempotency key), by ix_awooop_run_state_tags for tags.
 _LIST_RUNS_WHERE = """
 WHERE project_id = :project_id
   AND (CAST(:statuses AS text[]) IS NULL OR status = ANY(CAST(:statuses AS text[])))
@@ -67,6 +77,13 @@ WHERE project_id = :project_id
   AND (CAST(:finished_from AS timestamptz) IS NULL OR finished_at >= :finished_from)
   AND (CAST(:finished_until AS timestamptz) IS NULL OR finished_at < :finished_until)
   AND (CAST(:failure_code AS text) IS NULL OR failure_code = :failure_code)
+  AND (CAST(:provider_event_id AS text) IS NULL
+       OR (input ->> 'provider_event_id') = :provider_event_id)
+  AND (CAST(:idempotency_key AS text) IS NULL
+       OR rerun_key = :idempotency_key
+       OR (rerun_of IS NULL AND channel_type = 'api'
+           AND (input ->> 'provider_event_id') = :idempotency_key))
+  AND (CAST(:tags AS jsonb) IS NULL OR tags @> CAST(:tags AS jsonb))
   AND (CAST(:after_created_at AS timestamptz) IS NULL
        OR (created_at, run_id) < (CAST(:after_created_at AS timestamptz),
                                   CAST(:after_run_id AS uuid)))
@@ -120,6 +137,9 @@ def list_runs(
             "finished_until": filters.finished_until,
             "failure_code": filters.failure_code,
             "outbox": filters.outbox,
+            "provider_event_id": filters.provider_event_id,
+            "idempotency_key": filters.idempotency_key,
+            "tags": json.dumps(filters.tags) if filters.tags else None,
             "after_created_at": after.created_at if after else None,
             "after_run_id": after.run_id if after else None,
             "limit": limit,

@@ -24,20 +24,33 @@ SELECT run_id, project_id, channel_type, workflow_name, workflow_version, status
        attempt_count, max_attempts, lease_until, heartbeat_at, worker_id, lease_epoch,
        failure_code,
        failure_reason, CAST(saga_steps AS text) AS saga_steps, version, control_state,
-       created_at, updated_at, finished_at
-FROM awooop_run_state
+       created_at, updated_at, finished_at, rerun_of, rerun_key, tags,
+       (SELECT CAST(COALESCE(jsonb_agg(jsonb_build_object(
+                    'run_id', c.run_id, 'status', c.status, 'created_at', c.created_at)
+                    ORDER BY c.created_at, c.run_id), '[]'::jsonb) AS text)
+        FROM (SELECT run_id, status, created_at FROM awooop_run_state
+              WHERE rerun_of = r.run_id AND project_id = r.project_id
+              ORDER BY created_at, run_id
+              LIMIT :max_reruns) c) AS reruns
+FROM awooop_run_state r
 WHERE run_id = :run_id AND project_id = :project_id
 """
 )
+# How many of a run's reruns its detail lists (the first ones; the runs list's filters find
+# the rest).
+MAX_RERUNS_SHOWN = 100
 
 
 def get_run(conn: Connection, project_id: str, run_id: uuid.UUID | str) -> dict[str, Any] | None:
-    """One run as a plain dict, scoped by project (another project's run is not found)."""
-    row = conn.execute(_GET_RUN, {"run_id": run_id, "project_id": project_id}).mappings().first()
+    """One run as a plain dict, scoped by project (another project's run is not found), with
+    its rerun links: ``rerun_of`` (the run it reran) and ``reruns`` (the first
+    :data:`MAX_RERUNS_SHOWN` runs that reran it, oldest first: run id, status, created)."""
+    params = {"run_id": run_id, "project_id": project_id, "max_reruns": MAX_RERUNS_SHOWN}
+    row = conn.execute(_GET_RUN, params).mappings().first()
     if row is None:
         return None
     run = dict(row)
-    for column in ("input", "output", "saga_steps"):  # JSONB, decoded whatever its depth
+    for column in ("input", "output", "saga_steps", "reruns"):  # JSONB, decoded whatever its depth
         run[column] = jsonb.loads_for_display(run[column])
     return run
 

@@ -35,10 +35,17 @@ for _from, _to in [
 ]:
     states.check_transition(_from, _to)
 
-# Journal entries get the database's clock as recorded_at, in the order given.
+# Journal entries get the database's clock as recorded_at, in the order given. The tags an
+# attempt set (its entry's "tags", from ctx.tag) join the run's in the same assignment list,
+# so they are written by the statement that records the attempt, under the same fence; an
+# append that carries no tags leaves the column as it was (still a HOT update).
 JOURNAL_APPEND = (
     "saga_steps = saga_steps || (SELECT jsonb_agg(e || jsonb_build_object('recorded_at', now())"
-    " ORDER BY n) FROM jsonb_array_elements(CAST(:entries AS jsonb)) WITH ORDINALITY AS x(e, n))"
+    " ORDER BY n) FROM jsonb_array_elements(CAST(:entries AS jsonb)) WITH ORDINALITY AS x(e, n)),"
+    " tags = CASE WHEN jsonb_path_exists(CAST(:entries AS jsonb), '$[*].tags')"
+    " THEN COALESCE(tags, '{}'::jsonb) || (SELECT jsonb_object_agg(t.key, t.value ORDER BY x.n)"
+    " FROM jsonb_array_elements(CAST(:entries AS jsonb)) WITH ORDINALITY AS x(e, n),"
+    " jsonb_each(x.e -> 'tags') AS t) ELSE tags END"
 )
 
 # Entering a WAITING_* state: the lease is released and the crash budget

@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from awooop.domain import saga, states
+from awooop.domain import tags as run_tags
 from awooop.domain.workflow import (
     Halt,
     Reject,
@@ -254,6 +255,12 @@ class Simulator:
     def outputs(self) -> dict[str, Any]:
         """The forward steps' outputs, by step name."""
         return saga.forward_outputs(self.journal)
+
+    @property
+    def tags(self) -> dict[str, str]:
+        """The run's tags as its steps set them (``ctx.tag``), a later value of a key
+        replacing an earlier one — what the worker records on the run."""
+        return run_tags.of_journal(self.journal)
 
     @property
     def compensated(self) -> list[str]:

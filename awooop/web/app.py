@@ -21,6 +21,7 @@ from awooop.web import (
     ingress,
     management_api,
     openapi,
+    reruns_api,
     runs_api,
     signals_api,
     workers_api,
@@ -86,6 +87,7 @@ def create_app(
     app.register_blueprint(workflows_api.blueprint)
     app.register_blueprint(workers_api.blueprint)
     app.register_blueprint(management_api.blueprint)
+    app.register_blueprint(reruns_api.blueprint)
     app.register_blueprint(health.blueprint)
     app.register_blueprint(openapi.blueprint)
     console.register(app, settings)

@@ -14,8 +14,10 @@ from typing import Any
 from awooop import errors
 from awooop.channels import api as api_channel
 from awooop.channels.base import MAX_EVENT_ID_LENGTH
-from awooop.domain import states
+from awooop.domain import states, tags
 from awooop.engine import tools
+from awooop.engine.reruns import MAX_LIMIT as MAX_RERUNS
+from awooop.engine.reruns import MAX_REASON as MAX_RERUN_REASON
 from awooop.models.project import RUN_CHANNEL_TYPES
 from awooop.web import approvals, management_api
 from awooop.web.management_api import OPERATIONS
@@ -57,6 +59,20 @@ _RUN_SUMMARY_PROPERTIES: dict[str, Schema] = {
     "created_at": _TIME,
     "updated_at": _TIME,
     "finished_at": _nullable(_TIME),
+    "rerun_of": {
+        **_nullable({"type": "string", "format": "uuid"}),
+        "description": "A rerun: the run whose input it started again with.",
+    },
+    "tags": {
+        **_nullable(
+            {
+                "type": "object",
+                "maxProperties": tags.MAX_TAGS,
+                "additionalProperties": {"type": "string", "maxLength": tags.MAX_VALUE_LENGTH},
+            }
+        ),
+        "description": "The tags the run's steps set (ctx.tag); null before any.",
+    },
 }
 # The detail: everything the list shows, and more.
 _RUN_PROPERTIES: dict[str, Schema] = {
@@ -76,6 +92,85 @@ _RUN_PROPERTIES: dict[str, Schema] = {
         "type": "array",
         "description": "The step journal: one entry per recorded step attempt, in order.",
         "items": {"type": "object"},
+    },
+    "rerun_key": {
+        **_nullable({"type": "string"}),
+        "description": "A rerun: the Idempotency-Key of the request that made it.",
+    },
+    "reruns": {
+        "type": "array",
+        "description": "The runs that reran this one, oldest first (the first 100).",
+        "items": {
+            "type": "object",
+            "required": ["run_id", "status", "created_at"],
+            "properties": {
+                "run_id": {"type": "string", "format": "uuid"},
+                "status": _RUN_STATUS,
+                "created_at": _TIME,
+            },
+        },
+    },
+}
+_RERUN: Schema = {
+    "type": "object",
+    "required": ["run_id", "rerun_of", "status", "available_at"],
+    "properties": {
+        "run_id": {"type": "string", "format": "uuid"},
+        "rerun_of": {"type": "string", "format": "uuid"},
+        "status": _RUN_STATUS,
+        "available_at": {**_TIME, "description": "When it becomes claimable."},
+        "code": {
+            "type": "string",
+            "enum": [errors.DUPLICATE_EVENT_CODE],
+            "description": "Present on a duplicate: the run this key made before.",
+        },
+    },
+}
+_BULK_RERUN: Schema = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "filters": {
+            "type": "object",
+            "description": "The runs list's filters by name (a string, or a list of strings "
+            "for status, saga_status and tag); only finished runs are matched.",
+            "additionalProperties": {
+                "oneOf": [
+                    {"type": "string"},
+                    {"type": "array", "minItems": 1, "items": {"type": "string"}},
+                ]
+            },
+        },
+        "limit": {"type": "integer", "minimum": 1, "maximum": MAX_RERUNS, "default": 100},
+        "rate": {
+            "type": "number",
+            "exclusiveMinimum": True,
+            "minimum": 0,
+            "description": "New runs claimable per second at most (default "
+            "AWOOOP_RERUN_RATE_PER_SECOND, at most AWOOOP_RERUN_MAX_RATE_PER_SECOND).",
+        },
+        "dry_run": {"type": "boolean", "default": False},
+        "cursor": {"type": "string", "description": "next_cursor of an earlier answer."},
+        "reason": {"type": "string", "maxLength": MAX_RERUN_REASON},
+    },
+}
+_BULK_RERUN_RESULT: Schema = {
+    "type": "object",
+    "required": ["dry_run", "count", "more", "next_cursor", "limit", "rate"],
+    "properties": {
+        "dry_run": {"type": "boolean"},
+        "count": {"type": "integer", "minimum": 0, "description": "Runs matched (at most limit)."},
+        "more": {"type": "boolean", "description": "More runs match than the limit."},
+        "next_cursor": _nullable({"type": "string"}),
+        "limit": {"type": "integer"},
+        "rate": {"type": "number"},
+        "run_ids": {
+            "type": "array",
+            "description": "A dry run: the runs that would be rerun.",
+            "items": {"type": "string", "format": "uuid"},
+        },
+        "runs": {"type": "array", "description": "The new runs.", "items": ref("Rerun")},
+        "code": {"type": "string", "enum": [errors.DUPLICATE_EVENT_CODE]},
     },
 }
 
@@ -172,6 +267,14 @@ SCHEMAS: dict[str, Schema] = {
         "properties": _RUN_SUMMARY_PROPERTIES,
     },
     "Run": {"type": "object", "required": list(_RUN_PROPERTIES), "properties": _RUN_PROPERTIES},
+    "Rerun": _RERUN,
+    "RerunRequest": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {"reason": {"type": "string", "maxLength": MAX_RERUN_REASON}},
+    },
+    "BulkRerun": _BULK_RERUN,
+    "BulkRerunResult": _BULK_RERUN_RESULT,
     "RunPage": {
         "type": "object",
         "required": ["runs", "next_cursor"],

@@ -17,7 +17,7 @@ from typing import Any
 from awooop import errors
 from awooop.channels import api as api_channel
 from awooop.channels.base import MAX_EVENT_ID_LENGTH, MAX_JSON_DEPTH
-from awooop.domain import states
+from awooop.domain import states, tags
 from awooop.models.project import CHANNEL_TYPES, PROJECT_ID_PATTERN, RUN_CHANNEL_TYPES
 from awooop.store import queries
 from awooop.web import openapi_schemas, params
@@ -323,6 +323,110 @@ def _create_run() -> dict[str, Any]:
     }
 
 
+_FIND_PARAMETERS: list[Schema] = [
+    {
+        "name": "provider_event_id",
+        "in": "query",
+        "description": "Only the runs this event started (any channel), and their reruns.",
+        "schema": {"type": "string", "minLength": 1, "maxLength": MAX_EVENT_ID_LENGTH},
+    },
+    {
+        "name": "idempotency_key",
+        "in": "query",
+        "description": "Only the runs started with this Idempotency-Key: an API start "
+        "request's, or a rerun request's.",
+        "schema": {"type": "string", "minLength": 1, "maxLength": api_channel.MAX_KEY_LENGTH},
+    },
+    {
+        "name": "tag",
+        "in": "query",
+        "description": "Only runs with this tag, `KEY:VALUE` (repeat for several: all must "
+        "match). Tags are set by steps (`ctx.tag`).",
+        "style": "form",
+        "explode": True,
+        "schema": {
+            "type": "array",
+            "maxItems": tags.MAX_TAGS,
+            "items": {
+                "type": "string",
+                "pattern": f"^[A-Za-z_][A-Za-z0-9_.-]{{0,{tags.MAX_KEY_LENGTH - 1}}}:",
+                "maxLength": tags.MAX_KEY_LENGTH + 1 + tags.MAX_VALUE_LENGTH,
+            },
+        },
+    },
+]
+
+
+def _rerun_one() -> dict[str, Any]:
+    return {
+        "post": {
+            "operationId": "rerun_run",
+            "tags": ["management"],
+            "summary": "Rerun a finished run: a new run with its input",
+            "description": "A new run of the same workflow and version with the original's "
+            "input, linked both ways (`rerun_of`, the original's `reruns`). Not a new "
+            "admission of the provider's event: its dedupe row is untouched. The "
+            "`Idempotency-Key` makes it idempotent. Only a finished run (COMPLETED, FAILED, "
+            f"CANCELLED); otherwise 409 `{errors.RerunRefused.code}`. Roles operator, admin.",
+            "parameters": [
+                _PROJECT_ID,
+                _RUN_ID,
+                _idempotency_key("The rerun's key: the same key again answers the same run."),
+            ],
+            "requestBody": {**_body(_ref("RerunRequest")), "required": False},
+            "responses": {
+                "202": _ok("A new run.", _ref("Rerun")),
+                "200": _ok("A duplicate: the run this key made.", _ref("Rerun")),
+                **_errors(*_RERUN_ERRORS),
+            },
+        }
+    }
+
+
+_RERUN_ERRORS = (
+    errors.MalformedRequest,
+    errors.MissingIdempotencyKey,
+    errors.Unauthenticated,
+    errors.Forbidden,
+    errors.NotFound,
+    errors.RerunRefused,
+    errors.PayloadTooLarge,
+    errors.UnsupportedMediaType,
+    errors.IdempotencyKeyReused,
+    errors.WorkflowVersionUnknown,
+    errors.ActiveRunQuotaExceeded,
+    errors.RateLimited,
+    errors.ServiceUnavailable,
+)
+
+
+def _rerun_many() -> dict[str, Any]:
+    return {
+        "post": {
+            "operationId": "rerun_runs",
+            "tags": ["management"],
+            "summary": "Rerun every finished run the runs list's filters match",
+            "description": "At most `limit` runs (newest first), the new runs becoming "
+            "claimable at most `rate` per second (their `available_at` one `1/rate` apart). "
+            "`dry_run`: how many would be rerun (and which), nothing written, no key needed. "
+            "All or nothing. Otherwise as a single rerun. Role admin.",
+            "parameters": [
+                _PROJECT_ID,
+                {
+                    **_idempotency_key("Required unless `dry_run`."),
+                    "required": False,
+                },
+            ],
+            "requestBody": _body(_ref("BulkRerun")),
+            "responses": {
+                "202": _ok("New runs.", _ref("BulkRerunResult")),
+                "200": _ok("A dry run, a duplicate, or no run matched.", _ref("BulkRerunResult")),
+                **_errors(*(e for e in _RERUN_ERRORS if e is not errors.RerunRefused)),
+            },
+        }
+    }
+
+
 def _list_runs() -> dict[str, Any]:
     return {
         "get": {
@@ -368,6 +472,7 @@ def _list_runs() -> dict[str, Any]:
                     "PENDING (waiting to be sent) or PARKED (given up).",
                     "schema": {"type": "string", "enum": list(queries.OUTBOX_FILTER_STATUSES)},
                 },
+                *_FIND_PARAMETERS,
                 _LIMIT,
                 _cursor("runs"),
             ],
@@ -655,6 +760,8 @@ def _paths() -> dict[str, Any]:
     paths[f"{run}/signals/{{name}}"] = _signal()
     for segment, operation in OPERATIONS.items():
         paths[f"{run}/{segment}"] = _management(segment, operation)
+    paths[f"{run}/rerun"] = _rerun_one()
+    paths[f"{project}/runs/rerun"] = _rerun_many()
     paths[f"{project}/interventions"] = _interventions()
     paths[f"{project}/workflows"] = _workflows()
     paths[f"{project}/workers"] = _workers()

@@ -17,7 +17,16 @@ from typing import Any
 from werkzeug.datastructures import MultiDict
 
 from awooop import errors
-from awooop.store.queries import RunPosition
+from awooop.channels.api import MAX_KEY_LENGTH
+from awooop.channels.base import MAX_EVENT_ID_LENGTH
+from awooop.domain import states, tags
+from awooop.models.project import RUN_CHANNEL_TYPES
+from awooop.store.queries import (
+    MAX_FAILURE_CODE,
+    OUTBOX_FILTER_STATUSES,
+    RunFilters,
+    RunPosition,
+)
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 200
@@ -35,6 +44,49 @@ RUN_FILTERS = (
     "failure_code",
     "outbox",
 )
+
+
+# Finding runs: by the event they were admitted with, by the key they were started with, by
+# the tags their steps set (``tag=key:value``, repeatable, all must match). The runs API's
+# list takes these besides :data:`RUN_FILTERS`.
+FIND_FILTERS = ("provider_event_id", "idempotency_key", "tag")
+
+
+def run_filters(args: MultiDict[str, str]) -> RunFilters:
+    """The runs list's filters (:data:`RUN_FILTERS` and :data:`FIND_FILTERS`) in ``args``,
+    each checked; the caller checked that ``args`` names nothing else."""
+    return RunFilters(
+        statuses=choices(args, "status", states.RUN_STATUSES),
+        saga_statuses=choices(args, "saga_status", states.SAGA_STATUSES),
+        workflow=text_value(args, "workflow"),
+        channel=choice(args, "channel", RUN_CHANNEL_TYPES),
+        created_from=timestamp(args, "created_from"),
+        created_until=timestamp(args, "created_until"),
+        finished_from=timestamp(args, "finished_from"),
+        finished_until=timestamp(args, "finished_until"),
+        failure_code=text_value(args, "failure_code", MAX_FAILURE_CODE),
+        outbox=choice(args, "outbox", OUTBOX_FILTER_STATUSES),
+        provider_event_id=text_value(args, "provider_event_id", MAX_EVENT_ID_LENGTH),
+        idempotency_key=text_value(args, "idempotency_key", MAX_KEY_LENGTH),
+        tags=tag_filter(args),
+    )
+
+
+def tag_filter(args: MultiDict[str, str]) -> dict[str, str] | None:
+    """``tag=key:value`` (repeatable): the tags a run must all have; None without any."""
+    found: dict[str, str] = {}
+    raws = args.getlist("tag")
+    if len(raws) > tags.MAX_TAGS:
+        raise bad(f"at most {tags.MAX_TAGS} tag filters (a run has at most {tags.MAX_TAGS} tags)")
+    for raw in raws:
+        key, colon, value = raw.partition(":")
+        problem = tags.key_problem(key) or tags.value_problem(key, value)
+        if not colon or problem:
+            raise bad(f"tag must be KEY:VALUE, e.g. service:db-1; {problem or 'no colon'}")
+        if key in found:
+            raise bad(f"tag {key} is given more than once (a run has one value per tag)")
+        found[key] = value
+    return found or None
 
 
 def bad(message: str) -> errors.MalformedRequest:

@@ -3,8 +3,11 @@
 - ``GET /v1/projects/{p}/runs`` — the project's runs, newest first; filters ``status``,
   ``saga_status`` (comma-separated), ``workflow``, ``channel``, ``created_from`` /
   ``finished_from`` (inclusive), ``created_until`` / ``finished_until`` (exclusive),
-  ``failure_code``, ``outbox`` (PENDING or PARKED: runs with such messages); ``limit``
-  (1-200, default 50) and ``cursor``.
+  ``failure_code``, ``outbox`` (PENDING or PARKED: runs with such messages);
+  ``provider_event_id`` (the runs the event started, and their reruns),
+  ``idempotency_key`` (the runs an API start request or a rerun request with this key
+  started), ``tag=key:value`` (repeatable: runs with all these tags); ``limit`` (1-200,
+  default 50) and ``cursor``.
 - ``GET /v1/projects/{p}/runs/{run_id}/events`` — the run's audit trail in ``seq`` order.
 - ``GET /v1/projects/{p}/interventions`` — runs waiting for a person, oldest first.
 
@@ -21,14 +24,12 @@ from typing import Any
 from flask import Blueprint, Response, jsonify, request
 
 from awooop import errors
-from awooop.domain import states
-from awooop.models.project import RUN_CHANNEL_TYPES
 from awooop.store import queries
 from awooop.web import context, params, roles
 
 blueprint = Blueprint("runs_api", __name__)
 
-_LIST_PARAMETERS = (*params.RUN_FILTERS, "limit", "cursor")
+_LIST_PARAMETERS = (*params.RUN_FILTERS, *params.FIND_FILTERS, "limit", "cursor")
 
 
 def jsonable(row: dict[str, Any]) -> dict[str, Any]:
@@ -63,18 +64,7 @@ def list_runs(project_id: str) -> Response:
     caller = roles.authenticate(project_id, roles.READ)
     args = request.args
     params.check_known(args, _LIST_PARAMETERS)
-    filters = queries.RunFilters(
-        statuses=params.choices(args, "status", states.RUN_STATUSES),
-        saga_statuses=params.choices(args, "saga_status", states.SAGA_STATUSES),
-        workflow=params.text_value(args, "workflow"),
-        channel=params.choice(args, "channel", RUN_CHANNEL_TYPES),
-        created_from=params.timestamp(args, "created_from"),
-        created_until=params.timestamp(args, "created_until"),
-        finished_from=params.timestamp(args, "finished_from"),
-        finished_until=params.timestamp(args, "finished_until"),
-        failure_code=params.text_value(args, "failure_code", queries.MAX_FAILURE_CODE),
-        outbox=params.choice(args, "outbox", queries.OUTBOX_FILTER_STATUSES),
-    )
+    filters = params.run_filters(args)
     limit = params.limit(args)
     after = params.run_position(params.decode_cursor(args, "runs"))
     with context.engine().connect() as conn:

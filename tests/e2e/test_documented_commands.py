@@ -660,6 +660,7 @@ STEPS: dict[str, Step] = {
     "awooop runs get": Step("local", succeeds, help_only=True),
     "awooop runs list": Step("local", succeeds, help_only=True),
     "awooop runs show": Step("local", succeeds, help_only=True),
+    "awooop runs rerun": Step("local", succeeds, help_only=True),
     "awooop approvals": Step("local", succeeds, help_only=True),
     "awooop approvals list": Step("local", succeeds, help_only=True),
     "awooop approvals decide": Step("local", succeeds, help_only=True),

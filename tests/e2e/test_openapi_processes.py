@@ -210,6 +210,7 @@ def target(stack, engine, project, settings, tmp_path) -> Target:
         "retry-compensation": (stuck_in_compensation(),),
         "retry-resolution": (run("test-no-resolver"),),
         "manual-close": (run("test-halt"),),
+        "rerun": (run(), run("test-fail"), run(execute=False)),
     }
     stack.env["AWOOOP_MANUAL_CLOSE_ENABLED"] = "1"
     _, base = stack.web()

@@ -741,3 +741,30 @@ SLEEPER = register(
 EVERY_MINUTE = register(
     Workflow("test-every-minute", 1, [Step("tick", _noop)], schedule="* * * * *")
 )
+
+
+# --- Tags -----------------------------------------------------------------------------------
+# ``test-tags``: step ``tag`` tags the run with the input's ``tags`` (then waits on the gate
+# the input names, if any, and is rejected while the file ``broken_flag`` names exists); step
+# ``more`` tags it with ``more_tags``.
+
+
+def _tag_from_input(ctx: StepContext) -> dict[str, Any]:
+    event = ctx.input["event"]
+    ctx.tag(event.get("tags") or {})
+    if event.get("gate"):
+        GATES[event["gate"]].wait(timeout=30)
+    broken = event.get("broken_flag")
+    if broken and Path(broken).exists():
+        raise Reject(f"{broken} says the service is broken")
+    return {"tagged": sorted(event.get("tags") or {})}
+
+
+def _tag_more(ctx: StepContext) -> dict[str, Any]:
+    ctx.tag(ctx.input["event"].get("more_tags") or {})
+    return {"tagged": sorted(ctx.input["event"].get("more_tags") or {})}
+
+
+TAGGING = register(
+    Workflow("test-tags", 1, [Step("tag", _tag_from_input), Step("more", _tag_more)])
+)

@@ -386,3 +386,42 @@ def test_an_outcome_for_a_step_the_workflow_does_not_have_is_refused() -> None:
         Simulator(RESTART, {}).outcome("nope", reject="x")
     with pytest.raises(ValueError):
         Simulator(RESTART, {}).outcome("stop", reject="x", halt="y")
+
+
+def _tag_service(ctx: StepContext) -> dict[str, Any]:
+    ctx.tag(service=ctx.input["event"]["service"], host="web-1")
+    return {}
+
+
+def _tag_more(ctx: StepContext) -> dict[str, Any]:
+    ctx.tag({"k8s.ns": "ops", "service": "db-2"})
+    return {}
+
+
+def _tag_badly(ctx: StepContext) -> None:
+    ctx.tag({"not a key": "x"})
+
+
+def test_the_simulator_records_the_tags_steps_set_a_later_value_replacing_an_earlier() -> None:
+    tagging = Workflow("sim-tags", 1, [Step("a", _tag_service), Step("b", _tag_more)])
+    sim = Simulator(tagging, {"service": "db-1"})
+
+    assert sim.run() == "COMPLETED"
+
+    assert sim.tags == {"service": "db-2", "host": "web-1", "k8s.ns": "ops"}
+    assert [e.get("tags") for e in sim.journal] == [
+        {"service": "db-1", "host": "web-1"},
+        {"k8s.ns": "ops", "service": "db-2"},
+    ]
+
+
+def test_a_bad_tag_fails_its_step_at_once_without_retries() -> None:
+    tagging = Workflow("sim-bad-tag", 1, [Step("a", _tag_badly, retry=RetryPolicy(max_retries=3))])
+    sim = Simulator(tagging)
+
+    assert sim.run() == "FAILED"
+
+    failed = [e for e in sim.journal if e.get("status") == "FAILED"]
+    assert len(failed) == 1
+    assert failed[0]["error"].startswith("TagError: tag key 'not a key' must be")
+    assert sim.tags == {}

@@ -1,0 +1,195 @@
+"""Rerunning finished runs over HTTP (the work is :mod:`awooop.engine.reruns`'s).
+
+- ``POST /v1/projects/{p}/runs/{run_id}/rerun`` — one run; roles operator, admin. Body
+  optional: ``{"reason": "..."}``.
+- ``POST /v1/projects/{p}/runs/rerun`` — every finished run the runs list's filters match;
+  role admin. Body ``{"filters": {...}, "limit": n, "rate": r, "dry_run": bool, "cursor":
+  "...", "reason": "..."}``: ``filters`` are the list's query parameters by name (a value a
+  string, or a list of strings for the repeatable ones); ``limit`` runs at most (default
+  100, at most 1000), newest first; the new runs become claimable at most ``rate`` per
+  second (default ``AWOOOP_RERUN_RATE_PER_SECOND``, at most
+  ``AWOOOP_RERUN_MAX_RATE_PER_SECOND``); ``dry_run`` answers how many runs match (and
+  which) and writes nothing; ``next_cursor`` in the answer continues after the last run.
+
+Both need an ``Idempotency-Key`` header (a dry run does not): the same key and request again
+answer 200 with ``code`` ``E-IDEMPOTENT-001`` and the runs the first call made; the same key
+with another request is a 422 ``E-IDEMPOTENT-002``. New runs answer 202.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, Response, jsonify, request
+from werkzeug.datastructures import MultiDict
+
+from awooop import errors
+from awooop.channels import api as api_channel
+from awooop.channels.base import digest, json_object
+from awooop.engine import reruns
+from awooop.store.reruns import Rerun
+from awooop.web import context, params, request_body, roles, throttle
+from awooop.web.runs_api import run_id_or_404
+
+blueprint = Blueprint("reruns_api", __name__)
+
+BULK_KEYS = ("filters", "limit", "rate", "dry_run", "cursor", "reason")
+
+
+def _body(allowed: tuple[str, ...], required: bool) -> dict[str, Any]:
+    raw = request_body.read()
+    if not raw.strip() and not required:
+        return {}
+    if request.mimetype != "application/json":
+        raise errors.UnsupportedMediaType()
+    body = json_object(raw)
+    unknown = sorted(set(body) - set(allowed))
+    if unknown:
+        raise errors.MalformedRequest(f"unknown keys: {', '.join(unknown)}; allowed: {allowed}")
+    return body
+
+
+def _reason(body: dict[str, Any]) -> str:
+    reason = body.get("reason") or ""
+    if not isinstance(reason, str) or len(reason) > reruns.MAX_REASON:
+        raise errors.MalformedRequest(
+            f"reason must be a string of at most {reruns.MAX_REASON} characters"
+        )
+    return reason
+
+
+def _key() -> str:
+    return api_channel.idempotency_key(context.raw_request())
+
+
+def _rerun_json(rerun: Rerun) -> dict[str, Any]:
+    return {
+        "run_id": str(rerun.run_id),
+        "rerun_of": str(rerun.rerun_of),
+        "status": rerun.status,
+        "available_at": rerun.available_at.isoformat(),
+    }
+
+
+@blueprint.post("/v1/projects/<project_id>/runs/<run_id>/rerun")
+def rerun_one(project_id: str, run_id: str) -> tuple[Response, int]:
+    caller = roles.authenticate(project_id, roles.RERUN)
+    key = _key()
+    reason = _reason(_body(("reason",), required=False))
+    parsed_id = run_id_or_404(run_id)
+    throttle.check(caller.project_id, throttle.MANAGEMENT, caller.auth.limits.management_per_minute)
+    done = reruns.rerun_run(
+        context.engine(),
+        caller.project_id,
+        parsed_id,
+        key=key,
+        request_digest=digest({"run_id": str(parsed_id), "reason": reason}),
+        actor=caller.actor,
+        reason=reason,
+        max_active_runs=caller.auth.limits.max_active_runs,
+    )
+    context.enqueue(done.due_now)
+    body = _rerun_json(done.runs[0])
+    if not done.created:
+        body["code"] = errors.DUPLICATE_EVENT_CODE
+    return jsonify(body), 202 if done.created else 200
+
+
+def _filters(raw: Any) -> MultiDict[str, str]:
+    """The body's ``filters`` as the list's query parameters."""
+    if raw is None:
+        return MultiDict()
+    if not isinstance(raw, dict):
+        raise errors.MalformedRequest("filters must be a JSON object of the runs list's filters")
+    pairs: list[tuple[str, str]] = []
+    for name, value in raw.items():
+        values = value if isinstance(value, list) else [value]
+        if not values or not all(isinstance(v, str) for v in values):
+            raise errors.MalformedRequest(
+                f"filter {name[:64]!r} must be a string or a list of strings"
+            )
+        pairs += [(name, v) for v in values]
+    args: MultiDict[str, str] = MultiDict(pairs)
+    params.check_known(args, (*params.RUN_FILTERS, *params.FIND_FILTERS))
+    return args
+
+
+def _number(body: dict[str, Any], name: str, default: float, most: float, whole: bool) -> float:
+    value = body.get(name, default)
+    kinds = (int,) if whole else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or not 0 < value <= most:
+        what = "a whole number" if whole else "a number"
+        raise errors.MalformedRequest(f"{name} must be {what} above 0 and at most {most:g}")
+    return value
+
+
+@blueprint.post("/v1/projects/<project_id>/runs/rerun")
+def rerun_many(project_id: str) -> tuple[Response, int]:
+    caller = roles.authenticate(project_id, roles.RERUN_MANY)
+    body = _body(BULK_KEYS, required=True)
+    dry_run = body.get("dry_run", False)
+    if not isinstance(dry_run, bool):
+        raise errors.MalformedRequest("dry_run must be true or false")
+    key = None if dry_run else _key()
+    filters = params.run_filters(_filters(body.get("filters")))
+    settings = context.settings()
+    limit = int(_number(body, "limit", reruns.DEFAULT_LIMIT, reruns.MAX_LIMIT, whole=True))
+    rate = float(
+        _number(
+            body,
+            "rate",
+            settings.rerun_rate_per_second,
+            settings.rerun_max_rate_per_second,
+            whole=False,
+        )
+    )
+    cursor = body.get("cursor")
+    if cursor is not None and not isinstance(cursor, str):
+        raise errors.MalformedRequest("cursor must be a string: a runs list's next_cursor")
+    cursor_args: MultiDict[str, str] = MultiDict({"cursor": cursor} if cursor else {})
+    after = params.run_position(params.decode_cursor(cursor_args, "runs"))
+    reason = _reason(body)
+    engine = context.engine()
+    answer: dict[str, Any] = {"dry_run": dry_run, "limit": limit, "rate": rate}
+    if key is None:
+        found = reruns.matching(engine, caller.project_id, filters, after=after, limit=limit)
+        answer["run_ids"] = [str(row["run_id"]) for row in found.originals]
+        return jsonify(_counted(answer, found)), 200
+    throttle.check(caller.project_id, throttle.MANAGEMENT, caller.auth.limits.management_per_minute)
+    request_digest = digest(
+        {
+            "filters": body.get("filters") or {},
+            "limit": limit,
+            "rate": rate,
+            "cursor": cursor,
+            "reason": reason,
+        }
+    )
+    done, found = reruns.rerun_matching(
+        engine,
+        caller.project_id,
+        filters,
+        key=key,
+        request_digest=request_digest,
+        actor=caller.actor,
+        rate=rate,
+        after=after,
+        limit=limit,
+        reason=reason,
+        max_active_runs=caller.auth.limits.max_active_runs,
+    )
+    context.enqueue(done.due_now)
+    answer["runs"] = [_rerun_json(r) for r in done.runs]
+    if not done.created:
+        answer.update(count=len(done.runs), more=False, next_cursor=None)
+        answer["code"] = errors.DUPLICATE_EVENT_CODE
+        return jsonify(answer), 200
+    return jsonify(_counted(answer, found)), 202 if done.runs else 200
+
+
+def _counted(answer: dict[str, Any], found: reruns.Matching) -> dict[str, Any]:
+    cursor = None
+    if found.after is not None:
+        position = {"created_at": found.after.created_at, "run_id": found.after.run_id}
+        cursor = params.run_cursor("runs", position)
+    return {**answer, "count": len(found.originals), "more": found.more, "next_cursor": cursor}
