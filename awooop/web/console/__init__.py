@@ -67,8 +67,8 @@ blueprint = Blueprint(
     "console",
     __name__,
     url_prefix="/console",
-    template_folder="templates",
-    static_folder="static",
+    template_folder="../templates",
+    static_folder="../static",
 )
 
 PREFIX = "/console"
