@@ -10,7 +10,13 @@ from __future__ import annotations
 from flask import Flask
 
 from awooop.config import Settings
-from awooop.web.console import actions, formatting, session, views  # noqa: F401 (routes)
+from awooop.web.console import (  # noqa: F401 (their routes)
+    actions,
+    approvals,
+    formatting,
+    session,
+    views,
+)
 from awooop.web.console.base import PREFIX, blueprint, error_page
 
 

@@ -66,6 +66,7 @@ def error_page(error: errors.AwoooPError) -> HttpResponse:
         "error": error,
         "caller": g.get("caller"),
         "back": g.get("back"),
+        "back_label": g.get("back_label"),
         "csrf_token": session.get("csrf", "") if current_app.secret_key else "",
         "labels": LABELS,
     }
