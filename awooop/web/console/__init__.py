@@ -1,8 +1,10 @@
 """The ops console: server-rendered pages under ``/console/`` for the people who run AwoooP.
 
 By concern: :mod:`.session` (signing in and out, the session cookie, CSRF), :mod:`.views`
-(the pages), :mod:`.actions` (one run's management actions), :mod:`.formatting` (display
-helpers), :mod:`.base` (the blueprint, rendering, error pages, the role check).
+(the pages), :mod:`.actions` (one run's management actions), :mod:`.approvals` (deciding approvals),
+:mod:`.bulk` (an action on every run the filters match), :mod:`.filters` (the runs list's
+filters), :mod:`.formatting` (display helpers), :mod:`.base` (the blueprint, rendering,
+error pages, the role check).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from awooop.config import Settings
 from awooop.web.console import (  # noqa: F401 (their routes)
     actions,
     approvals,
+    bulk,
     formatting,
     session,
     views,

@@ -13,11 +13,9 @@ and one run's page.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 from flask import g, request, url_for
-from werkzeug.datastructures import MultiDict
 from werkzeug.wrappers import Response as HttpResponse
 
 from awooop import errors
@@ -27,14 +25,15 @@ from awooop.store import approvals, outbox, queries
 from awooop.store import overview as store_overview
 from awooop.store import runs as store_runs
 from awooop.web import context, overview, params, roles, workflows_api
+from awooop.web.console import bulk
 from awooop.web.console.actions import no_such_run, offered_operations, run_id_or_404, segment_of
 from awooop.web.console.base import blueprint, given, page
+from awooop.web.console.filters import FILTERS, run_filters
 from awooop.web.console.formatting import timeline
 
 PAGE_SIZE = 50
 EVENTS_PAGE_SIZE = 200
 MESSAGES_SHOWN = 100
-_FILTERS = params.RUN_FILTERS
 # The overview: runs finished per minute over this many minutes; counts stop at the cap.
 OVERVIEW_MINUTES = 180
 OVERVIEW_CAP = 10_000
@@ -63,39 +62,11 @@ def home() -> HttpResponse:
 # --- Lists ----------------------------------------------------------------------------------
 
 
-def _time(args: MultiDict[str, str], name: str) -> datetime | None:
-    """An ISO 8601 time; without an offset (a ``datetime-local`` field) it is UTC."""
-    raw = params.single(args, name)
-    if raw is None:
-        return None
-    try:
-        value = datetime.fromisoformat(raw)
-    except ValueError:
-        raise params.bad(f"{name} must be a time like 2026-11-29T10:00 (UTC)") from None
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
-def _run_filters(args: MultiDict[str, str]) -> queries.RunFilters:
-    params.check_known(args, (*_FILTERS, "cursor"))
-    return queries.RunFilters(
-        statuses=params.choices(args, "status", states.RUN_STATUSES),
-        saga_statuses=params.choices(args, "saga_status", states.SAGA_STATUSES),
-        workflow=params.text_value(args, "workflow"),
-        channel=params.choice(args, "channel", RUN_CHANNEL_TYPES),
-        created_from=_time(args, "created_from"),
-        created_until=_time(args, "created_until"),
-        finished_from=_time(args, "finished_from"),
-        finished_until=_time(args, "finished_until"),
-        failure_code=params.text_value(args, "failure_code", queries.MAX_FAILURE_CODE),
-        outbox=params.choice(args, "outbox", queries.OUTBOX_FILTER_STATUSES),
-    )
-
-
 @blueprint.get("/runs")
 def runs() -> HttpResponse:
     caller: roles.Caller = g.caller
     args = given(request.args)
-    form = {name: args.get(name, "") for name in _FILTERS}
+    form = {name: args.get(name, "") for name in FILTERS}
     choices: dict[str, Any] = {
         "statuses": states.RUN_STATUSES,
         "saga_statuses": states.SAGA_STATUSES,
@@ -103,7 +74,7 @@ def runs() -> HttpResponse:
         "outbox_statuses": queries.OUTBOX_FILTER_STATUSES,
     }
     try:
-        filters = _run_filters(args)
+        filters = run_filters(args)
         after = params.run_position(params.decode_cursor(args, "runs"))
     except errors.MalformedRequest as bad:
         return page("console/runs.html", 400, runs=[], form=form, message=bad.message, **choices)
@@ -114,6 +85,7 @@ def runs() -> HttpResponse:
     if len(rows) > PAGE_SIZE:
         rows = rows[:PAGE_SIZE]
         next_url = url_for(".runs", **kept, cursor=params.run_cursor("runs", rows[-1]))
+    offered = [(s, a) for s, a in bulk.ACTIONS.items() if caller.role in a.allowed]
     return page(
         "console/runs.html",
         runs=rows,
@@ -121,6 +93,9 @@ def runs() -> HttpResponse:
         next_url=next_url,
         paged="cursor" in args,
         first_url=url_for(".runs", **kept),
+        bulk_actions=offered,
+        bulk_limit=bulk.BULK_LIMIT,
+        filter_query=kept,
         **choices,
     )
 
