@@ -3,7 +3,8 @@
 By concern: :mod:`.session` (signing in and out, the session cookie, CSRF), :mod:`.views`
 (the pages), :mod:`.actions` (one run's management actions), :mod:`.approvals` (deciding approvals),
 :mod:`.bulk` (an action on every run the filters match), :mod:`.filters` (the runs list's
-filters), :mod:`.formatting` (display helpers), :mod:`.base` (the blueprint, rendering,
+filters), :mod:`.workers` (the worker processes), :mod:`.projects` (an admin token's projects),
+:mod:`.formatting` (display helpers), :mod:`.base` (the blueprint, rendering,
 error pages, the role check).
 """
 
@@ -17,8 +18,10 @@ from awooop.web.console import (  # noqa: F401 (their routes)
     approvals,
     bulk,
     formatting,
+    projects,
     session,
     views,
+    workers,
 )
 from awooop.web.console.base import PREFIX, blueprint, error_page
 
