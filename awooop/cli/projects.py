@@ -26,6 +26,8 @@ from awooop.outbound import signing
 from awooop.workflows import registry
 
 PROJECT_ID = re.compile(PROJECT_ID_PATTERN)
+# A token given on stdin (`project token --stdin`) is at least this long: a made one is 43.
+MIN_GIVEN_TOKEN = 32
 PROJECT_CONFIG_KEYS = (
     "actions_url",
     "approvers",
@@ -289,12 +291,21 @@ def cmd_project_token(args: argparse.Namespace) -> int:
 
     _check_project_id(args.project_id)
     settings = _db.settings("database_url")
-    token = secrets.new_token()
+    if args.stdin:
+        token = sys.stdin.readline().strip()
+        if len(token) < MIN_GIVEN_TOKEN or not token.isascii() or not token.isprintable():
+            raise UsageError(
+                f"the token on stdin must be at least {MIN_GIVEN_TOKEN} printable ASCII "
+                "characters (one that `awooop project token` printed)"
+            )
+    else:
+        token = secrets.new_token()
     with db.transaction(_db.engine(settings)) as conn:
         if not projects.project_exists(conn, args.project_id):
             raise UsageError(f"no project {args.project_id!r}")
         projects.add_api_token(conn, args.project_id, args.role, secrets.sha256_hex(token))
-    print(json.dumps({"project_id": args.project_id, "role": args.role, "api_token": token}))
+    made = {} if args.stdin else {"api_token": token}  # never echo a token given on stdin
+    print(json.dumps({"project_id": args.project_id, "role": args.role, **made}))
     return 0
 
 
@@ -444,4 +455,10 @@ def add_parser(sub: Any) -> None:
     )
     token.add_argument("project_id")
     token.add_argument("--role", choices=API_TOKEN_ROLES, required=True)
+    token.add_argument(
+        "--stdin",
+        action="store_true",
+        help="register the token read from stdin (one you already hold, e.g. to let one "
+        "admin token see several projects in the ops console) instead of making a new one",
+    )
     token.set_defaults(func=cmd_project_token)

@@ -1,5 +1,5 @@
-"""Approval steps: asking (from the runner, under the lease) and deciding (from the API, a
-Telegram button, a LINE postback, or the expiry timer).
+"""Approval steps: asking (from the runner, under the lease) and deciding (from the API, the
+ops console, a Telegram button, a LINE postback, or the expiry timer).
 
 Tokens are 32 random bytes (base64url, 43 characters), only the SHA-256 hash
 stored, bound to project + run + step + action, single use, worthless once the run has left
@@ -139,11 +139,15 @@ class Decided:
     action: str
 
 
+# Callers that present a project API token: its role decides, as the approval's rule says.
+ROLE_VIAS = ("api", "console")
+
+
 @dataclass(frozen=True)
 class Caller:
     """Who is deciding, and through what."""
 
-    via: str  # api, telegram, line
+    via: str  # api, console, telegram, line
     actor: str
     role: str | None = None  # an API token's role
     user_id: str | None = None  # a chat user
@@ -160,7 +164,7 @@ def _refusal(found: approvals.PendingApproval) -> DecisionRefused:
 
 def _allowed(found: approvals.PendingApproval, caller: Caller) -> bool:
     rules = found.approvers
-    if caller.via == "api":
+    if caller.via in ROLE_VIAS:
         return caller.role in rules.get("roles", [])
     users = rules.get("users", {}).get(caller.via, [])
     chats = rules.get("chats", {}).get(caller.via, [])
@@ -181,15 +185,46 @@ def decide(
     """Take ``decision`` (approve | reject) with ``token``, or raise :class:`DecisionRefused`
     with nothing changed. ``run_id`` / ``step``, when the caller names them, must be the
     ones the token is bound to."""
-    token_hash = crypto.sha256_hex(token)
     with engine.connect() as conn:
-        found = approvals.lookup(conn, project_id, token_hash)
+        found = approvals.lookup(conn, project_id, crypto.sha256_hex(token))
     if (
         found is None
         or (run_id is not None and run_id != found.run_id)
         or (step is not None and step != found.step)
     ):
         raise DecisionRefused("not_found", "no such approval in this project")
+    return _take(engine, found, decision, caller, comment, extra_messages)
+
+
+def decide_by_id(
+    engine: Engine,
+    project_id: str,
+    approval_id: uuid.UUID,
+    decision: str,
+    caller: Caller,
+    comment: str | None = None,
+) -> Decided:
+    """Take ``decision`` on the approval ``approval_id`` for a caller signed in with an API
+    token (the ops console), whose role the approval's rule must allow; else
+    :class:`DecisionRefused` with nothing changed. The rest is :func:`decide`'s."""
+    assert caller.via in ROLE_VIAS
+    with engine.connect() as conn:
+        found = approvals.lookup_by_id(conn, project_id, approval_id)
+    if found is None:
+        raise DecisionRefused("not_found", "no such approval in this project")
+    return _take(engine, found, decision, caller, comment, None)
+
+
+def _take(
+    engine: Engine,
+    found: approvals.PendingApproval,
+    decision: str,
+    caller: Caller,
+    comment: str | None,
+    extra_messages: list[messages.Message] | None,
+) -> Decided:
+    """The decision on an approval the caller found: who may take it, whether it is still
+    open, the replies, and the one statement that takes it."""
     if not _allowed(found, caller):
         raise DecisionRefused("forbidden", "you may not decide this approval")
     if found.status != "PENDING" or found.expired or not found.run_waiting_here:
@@ -205,8 +240,8 @@ def decide(
     with engine.connect() as conn:
         message_ids = approvals.decide(
             conn,
-            project_id,
-            token_hash,
+            found.project_id,
+            found.approval_id,
             decision,
             actor=caller.actor,
             via=caller.via,
@@ -214,14 +249,14 @@ def decide(
             messages=replies,
         )
         if message_ids is None:  # someone else decided (or it expired) since the lookup
-            again = approvals.lookup(conn, project_id, token_hash)
+            again = approvals.lookup_by_id(conn, found.project_id, found.approval_id)
             raise _refusal(again or found)
     log.info(
         "approval decided",
         extra={
             "action": "approval_decided",
             "run_id": str(found.run_id),
-            "project_id": project_id,
+            "project_id": found.project_id,
             "decision": decision,
             "via": caller.via,
         },

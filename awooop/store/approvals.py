@@ -138,15 +138,19 @@ _RESUME = (
     " version = r.version + 1, updated_at = now()"
 )
 
-_LOOKUP = text(
-    """
+_LOOKUP_SELECT = """
 SELECT a.approval_id, a.project_id, a.run_id, a.step, a.attempt, a.action, a.approvers,
        a.status, a.expires_at, a.expires_at <= now() AS expired, a.decided_by,
        r.status AS run_status, r.saga_status, r.current_step, r.input
 FROM awooop_approval a
 JOIN awooop_run_state r ON r.run_id = a.run_id
-WHERE a.token_hash = :token_hash AND a.project_id = :project_id
 """
+_LOOKUP = text(_LOOKUP_SELECT + "WHERE a.token_hash = :token_hash AND a.project_id = :project_id")
+# Approvals only: an intervention (saga MANUAL_INTERVENTION) is moved on by the retry
+# operations, never decided.
+_LOOKUP_BY_ID = text(
+    _LOOKUP_SELECT
+    + "WHERE a.approval_id = :approval_id AND a.project_id = :project_id AND a.kind = 'approval'"
 )
 
 
@@ -183,13 +187,23 @@ def lookup(conn: Connection, project_id: str, token_hash: str) -> PendingApprova
     return None if row is None else PendingApproval(**row._mapping)
 
 
+def lookup_by_id(
+    conn: Connection, project_id: str, approval_id: uuid.UUID
+) -> PendingApproval | None:
+    """The approval (not an intervention) with this id in this project, whatever its state:
+    for a signed-in operator, whose token's role stands in for the approval's token."""
+    params = {"project_id": project_id, "approval_id": approval_id}
+    row = conn.execute(_LOOKUP_BY_ID, params).first()
+    return None if row is None else PendingApproval(**row._mapping)
+
+
 _DECIDE = text(
     f"""
 WITH waiting AS (
     SELECT r.run_id
     FROM awooop_run_state r
     JOIN awooop_approval a ON a.run_id = r.run_id
-    WHERE a.token_hash = :token_hash AND a.project_id = :project_id
+    WHERE a.approval_id = :approval_id AND a.project_id = :project_id
       AND a.status = 'PENDING' AND a.expires_at > now()
       AND {_WAITING_HERE}
     FOR UPDATE OF r
@@ -198,7 +212,7 @@ WITH waiting AS (
     SET status = :status, decided_by = :actor, decided_via = :via, decided_at = now(),
         comment = :comment
     FROM waiting w
-    WHERE a.token_hash = :token_hash AND a.project_id = :project_id AND a.run_id = w.run_id
+    WHERE a.approval_id = :approval_id AND a.project_id = :project_id AND a.run_id = w.run_id
       AND a.status = 'PENDING'
     RETURNING a.approval_id, a.run_id, a.step, a.attempt
 ), changed AS (
@@ -232,7 +246,7 @@ DECISIONS = {"approve": ("APPROVED", "approved"), "reject": ("REJECTED", "reject
 def decide(
     conn: Connection,
     project_id: str,
-    token_hash: str,
+    approval_id: uuid.UUID,
     decision: str,
     *,
     actor: str,
@@ -241,11 +255,13 @@ def decide(
     messages: list[Message],
 ) -> list[uuid.UUID] | None:
     """Take the decision if the approval is still open; its outbox message ids, or None when
-    it was not (already decided, expired, or its run moved on) and nothing changed."""
+    it was not (already decided, expired, or its run moved on) and nothing changed. The
+    approval is named by its id: whoever decides was let in by :func:`lookup` (the token)
+    or :func:`lookup_by_id` (a signed-in operator) first."""
     status, word = DECISIONS[decision]
     params = {
         "project_id": project_id,
-        "token_hash": token_hash,
+        "approval_id": approval_id,
         "status": status,
         "decision": word,
         "actor": actor,
@@ -307,7 +323,8 @@ def expire(conn: Connection, t: FiredTimer) -> bool:
 _LIST_FOR_RUN = text(
     """
 SELECT approval_id, step, attempt, action, kind, prompt, status, expires_at, decided_by,
-       decided_via, decided_at, comment, created_at
+       decided_via, decided_at, comment, created_at,
+       COALESCE(approvers -> 'roles', '[]'::jsonb) AS roles
 FROM awooop_approval
 WHERE run_id = :run_id AND project_id = :project_id
 ORDER BY created_at, approval_id
@@ -319,3 +336,40 @@ def list_for_run(conn: Connection, project_id: str, run_id: uuid.UUID) -> list[d
     """The run's approvals, oldest first (scoped by project; no token hashes)."""
     rows = conn.execute(_LIST_FOR_RUN, {"project_id": project_id, "run_id": run_id}).mappings()
     return [dict(r) for r in rows]
+
+
+# The project's approvals a person can decide now: pending, unexpired, their run still
+# waiting at their step; oldest first, by (created_at, approval_id) pages.
+_PENDING = text(
+    f"""
+SELECT a.approval_id, a.run_id, a.step, a.attempt, a.action, a.prompt, a.expires_at,
+       a.created_at, COALESCE(a.approvers -> 'roles', '[]'::jsonb) AS roles,
+       r.workflow_name, r.workflow_version, r.control_state
+FROM awooop_approval a
+JOIN awooop_run_state r ON r.run_id = a.run_id
+WHERE a.project_id = :project_id AND a.kind = 'approval' AND a.status = 'PENDING'
+  AND a.expires_at > now() AND {_WAITING_HERE}
+  AND (CAST(:after_at AS timestamptz) IS NULL
+       OR (a.created_at, a.approval_id) > (CAST(:after_at AS timestamptz),
+                                            CAST(:after_id AS uuid)))
+ORDER BY a.created_at, a.approval_id
+LIMIT :limit
+"""
+)
+
+
+def pending(
+    conn: Connection,
+    project_id: str,
+    after: tuple[datetime, uuid.UUID] | None,
+    limit: int,
+) -> list[dict[str, Any]]:
+    """Up to ``limit`` approvals of the project that can be decided now, oldest first,
+    after the ``(created_at, approval_id)`` position (no token hashes)."""
+    params = {
+        "project_id": project_id,
+        "after_at": after[0] if after else None,
+        "after_id": after[1] if after else None,
+        "limit": limit,
+    }
+    return [dict(r) for r in conn.execute(_PENDING, params).mappings()]

@@ -132,6 +132,15 @@ class Backlog:
     now: datetime
 
 
+_ALL = text(_capped_counts("awooop_run_state", states.RUN_STATUSES))
+
+
+def status_counts(conn: Connection, project_id: str, cap: int) -> dict[str, int]:
+    """The project's runs by status, every status, each counted up to ``cap``."""
+    params = {"project_id": project_id, "cap": cap}
+    return {r.status: int(r.n) for r in conn.execute(_ALL, params)}
+
+
 def active_counts(conn: Connection, project_id: str, cap: int) -> dict[str, int]:
     """The project's unfinished runs by status, each counted up to ``cap``."""
     params = {"project_id": project_id, "cap": cap}

@@ -309,3 +309,28 @@ def revoke_credential(conn: Connection, project_id: str, credential_id: Any) -> 
     """Revoke one active credential; False when the project has no such active one."""
     params = {"project_id": project_id, "credential_id": credential_id}
     return conn.execute(_REVOKE, params).first() is not None
+
+
+# The projects where the token behind an active admin credential is an active admin token
+# too (the same secret registered in each: `awooop project token P --role admin --stdin`),
+# with that project's credential. A handful of credentials per project: no index needed.
+_ADMIN_PROJECTS = text(
+    """
+SELECT p.project_id, p.name, other.credential_id
+FROM awooop_credential mine
+JOIN awooop_credential other
+  ON other.secret_hash = mine.secret_hash AND other.kind = 'api_token'
+ AND other.role = 'admin' AND other.revoked_at IS NULL
+JOIN awooop_project p ON p.project_id = other.project_id
+WHERE mine.credential_id = :credential_id AND mine.kind = 'api_token'
+  AND mine.role = 'admin' AND mine.revoked_at IS NULL
+ORDER BY p.project_id
+"""
+)
+
+
+def admin_projects(conn: Connection, credential_id: str) -> list[dict[str, Any]]:
+    """The projects (id, name, credential id there) in which the token of the active admin
+    credential ``credential_id`` is an active admin token; none for any other credential."""
+    rows = conn.execute(_ADMIN_PROJECTS, {"credential_id": credential_id}).mappings()
+    return [{**r, "credential_id": str(r["credential_id"])} for r in rows]

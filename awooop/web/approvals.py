@@ -14,6 +14,7 @@ when it expired; 409 E-APPROVAL-003 when it was already decided or the run moved
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from flask import Blueprint, Response, jsonify, request
 
@@ -34,6 +35,19 @@ _REFUSED = {
     "used": errors.ApprovalClosed,
     "not_waiting": errors.ApprovalClosed,
 }
+
+
+def take(decide: Callable[[], approvals.Decided]) -> approvals.Decided:
+    """Carry out an engine decision (:func:`approvals.decide` or :func:`approvals.decide_by_id`):
+    a refusal as its error (nothing changed), then the resumed run queued and the replies
+    sent. This endpoint and the ops console both decide through here."""
+    try:
+        decided = decide()
+    except approvals.DecisionRefused as refused:
+        raise _REFUSED[refused.reason](refused.message) from None
+    context.enqueue([decided.run_id])
+    context.notify(decided.message_ids)
+    return decided
 
 
 def _caller_role(project_id: str) -> str:
@@ -95,13 +109,10 @@ def decide(project_id: str, token: str) -> tuple[Response, int]:
     if not _TOKEN.match(token):
         raise errors.NotFound("no such approval in this project")
     caller = approvals.Caller(via="api", actor=actor or f"api-token:{role}", role=role)
-    try:
-        decided = approvals.decide(
+    decided = take(
+        lambda: approvals.decide(
             context.engine(), project_id, token, decision, caller, comment, run_id, step
         )
-    except approvals.DecisionRefused as refused:
-        raise _REFUSED[refused.reason](refused.message) from None
-    context.enqueue([decided.run_id])
-    context.notify(decided.message_ids)
+    )
     status = "approved" if decision == "approve" else "rejected"
     return jsonify({"status": status, "run_id": str(decided.run_id)}), 200

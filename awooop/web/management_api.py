@@ -98,6 +98,27 @@ def perform(
     limit, the engine operation, and the nudge for a run that became claimable. The JSON
     endpoints and the console both act through here."""
     throttle.check(caller.project_id, throttle.MANAGEMENT, caller.auth.limits.management_per_minute)
+    return apply(
+        caller,
+        operation,
+        run_id,
+        operation_id=operation_id,
+        reason=reason,
+        expected_version=expected_version,
+    )
+
+
+def apply(
+    caller: roles.Caller,
+    operation: str,
+    run_id: uuid.UUID,
+    *,
+    operation_id: str,
+    reason: str,
+    expected_version: int | None,
+) -> OperationResult:
+    """:func:`perform` without the rate limit: the engine operation and the nudge. The
+    console's bulk actions count once against the limit and act on each run through here."""
     result = management.operate(
         context.engine(),
         context.settings(),

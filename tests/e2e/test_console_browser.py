@@ -279,3 +279,64 @@ def test_the_overview_draws_its_chart_under_the_csp_and_each_bar_opens_its_runs(
     }
     assert {r.locator("td").nth(1).inner_text() for r in rows.all()} == expected
     assert {r.locator("td").nth(9).inner_text() for r in rows.all()} == {"E-APPROVAL-002"}
+
+
+def test_an_operator_approves_a_run_and_bulk_cancels_the_waiting_ones_in_the_browser(
+    page, stack, engine, project
+):
+    # Given real processes and four runs waiting for an approval
+    stack.worker("worker", queues="runs,notifications")
+    _, base = stack.web()
+    pid = project["project_id"]
+    waiting = [test_runs.admit(engine, pid, "test-approval") for _ in range(4)]
+    run_tasks.enqueue(waiting)
+    wait_until(
+        lambda: all(run_state(engine, r) == ("WAITING_APPROVAL", "RUNNING") for r in waiting),
+        40,
+        "the runs to wait for an approval",
+    )
+    approved, rest = waiting[0], waiting[1:]
+    short = str(approved)[:8]
+
+    # When an operator approves one from the approvals list, with a comment
+    sign_in(page, base, project)
+    page.get_by_role("navigation").get_by_role("link", name="Approvals").click()
+    page.get_by_role("heading", name="Approvals").wait_for()
+    assert page.locator("table.list tbody tr").count() == 4
+    row = page.locator("table.list tbody tr", has_text=short)
+    row.get_by_label("Comment").fill("change window open")
+    screenshot(page, "console-approvals")
+    row.get_by_role("button", name="Approve").click()
+    page.get_by_text(f"Approved: restart-db on run {short}").wait_for()
+
+    # Then the run goes on to completion, approved by the operator's credential via console
+    wait_until(lambda: run_state(engine, approved)[0] == "COMPLETED", 40, "the approved run")
+    (approval,) = db.rows(engine, "SELECT * FROM awooop_approval WHERE run_id = :r", r=approved)
+    assert (approval["status"], approval["decided_via"]) == ("APPROVED", "console")
+    assert approval["comment"] == "change window open"
+
+    # When the operator filters the runs still waiting and cancels them all
+    page.get_by_role("navigation").get_by_role("link", name="Runs").click()
+    page.locator("form.filters select[name=status]").select_option("WAITING_APPROVAL")
+    page.get_by_role("button", name="Filter").click()
+    page.get_by_role("link", name="Cancel all…").click()
+
+    # a confirmation shows the filter and the exact count first
+    page.get_by_role("heading", name="Cancel 3 runs?").wait_for()
+    assert page.locator("strong.bulk-count").inner_text() == "3"
+    assert "status=WAITING_APPROVAL" in page.locator("dl.filters-shown").inner_text()
+    screenshot(page, "console-bulk-confirm")
+    page.get_by_label("Reason (recorded in each run's audit trail)").fill("bad deploy")
+    page.get_by_role("button", name="Confirm: Cancel 3 runs").click()
+    page.get_by_text("Cancel: 3 of 3 matching runs acted upon; 0 skipped").wait_for()
+
+    # Then each of them is compensated and cancelled, with its own audit row
+    wait_until(
+        lambda: all(run_state(engine, r)[0] == "CANCELLED" for r in rest),
+        40,
+        "the cancelled runs to be compensated",
+    )
+    for run_id in rest:
+        (action,) = [e for e in db.events(engine, run_id) if e["trigger"] == "operator"]
+        assert action["detail"] == {"operation": "cancel", "reason": "bad deploy"}
+    assert run_state(engine, approved)[0] == "COMPLETED"

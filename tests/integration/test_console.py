@@ -15,8 +15,8 @@ from sqlalchemy import text as sql
 from awooop import secrets
 from awooop.config import Settings
 from awooop.engine import management, runner
-from awooop.web import console as console_module
 from awooop.web.app import create_app
+from awooop.web.console import views as console_views
 from tests.integration.conftest import queued_messages
 from tests.support import approvals as approval_setup
 from tests.support import db, requests, tokens
@@ -240,7 +240,7 @@ def test_pages_carry_a_strict_content_security_policy(operator):
 
 
 def test_run_list_filters_and_cursor_pages(operator, engine, project, monkeypatch):
-    monkeypatch.setattr(console_module, "PAGE_SIZE", 2)
+    monkeypatch.setattr(console_views, "PAGE_SIZE", 2)
     noop = [test_runs.admit(engine, project["project_id"], "noop-3") for _ in range(3)]
     other = test_runs.admit(engine, project["project_id"], "test-fail")
 

@@ -296,7 +296,7 @@ def test_an_empty_project_has_an_empty_chart_and_zeros(client, project):
 
 
 def test_counts_stop_at_the_cap(client, project, engine, monkeypatch):
-    from awooop.web import console
+    from awooop.web.console import views as console
 
     monkeypatch.setattr(console, "OVERVIEW_CAP", 2)
     seed.runs(engine, project["project_id"], "PENDING", 3)

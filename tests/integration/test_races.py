@@ -160,19 +160,19 @@ def test_the_test_database_refuses_a_transition_the_state_machine_does_not_list(
     assert db.run(engine, run_id)["status"] == "COMPLETED"
 
 
-def _waiting_for_approval(engine, settings, project) -> tuple[uuid.UUID, str]:
+def _waiting_for_approval(engine, settings, project) -> tuple[uuid.UUID, uuid.UUID]:
     run_id = test_runs.admit(engine, project["project_id"], "test-approval")
     assert runner.execute(engine, settings, run_id) == runner.Outcome.WAITING_APPROVAL
     (approval,) = db.rows(engine, "SELECT * FROM awooop_approval WHERE run_id = :r", r=run_id)
-    return run_id, approval["token_hash"]
+    return run_id, approval["approval_id"]
 
 
-def _decide(engine, project, token_hash) -> Any:
+def _decide(engine, project, approval_id) -> Any:
     with engine.connect() as conn:
         return approvals.decide(
             conn,
             project["project_id"],
-            token_hash,
+            approval_id,
             "approve",
             actor="bob",
             via="api",
@@ -196,7 +196,7 @@ def _expire(engine, run_id) -> Any:
 
 @pytest.mark.parametrize("decision", ["decide", "expire"])
 def test_a_cancel_committed_while_an_approval_is_decided_wins(engine, project, settings, decision):
-    run_id, token_hash = _waiting_for_approval(engine, settings, project)
+    run_id, approval_id = _waiting_for_approval(engine, settings, project)
     result: list[Any] = []
 
     # Given an operator's cancel holding the run row, not yet committed
@@ -207,7 +207,7 @@ def test_a_cancel_committed_while_an_approval_is_decided_wins(engine, project, s
         assert applied.applied
         # When the decision (or the expiry) arrives and waits for the row
         act = (
-            (lambda: _decide(engine, project, token_hash))
+            (lambda: _decide(engine, project, approval_id))
             if decision == "decide"
             else (lambda: _expire(engine, run_id))
         )

@@ -113,13 +113,13 @@ def _tool_result(engine, project, run_id) -> None:
 
 def _approve(engine, project, run_id) -> None:
     (approval,) = db.rows(
-        engine, "SELECT token_hash FROM awooop_approval WHERE run_id = :r", r=run_id
+        engine, "SELECT approval_id FROM awooop_approval WHERE run_id = :r", r=run_id
     )
     with engine.connect() as conn:
         decided = approvals.decide(
             conn,
             project["project_id"],
-            approval["token_hash"],
+            approval["approval_id"],
             "approve",
             actor="bob",
             via="api",

@@ -37,6 +37,13 @@ CONSOLE_PAGES = {
     ("/console/runs/<run_id>", "GET"),
     ("/console/runs/<run_id>/<segment>", "GET"),
     ("/console/runs/<run_id>/<segment>", "POST"),
+    ("/console/approvals", "GET"),
+    ("/console/approvals/<approval_id>", "POST"),
+    ("/console/bulk/<segment>", "GET"),
+    ("/console/bulk/<segment>", "POST"),
+    ("/console/workers", "GET"),
+    ("/console/projects", "GET"),
+    ("/console/projects/<project_id>/enter", "POST"),
 }
 # Errors no operation documents: 405 is the answer to a method an operation does not have,
 # an internal error is a bug (the property-based run fails on any 5xx), and the console's
