@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
+from awooop import metrics
 from awooop import secrets as crypto
 from awooop.config import Settings
 from awooop.domain import saga
@@ -203,7 +204,7 @@ def decide(
         actor=caller.actor,
     ) + list(extra_messages or [])
     with engine.connect() as conn:
-        message_ids = approvals.decide(
+        taken = approvals.decide(
             conn,
             project_id,
             token_hash,
@@ -213,9 +214,11 @@ def decide(
             comment=comment,
             messages=replies,
         )
-        if message_ids is None:  # someone else decided (or it expired) since the lookup
+        if taken is None:  # someone else decided (or it expired) since the lookup
             again = approvals.lookup(conn, project_id, token_hash)
             raise _refusal(again or found)
+    word = approvals.DECISIONS[decision][1]
+    metrics.APPROVAL_WAIT.labels(word).observe(taken.waited_seconds)
     log.info(
         "approval decided",
         extra={
@@ -226,4 +229,4 @@ def decide(
             "via": caller.via,
         },
     )
-    return Decided(found.run_id, found.approval_id, decision, message_ids, found.action)
+    return Decided(found.run_id, found.approval_id, decision, taken.message_ids, found.action)

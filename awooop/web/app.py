@@ -21,6 +21,7 @@ from awooop.web import (
     ingress,
     management_api,
     openapi,
+    request_metrics,
     runs_api,
     signals_api,
     workers_api,
@@ -90,6 +91,7 @@ def create_app(
     app.register_blueprint(openapi.blueprint)
     console.register(app, settings)
     errors.register(app)
+    request_metrics.install(app)
     _bind_log_context(app)
     return app
 
