@@ -63,7 +63,10 @@ _OLDEST_RUNNING_PROGRESS = text(
 _APPROVALS_WAITING = text(
     """
 SELECT count(*) AS waiting,
-       GREATEST(0, extract(epoch FROM min(a.expires_at) - now()))::float8 AS soonest
+       -- (GREATEST skips a NULL: no approval must stay NULL, not become 0)
+       CASE WHEN min(a.expires_at) IS NOT NULL
+            THEN GREATEST(0, extract(epoch FROM min(a.expires_at) - now()))::float8
+       END AS soonest
 FROM awooop_run_state r
 JOIN awooop_approval a ON a.run_id = r.run_id
 WHERE r.status = 'WAITING_APPROVAL' AND a.status = 'PENDING' AND a.kind = 'approval'

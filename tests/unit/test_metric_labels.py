@@ -111,9 +111,9 @@ def test_a_request_is_timed_under_its_route_template_never_its_path():
     assert local("awooop_http_request_duration_seconds_count", route=route, status="2xx") == (
         before + 3
     )
-    assert local(
-        "awooop_http_request_duration_seconds_count", route="unmatched", status="4xx"
-    ) == (unmatched + 1)
+    assert local("awooop_http_request_duration_seconds_count", route="unmatched", status="4xx") == (
+        unmatched + 1
+    )
     assert local("awooop_http_request_duration_seconds_count", route="/things/0", status="2xx") == 0
 
 
