@@ -226,3 +226,24 @@ class InternalError(AwoooPError):
 
     code = "E-INTERNAL-001"
     http_status = 500
+
+
+# The codes a run's ``failure_code`` can hold: why it failed, was cancelled or waits for a
+# person (never an HTTP answer). The metrics label failed runs with these and nothing else.
+RUN_FAILURE_CODES = {
+    "E-STEP-001": "a step rejected its input or outcome",
+    "E-STEP-002": "a step's retries were exhausted",
+    "E-STEP-003": "a step's outcome is unknown and its resolver could not settle it",
+    "E-STEP-004": "a step returned a value the journal cannot hold",
+    "E-STEP-005": "a wait for a signal ended without it",
+    "E-SAGA-001": "the saga needs a person (manual intervention)",
+    "E-SAGA-002": "an operator cancelled the run",
+    "E-SAGA-003": "the run deadline passed",
+    "E-SAGA-004": "two different outcomes were reported for one attempt",
+    "E-APPROVAL-001": "a person rejected an approval",
+    "E-APPROVAL-002": "nobody decided an approval within its TTL",
+    "E-RUN-001": "the run's stored input or journal cannot be loaded",
+    "E-RUN-002": "the database refused one of the run's writes for good",
+    "E-RUN-003": "no worker had the run's workflow definition for too long",
+    "E-LEASE-001": "the run's workers died more often than its attempts allow",
+}

@@ -33,7 +33,10 @@ Two kinds of numbers, gathered two ways:
 
 Labels are low-cardinality by construction: channel, result, outcome, status, timer kind,
 workflow, step, sweep and task names, Flask endpoint names and HTTP status codes (a
-deployment's fixed set). Never a run id, project id, worker id or URL path.
+deployment's fixed set). Never a run id, project id, worker id or URL path. The label
+functions below (:func:`workflow_label`, :func:`failure_code_label`, :func:`route_label`,
+:func:`status_class`, :func:`channel_label`) fold anything outside a fixed set into one
+value, so a bad input cannot grow a series.
 
 Incrementing a counter is a lock and a write to a memory-mapped file: no I/O, no round trip.
 """
@@ -42,6 +45,7 @@ from __future__ import annotations
 
 import logging
 import os
+import platform
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -50,6 +54,7 @@ from prometheus_client import (
     REGISTRY,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     generate_latest,
 )
@@ -59,7 +64,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from awooop import config, db, metric_files
+from awooop import __version__, config, db, errors, metric_files
 from awooop.domain import states
 from awooop.store import monitoring
 
@@ -185,6 +190,103 @@ BEAT_SENT = Counter(
     ["task"],
 )
 
+RUN_DURATION = Histogram(
+    "awooop_run_duration_seconds",
+    "From a run's admission to its final status, by workflow and status (COMPLETED, FAILED, "
+    "CANCELLED); observed by the worker (or the reaper) that committed the final move.",
+    ["workflow", "status"],
+    buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400, 604800),
+)
+RUN_FAILURES = Counter(
+    "awooop_run_failures_total",
+    "Runs that ended FAILED, by workflow and failure code (the run failure codes of "
+    "awooop.errors.RUN_FAILURE_CODES; 'other' for any other value).",
+    ["workflow", "failure_code"],
+)
+APPROVAL_WAIT = Histogram(
+    "awooop_approval_wait_seconds",
+    "From an approval being requested to its decision, by decision: approved, rejected "
+    "(a person, through the API or a chat button) or expired (its TTL passed).",
+    ["decision"],
+    buckets=(5, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400),
+)
+APPROVAL_DECISIONS = ("approved", "rejected", "expired")
+OUTBOUND_SENDS = Counter(
+    "awooop_outbound_sends_total",
+    "Outbound messages sent to a provider, by channel (telegram, line, gitea, webhook; "
+    "'other') and result: sent (a 2xx answer), retry (a transient failure: due again after "
+    "a back-off) or parked (a permanent failure, or the last attempt).",
+    ["channel", "result"],
+)
+OUTBOUND_RESULTS = ("sent", "retry", "parked")
+HTTP_REQUEST_DURATION = Histogram(
+    "awooop_http_request_duration_seconds",
+    "Time the web process took to answer a request, by route (the Flask URL rule, e.g. "
+    "/v1/projects/<project_id>/runs/<run_id>; 'unmatched' for an unknown path) and status "
+    "class (2xx, 3xx, 4xx, 5xx).",
+    ["route", "status"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+RETENTION_PASSES = Counter(
+    "awooop_retention_passes_total",
+    "Retention sweep passes, by result: caught_up (nothing past its retention was left) or "
+    "behind (the pass ran out of AWOOOP_SWEEP_PASS_SECONDS with rows still due).",
+    ["result"],
+)
+BUILD_INFO = Gauge(
+    "awooop_build_info",
+    "Always 1: the AwoooP version and the Python version the process runs.",
+    ["version", "python"],
+    multiprocess_mode="max",
+)
+BUILD_INFO.labels(__version__, platform.python_version()).set(1)
+
+# --- bounded labels -----------------------------------------------------------------------
+
+UNREGISTERED_WORKFLOW = "unregistered"
+OTHER = "other"
+UNMATCHED_ROUTE = "unmatched"
+STATUS_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
+OUTBOUND_CHANNELS = ("telegram", "line", "gitea", "webhook")
+
+
+def workflow_label(name: str) -> str:
+    """``name`` when a workflow of that name is registered in this process, else
+    ``unregistered``: the label's values are the deployment's workflows plus one."""
+    from awooop.workflows import registry  # the registry imports handlers; metrics must not
+
+    return name if registry.latest(name) is not None else UNREGISTERED_WORKFLOW
+
+
+def failure_code_label(code: str | None) -> str:
+    """A run failure code of the catalogue, else ``other``."""
+    return code if code in errors.RUN_FAILURE_CODES else OTHER
+
+
+def route_label(rule: str | None) -> str:
+    """The Flask URL rule a request matched (its template, never the path), else
+    ``unmatched``."""
+    return rule or UNMATCHED_ROUTE
+
+
+def status_class(code: int) -> str:
+    """``2xx`` for 200–299 and so on; ``other`` outside 100–599."""
+    return f"{code // 100}xx" if 100 <= code <= 599 else OTHER
+
+
+def channel_label(channel: str) -> str:
+    """An outbound channel AwoooP has an adapter for, else ``other``."""
+    return channel if channel in OUTBOUND_CHANNELS else OTHER
+
+
+def run_finished(workflow: str, status: str, failure_code: str | None, seconds: float) -> None:
+    """A run reached its final ``status`` ``seconds`` after its admission: its duration,
+    and its failure when it failed."""
+    label = workflow_label(workflow)
+    RUN_DURATION.labels(label, status).observe(max(0.0, seconds))
+    if status == states.FAILED:
+        RUN_FAILURES.labels(label, failure_code_label(failure_code)).inc()
+
 
 def zero_known_series(sweeps: Iterable[str] = ()) -> None:
     """Create the worker counters' known label sets at 0, so the first increment is a
@@ -198,6 +300,11 @@ def zero_known_series(sweeps: Iterable[str] = ()) -> None:
     for sweep in sweeps:
         for outcome in SWEEP_OUTCOMES:
             SWEEP_PASSES.labels(sweep, outcome)
+    for channel in OUTBOUND_CHANNELS:
+        for result in OUTBOUND_RESULTS:
+            OUTBOUND_SENDS.labels(channel, result)
+    for result in ("caught_up", "behind"):
+        RETENTION_PASSES.labels(result)
 
 
 # --- read from the database at scrape time --------------------------------------------
@@ -219,6 +326,8 @@ class DatabaseCollector(Collector):
         yield GaugeMetricFamily("awooop_outbox_backlog", "")
         yield GaugeMetricFamily("awooop_outbox_parked", "")
         yield GaugeMetricFamily("awooop_outbox_oldest_pending_age_seconds", "")
+        yield GaugeMetricFamily("awooop_approvals_waiting", "")
+        yield GaugeMetricFamily("awooop_approval_soonest_expiry_seconds", "")
 
     def collect(self) -> Iterator[Metric]:
         up = GaugeMetricFamily(
@@ -230,6 +339,7 @@ class DatabaseCollector(Collector):
                 snap = monitoring.snapshot(conn, self._timeout)
                 interventions = monitoring.interventions(conn)
                 stalled_for = monitoring.oldest_running_progress_age(conn)
+                approvals = monitoring.approvals_waiting(conn)
         except SQLAlchemyError as exc:
             log.warning(
                 "could not read database gauges",
@@ -277,6 +387,20 @@ class DatabaseCollector(Collector):
             "Age of the oldest PENDING outbound message (0 when none).",
             value=snap.outbox.oldest_pending_age_seconds,
         )
+        yield GaugeMetricFamily(
+            "awooop_approvals_waiting",
+            "Approvals (of approval steps) waiting for a person's decision, read from the "
+            "database.",
+            value=approvals.count,
+        )
+        soonest = GaugeMetricFamily(
+            "awooop_approval_soonest_expiry_seconds",
+            "Seconds until the first approval waiting for a decision expires (0 once due); no "
+            "sample when none waits.",
+        )
+        if approvals.soonest_expiry_seconds is not None:
+            soonest.add_metric([], approvals.soonest_expiry_seconds)
+        yield soonest
 
 
 def render(engine: Engine, timeout_seconds: float) -> bytes:

@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
+from awooop import metrics
 from awooop import secrets as crypto
 from awooop.config import Settings
 from awooop.domain import saga
@@ -238,7 +239,7 @@ def _take(
         actor=caller.actor,
     ) + list(extra_messages or [])
     with engine.connect() as conn:
-        message_ids = approvals.decide(
+        taken = approvals.decide(
             conn,
             found.project_id,
             found.approval_id,
@@ -248,9 +249,11 @@ def _take(
             comment=comment,
             messages=replies,
         )
-        if message_ids is None:  # someone else decided (or it expired) since the lookup
+        if taken is None:  # someone else decided (or it expired) since the lookup
             again = approvals.lookup_by_id(conn, found.project_id, found.approval_id)
             raise _refusal(again or found)
+    word = approvals.DECISIONS[decision][1]
+    metrics.APPROVAL_WAIT.labels(word).observe(taken.waited_seconds)
     log.info(
         "approval decided",
         extra={
@@ -261,4 +264,4 @@ def _take(
             "via": caller.via,
         },
     )
-    return Decided(found.run_id, found.approval_id, decision, message_ids, found.action)
+    return Decided(found.run_id, found.approval_id, decision, taken.message_ids, found.action)

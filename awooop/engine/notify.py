@@ -17,6 +17,7 @@ import uuid
 import requests
 from sqlalchemy import Engine
 
+from awooop import metrics
 from awooop import secrets as crypto
 from awooop.config import Settings
 from awooop.outbound import adapters, transport
@@ -90,6 +91,7 @@ def send(engine: Engine, settings: Settings, message_id: uuid.UUID) -> Sent:
     if 200 <= answer.status < 300:
         with engine.connect() as conn:
             outbox.mark_sent(conn, message)
+        metrics.OUTBOUND_SENDS.labels(metrics.channel_label(message.channel), "sent").inc()
         log.info("message sent", extra={**fields, "action": "message_sent"})
         return Sent.SENT
     error = _redact(f"HTTP {answer.status}: {answer.text[:300]}", secrets)
@@ -110,6 +112,8 @@ def _failed(
     delay = 0.0 if park else backoff(message.attempts, settings)
     with engine.connect() as conn:
         outbox.mark_failed(conn, message, error, delay, park)
+    result = "parked" if park else "retry"
+    metrics.OUTBOUND_SENDS.labels(metrics.channel_label(message.channel), result).inc()
     if park:
         log.error(
             "message parked: it will not be retried",

@@ -115,8 +115,15 @@ def execute(
         )
     except leases.UnloadableRun as unloadable:
         with engine.connect() as conn:
-            if leases.fail_unloadable(conn, unloadable):
-                metrics.RUNS_FINISHED.labels(states.FAILED).inc()
+            failed = leases.fail_unloadable(conn, unloadable)
+        if failed:
+            metrics.RUNS_FINISHED.labels(states.FAILED).inc()
+            metrics.run_finished(
+                unloadable.workflow_name,
+                states.FAILED,
+                leases.UNLOADABLE,
+                unloadable.age_seconds + (time.monotonic() - claim_sent_at),
+            )
         log.error(
             "run cannot be loaded; failed",
             extra={
@@ -239,6 +246,12 @@ class _Segment:
         self.claim = claim
         # A wait step's release found its signal already there: the run wants a new message.
         self.woken = False
+        self._claimed_at = time.monotonic()
+
+    def run_age(self) -> float:
+        """Seconds since the run's admission: its age at the claim (the database's clock),
+        plus the time this segment has taken since."""
+        return self.claim.age_seconds + (time.monotonic() - self._claimed_at)
 
     def commit(self, statement: Statement, what: str, ends_segment: bool) -> Committed:
         """Commit one fenced write under a fresh identity, retried on transient errors while
@@ -416,6 +429,12 @@ def _run_steps(workflow: Workflow, segment: _Segment) -> Outcome:
                     outcome = Outcome.CANCELLED
                 if outcome in _FINAL_STATUS:
                     metrics.RUNS_FINISHED.labels(_FINAL_STATUS[outcome]).inc()
+                    metrics.run_finished(
+                        segment.claim.workflow_name,
+                        _FINAL_STATUS[outcome],
+                        decision.failure_code,
+                        segment.run_age(),
+                    )
                 log.info(
                     "run segment ended",
                     extra={

@@ -19,7 +19,7 @@ from awooop import db, metrics
 from awooop.config import Settings
 from awooop.domain import states
 from awooop.engine import identity, watch
-from awooop.store import dedupe, reaper, retention, timers, workers
+from awooop.store import approvals, dedupe, reaper, retention, timers, workers
 
 log = logging.getLogger("awooop.engine.sweeps")
 
@@ -47,6 +47,7 @@ def reap_once(
         metrics.REAPER_RECOVERIES.labels(outcome).inc()
         if r.to_status == states.FAILED:
             metrics.RUNS_FINISHED.labels(states.FAILED).inc()
+            metrics.run_finished(r.workflow_name, states.FAILED, reaper.EXHAUSTED, r.age_seconds)
         log.warning(
             "stale run reaped",
             extra={
@@ -143,6 +144,7 @@ def retention_once(
                 messages = retention.delete_old_outbox(conn, settings.outbox_retention_days, batch)
             _count_deleted(totals, {"awooop_outbox": messages})
             outbox_left = messages == batch
+    metrics.RETENTION_PASSES.labels("behind" if runs_left or outbox_left else "caught_up").inc()
     if any(totals.values()):
         log.info(
             "finished runs and old messages deleted",
@@ -173,6 +175,7 @@ def fire_due_timers_once(engine: Engine, settings: Settings) -> list[timers.Fire
     fired: list[timers.FiredTimer] = []
     skipped = 0
     while True:
+        expired: list[float] = []  # how long each approval this batch expired had waited
         with db.transaction(engine) as conn:
             batch = timers.fire_due(conn, identity.worker_id(), settings.timer_batch_size)
             for timer in batch:
@@ -182,9 +185,15 @@ def fire_due_timers_once(engine: Engine, settings: Settings) -> list[timers.Fire
                 effect = timers.EFFECTS.get(timer.kind)
                 if effect is not None and not effect(conn, timer):
                     continue
+                if timer.kind == timers.APPROVAL_EXPIRY:
+                    waited = approvals.expired_wait(conn, timer)
+                    if waited is not None:
+                        expired.append(waited)
                 fired.append(timer)
         for timer in batch:  # committed: how late each timer fired, stale ones included
             metrics.TIMER_LATENESS.labels(timer.kind).observe(max(0.0, timer.late_by))
+        for waited in expired:
+            metrics.APPROVAL_WAIT.labels("expired").observe(waited)
         if len(batch) < settings.timer_batch_size:
             break
     if fired or skipped:

@@ -69,6 +69,10 @@ def hand_back_or_fail(engine: Engine, settings: Settings, claim: leases.Claim) -
     ).inc()
     if outcome == "failed":
         metrics.RUNS_FINISHED.labels(states.FAILED).inc()
+        # Its age at the claim: the hand-back is a moment after it.
+        metrics.run_finished(
+            claim.workflow_name, states.FAILED, leases.WORKFLOW_UNAVAILABLE, claim.age_seconds
+        )
         log.error(
             "workflow definition unavailable for too long; run failed",
             extra={

@@ -214,7 +214,8 @@ WITH waiting AS (
     FROM waiting w
     WHERE a.approval_id = :approval_id AND a.project_id = :project_id AND a.run_id = w.run_id
       AND a.status = 'PENDING'
-    RETURNING a.approval_id, a.run_id, a.step, a.attempt
+    RETURNING a.approval_id, a.run_id, a.step, a.attempt,
+              extract(epoch FROM now() - a.created_at)::float8 AS waited
 ), changed AS (
     UPDATE awooop_run_state r
     SET saga_steps = r.saga_steps || jsonb_build_array(jsonb_build_object(
@@ -236,11 +237,21 @@ WITH waiting AS (
     FROM changed
 )
 SELECT (SELECT count(*) FROM changed) AS changed,
-       (SELECT array_agg(message_id) FROM outbox) AS message_ids
+       (SELECT array_agg(message_id) FROM outbox) AS message_ids,
+       (SELECT max(waited) FROM decided) AS waited
 """
 )
 
 DECISIONS = {"approve": ("APPROVED", "approved"), "reject": ("REJECTED", "rejected")}
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A decision taken: the outbox messages it queued, and how long the approval waited
+    for it (seconds since it was requested, by the database clock)."""
+
+    message_ids: list[uuid.UUID]
+    waited_seconds: float
 
 
 def decide(
@@ -253,11 +264,11 @@ def decide(
     via: str,
     comment: str | None,
     messages: list[Message],
-) -> list[uuid.UUID] | None:
-    """Take the decision if the approval is still open; its outbox message ids, or None when
-    it was not (already decided, expired, or its run moved on) and nothing changed. The
-    approval is named by its id: whoever decides was let in by :func:`lookup` (the token)
-    or :func:`lookup_by_id` (a signed-in operator) first."""
+) -> Decision | None:
+    """Take the decision if the approval is still open, or None when it was not (already
+    decided, expired, or its run moved on) and nothing changed. The approval is named by its
+    id: whoever decides was let in by :func:`lookup` (the token) or :func:`lookup_by_id` (a
+    signed-in operator) first."""
     status, word = DECISIONS[decision]
     params = {
         "project_id": project_id,
@@ -270,7 +281,9 @@ def decide(
         "messages": messages_param(messages),
     }
     row = conn.execute(_DECIDE, params).one()
-    return list(row.message_ids or []) if row.changed == 1 else None
+    if row.changed != 1:
+        return None
+    return Decision(list(row.message_ids or []), float(row.waited or 0.0))
 
 
 # The expiry timer fired: a still-pending approval expires and the run resumes to turn back
@@ -317,6 +330,24 @@ def expire(conn: Connection, t: FiredTimer) -> bool:
     """The approval's TTL passed: False when it had been decided (or the run moved on)."""
     params = {"run_id": t.run_id, "step": t.step, "attempt": t.attempt, "timer_id": t.timer_id}
     return conn.execute(_EXPIRE, params).scalar_one() == 1
+
+
+# How long an approval the expiry timer just expired had waited (through ix_awooop_approval_run).
+_EXPIRED_WAIT = text(
+    """
+SELECT extract(epoch FROM decided_at - created_at)::float8
+FROM awooop_approval
+WHERE run_id = :run_id AND step = :step AND attempt = :attempt AND status = 'EXPIRED'
+"""
+)
+
+
+def expired_wait(conn: Connection, t: FiredTimer) -> float | None:
+    """Seconds from the request to the expiry of the approval ``t`` expired (in the
+    transaction that expired it); None when there is none."""
+    params = {"run_id": t.run_id, "step": t.step, "attempt": t.attempt}
+    waited = conn.execute(_EXPIRED_WAIT, params).scalar()
+    return None if waited is None else float(waited)
 
 
 # What a person may see of a run's approvals: never the token hash.

@@ -68,7 +68,9 @@ WITH candidate AS (
               r.traceparent,
               c.status AS from_status,
               -- claim latency: since the run's message was sent (or its retry fell due)
-              GREATEST(0, extract(epoch FROM now() - r.enqueued_at))::float8 AS waited
+              GREATEST(0, extract(epoch FROM now() - r.enqueued_at))::float8 AS waited,
+              -- since the run's admission (its duration, once it ends)
+              GREATEST(0, extract(epoch FROM now() - r.created_at))::float8 AS age
 ), history AS (
     INSERT INTO awooop_run_event
         (run_id, kind, from_status, to_status, trigger, trigger_id, actor, detail)
@@ -109,6 +111,8 @@ class Claim:
     traceparent: str | None = None
     # Seconds between the run's message being sent (or its retry falling due) and this claim.
     waited_seconds: float = 0.0
+    # Seconds between the run's admission and this claim, by the database clock.
+    age_seconds: float = 0.0
     # Entries in the journal as the holder last wrote or read it.
     journal_length: int = 0
     paused: bool = False
@@ -154,12 +158,22 @@ class Position:
 class UnloadableRun(Exception):
     """The claimed run's stored input or journal cannot be decoded by this process."""
 
-    def __init__(self, run_id: uuid.UUID, worker_id: str, lease_epoch: int, reason: str) -> None:
+    def __init__(
+        self,
+        run_id: uuid.UUID,
+        worker_id: str,
+        lease_epoch: int,
+        reason: str,
+        workflow_name: str = "",
+        age_seconds: float = 0.0,
+    ) -> None:
         super().__init__(f"run {run_id}: {reason}")
         self.run_id = run_id
         self.worker_id = worker_id
         self.lease_epoch = lease_epoch
         self.reason = reason
+        self.workflow_name = workflow_name
+        self.age_seconds = age_seconds
 
 
 def claim(
@@ -178,7 +192,9 @@ def claim(
     try:
         run_input, journal = jsonb.loads(row.input_text), jsonb.loads(row.journal_text)
     except jsonb.Undecodable as exc:
-        raise UnloadableRun(row.run_id, worker_id, row.lease_epoch, str(exc)) from exc
+        raise UnloadableRun(
+            row.run_id, worker_id, row.lease_epoch, str(exc), row.workflow_name, row.age
+        ) from exc
     return Claim(
         run_id=row.run_id,
         project_id=row.project_id,
@@ -196,6 +212,7 @@ def claim(
         failure_code=row.failure_code,
         traceparent=row.traceparent,
         waited_seconds=row.waited,
+        age_seconds=row.age,
         journal_length=len(journal),
         paused=row.control_state == "PAUSED",
     )

@@ -55,6 +55,25 @@ _OLDEST_RUNNING_PROGRESS = text(
 )
 
 
+# Approvals a person can still decide: PENDING approval-step rows of runs that wait
+# (WAITING_APPROVAL, from the partial index of unfinished runs), each run's approvals through
+# ix_awooop_approval_run. The cost is the runs waiting for a person, not the approvals kept.
+# ``soonest``: seconds until the first of them expires (0 once due and not yet expired by the
+# timer sweep), NULL when none waits.
+_APPROVALS_WAITING = text(
+    """
+SELECT count(*) AS waiting,
+       -- (GREATEST skips a NULL: no approval must stay NULL, not become 0)
+       CASE WHEN min(a.expires_at) IS NOT NULL
+            THEN GREATEST(0, extract(epoch FROM min(a.expires_at) - now()))::float8
+       END AS soonest
+FROM awooop_run_state r
+JOIN awooop_approval a ON a.run_id = r.run_id
+WHERE r.status = 'WAITING_APPROVAL' AND a.status = 'PENDING' AND a.kind = 'approval'
+"""
+)
+
+
 def ping(conn: Connection) -> None:
     """One round trip; raises when the database does not answer."""
     conn.execute(_PING).scalar_one()
@@ -94,3 +113,17 @@ def interventions(conn: Connection) -> int:
     """Runs waiting for a person (saga MANUAL_INTERVENTION), all projects. Call inside the
     transaction :func:`snapshot` set its statement timeout in."""
     return int(conn.execute(_INTERVENTIONS).scalar_one())
+
+
+@dataclass(frozen=True)
+class ApprovalsWaiting:
+    count: int
+    soonest_expiry_seconds: float | None
+
+
+def approvals_waiting(conn: Connection) -> ApprovalsWaiting:
+    """Approvals waiting for a decision, and how soon the first of them expires (None when
+    none waits). Call inside the transaction :func:`snapshot` set its statement timeout in."""
+    row = conn.execute(_APPROVALS_WAITING).one()
+    soonest = None if row.soonest is None else float(row.soonest)
+    return ApprovalsWaiting(int(row.waiting), soonest)

@@ -16,6 +16,9 @@ from awooop.domain import states
 states.check_transition(states.RUNNING, states.PENDING)
 states.check_transition(states.RUNNING, states.FAILED)
 
+# The failure code of a run whose attempts ran out with its workers dying.
+EXHAUSTED = "E-LEASE-001"
+
 # A stale RUNNING run goes back to PENDING while attempts remain, else FAILED: both halves in
 # one statement over disjoint rows. WAITING_* runs are never touched. The lock (SKIP LOCKED)
 # makes two concurrent reapers take disjoint runs.
@@ -62,11 +65,12 @@ WITH dead AS (
     WHERE r.run_id = s.run_id AND r.lease_epoch = s.lease_epoch AND r.status = 'RUNNING'
       AND r.attempt_count < r.max_attempts
     RETURNING r.run_id, r.project_id, r.attempt_count, s.worker_id AS lost_worker_id,
-              s.lease_epoch, 'PENDING'::text AS to_status, s.reason, s.worker_seen_at
+              s.lease_epoch, 'PENDING'::text AS to_status, s.reason, s.worker_seen_at,
+              r.workflow_name, extract(epoch FROM now() - r.created_at)::float8 AS age
 ), failed AS (
     UPDATE awooop_run_state r
     SET status = 'FAILED',
-        failure_code = 'E-LEASE-001',
+        failure_code = :exhausted_code,
         failure_reason = 'Max retry attempts exceeded',
         lease_until = NULL,
         reaped_at = now(),
@@ -77,7 +81,8 @@ WITH dead AS (
     WHERE r.run_id = s.run_id AND r.lease_epoch = s.lease_epoch AND r.status = 'RUNNING'
       AND r.attempt_count >= r.max_attempts
     RETURNING r.run_id, r.project_id, r.attempt_count, s.worker_id AS lost_worker_id,
-              s.lease_epoch, 'FAILED'::text AS to_status, s.reason, s.worker_seen_at
+              s.lease_epoch, 'FAILED'::text AS to_status, s.reason, s.worker_seen_at,
+              r.workflow_name, extract(epoch FROM now() - r.created_at)::float8 AS age
 ), reaped AS (
     SELECT * FROM requeued UNION ALL SELECT * FROM failed
 ), history AS (
@@ -102,6 +107,9 @@ class Reaped:
     lost_worker_id: str | None
     # Why: 'lease_expired', or 'worker_dead' (its holder's liveness row went stale).
     reason: str = "lease_expired"
+    workflow_name: str = ""
+    # Seconds since the run's admission (its duration, when it failed here).
+    age_seconds: float = 0.0
 
 
 def reap(
@@ -115,13 +123,23 @@ def reap(
     dead = dead or {}
     params = {
         "actor": actor,
+        "exhausted_code": EXHAUSTED,
         "batch_size": batch_size,
         "dead_ids": list(dead),
         "dead_tokens": list(dead.values()),
     }
     rows = conn.execute(_REAP, params).all()
     return [
-        Reaped(r.run_id, r.project_id, r.to_status, r.attempt_count, r.lost_worker_id, r.reason)
+        Reaped(
+            r.run_id,
+            r.project_id,
+            r.to_status,
+            r.attempt_count,
+            r.lost_worker_id,
+            r.reason,
+            r.workflow_name,
+            r.age,
+        )
         for r in rows
     ]
 

@@ -219,11 +219,13 @@ def next_due_in(conn: Connection, run_id: uuid.UUID) -> float | None:
 
 from awooop.store import approvals  # noqa: E402 - approvals needs FiredTimer from here
 
+APPROVAL_EXPIRY = "approval_expiry"
+
 # What a fired timer does to its run, beyond the nudge (retry wake-ups and resolver polls
 # are only a nudge). False: the run had moved on, nothing to do.
 EFFECTS: dict[str, Callable[[Connection, FiredTimer], bool]] = {
     "tool_timeout": tool_timed_out,
     "step_timeout": step_timed_out,
     "deadline": deadline_passed,
-    "approval_expiry": approvals.expire,
+    APPROVAL_EXPIRY: approvals.expire,
 }

@@ -21,6 +21,7 @@ from awooop.web import (
     ingress,
     management_api,
     openapi,
+    request_metrics,
     reruns_api,
     runs_api,
     signals_api,
@@ -92,6 +93,7 @@ def create_app(
     app.register_blueprint(openapi.blueprint)
     console.register(app, settings)
     errors.register(app)
+    request_metrics.install(app)
     _bind_log_context(app)
     return app
 

@@ -1,22 +1,30 @@
 """Each worker and beat serves its own metrics (``AWOOOP_METRICS_PORT``), as on a host of its
 own: real Celery workers and beat, each with a metrics directory of its own, scraped on their
-own ports — never through a web server."""
+own ports — never through a web server. And on one host, the web's ``/metrics`` sums what a
+real worker and web servers counted of runs, failures, approvals, outbound sends and requests,
+each under its bounded labels."""
 
 from __future__ import annotations
 
 import os
+import platform
 import signal
 import socket
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import requests as http
 
+import awooop
 from awooop.tasks import runs as run_tasks
 from awooop.tasks import sweeps as sweep_tasks
+from tests.e2e import test_approval_processes as approval_flow
+from tests.support import approvals as approvals_setup
 from tests.support import db, metrics
 from tests.support import runs as test_runs
+from tests.support.fake_provider import FakeProvider
 from tests.support.processes import free_port, wait_until
 
 pytestmark = pytest.mark.slow
@@ -163,3 +171,114 @@ def test_beat_and_the_maintenance_worker_count_sends_and_sweep_passes_on_their_o
     assert passes("failed") == 0
     assert "awooop_sweep_passes_total{" not in scrape(beat_url)
     assert "awooop_beat_sent_total{" not in scrape(maintenance_url)
+
+
+@pytest.fixture
+def provider() -> Iterator[FakeProvider]:
+    fake = FakeProvider()
+    yield fake
+    fake.close()
+
+
+def test_one_hosts_metrics_count_runs_failures_approvals_sends_and_requests_by_bounded_labels(
+    stack, engine, project, settings, tmp_path, provider
+):
+    # Given a web server and a worker on one host, sharing a metrics directory, and a project
+    # whose API events start an approval workflow that prompts through a webhook
+    stack.env["PROMETHEUS_MULTIPROC_DIR"] = str(tmp_path / "metrics")
+    approvals_setup.configure(
+        engine, settings, project["project_id"], config={"notify_url": f"{provider.url}/hook"}
+    )
+    stack.worker("worker", queues="runs,notifications")
+    _, base = stack.web()
+
+    # When one run is approved and completes, and another fails (a step rejects)
+    approved = approval_flow.admit(base, project)
+    token = approval_flow.prompt_token(provider, approved)
+    assert approval_flow.decide(base, project, token).status_code == 200
+    approval_flow.wait_for(engine, approved, "COMPLETED")
+    failed = test_runs.admit(engine, project["project_id"], "test-saga")
+    run_tasks.enqueue([failed])
+    assert approval_flow.wait_for(engine, failed, "FAILED")["failure_code"] == "E-STEP-001"
+
+    # Then the web's /metrics counts each, under its workflow, status and failure code
+    def scrape_web() -> str:
+        return scrape(base + "/metrics")
+
+    def ended(workflow: str, status: str) -> float | None:
+        labels = {"workflow": workflow, "status": status}
+        return metrics.sample(scrape_web(), "awooop_run_duration_seconds_count", **labels)
+
+    # (counted just after each run's last commit)
+    wait_until(lambda: ended("test-saga", "FAILED") == 1, 20, "the failed run on /metrics")
+    wait_until(lambda: ended("test-approval", "COMPLETED") == 1, 20, "the approved run")
+    # every message the provider received was counted as sent, once it was marked so
+    hooks = lambda: len(provider.to("/hook"))  # noqa: E731
+    wait_until(lambda: hooks() >= 2, 20, "the prompt and the outcome message")
+
+    def sends(result: str) -> float | None:
+        labels = {"channel": "webhook", "result": result}
+        return metrics.sample(scrape_web(), "awooop_outbound_sends_total", **labels)
+
+    wait_until(lambda: sends("sent") == hooks(), 20, "every webhook call counted as sent")
+    text = scrape_web()
+    assert metrics.sample(text, "awooop_run_duration_seconds_count", **{
+        "workflow": "test-approval", "status": "FAILED"
+    }) is None  # fmt: skip
+    assert (
+        metrics.sample(
+            text, "awooop_run_failures_total", workflow="test-saga", failure_code="E-STEP-001"
+        )
+        == 1
+    )
+    assert (
+        metrics.sample(
+            text, "awooop_run_failures_total", workflow="test-approval", failure_code="E-STEP-001"
+        )
+        is None
+    )
+    # (admission to the end: at least the time the approval waited)
+    approval_wait = metrics.sample(text, "awooop_approval_wait_seconds_sum", decision="approved")
+    duration = metrics.sample(
+        text, "awooop_run_duration_seconds_sum", workflow="test-approval", status="COMPLETED"
+    )
+    assert approval_wait is not None and duration is not None
+    assert 0 < approval_wait <= duration < 120
+    assert metrics.sample(text, "awooop_approval_wait_seconds_count", decision="approved") == 1
+    assert metrics.sample(text, "awooop_approval_wait_seconds_count", decision="rejected") is None
+    assert sends("retry") == 0 and sends("parked") == 0
+    # requests by route template and status class, never a path with an id or a token in it
+    decision_route = "/v1/projects/<project_id>/approvals/<token>"
+    assert (
+        metrics.sample(
+            text, "awooop_http_request_duration_seconds_count", route=decision_route, status="2xx"
+        )
+        == 1
+    )
+    assert (
+        metrics.sample(
+            text,
+            "awooop_http_request_duration_seconds_count",
+            route="/v1/projects/<project_id>/runs",
+            status="2xx",
+        )
+        == 1
+    )
+    routes = {
+        dict(labels).get("route")
+        for (name, labels) in metrics.parse(text)
+        if name.startswith("awooop_http_request_duration_seconds")
+    }
+    assert not [r for r in routes if project["project_id"] in r or token in r]
+    build = {
+        dict(labels)["version"]: value
+        for (name, labels), value in metrics.parse(text).items()
+        if name == "awooop_build_info"
+    }
+    assert build == {awooop.__version__: 1.0}
+    assert (
+        metrics.sample(
+            text, "awooop_build_info", version=awooop.__version__, python=platform.python_version()
+        )
+        == 1
+    )

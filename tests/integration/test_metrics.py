@@ -219,6 +219,100 @@ def test_reaper_recoveries_are_counted_as_requeued_or_failed(engine, project):
     assert finished - finished_before == 1
 
 
+def test_a_run_the_reaper_fails_counts_a_failure_and_a_duration_under_its_workflow(engine, project):
+    def failures() -> float:
+        labels = {"workflow": "noop-3", "failure_code": "E-LEASE-001"}
+        return metrics.local("awooop_run_failures_total", **labels)
+
+    def ended() -> tuple[float, float]:
+        labels = {"workflow": "noop-3", "status": "FAILED"}
+        return (
+            metrics.local("awooop_run_duration_seconds_count", **labels),
+            metrics.local("awooop_run_duration_seconds_sum", **labels),
+        )
+
+    failures_before, (count_before, sum_before) = failures(), ended()
+    exhausted = test_runs.admit(engine, project["project_id"])
+    with engine.connect() as conn:
+        conn.execute(
+            text(
+                "UPDATE awooop_run_state SET max_attempts = 1,"
+                " created_at = now() - interval '1 hour' WHERE run_id = :r"
+            ),
+            {"r": exhausted},
+        )
+        leases.claim(conn, "w1", 0.1, exhausted)
+    time.sleep(0.3)
+
+    assert [r.to_status for r in sweeps.reap_once(engine)] == ["FAILED"]
+
+    count, total = ended()
+    assert (failures() - failures_before, count - count_before) == (1, 1)
+    assert 3600 <= total - sum_before < 3660
+
+
+def test_waiting_approvals_show_in_the_gauges_and_an_expiry_is_observed_as_a_wait(
+    client, engine, project, settings
+):
+    def expired() -> float:
+        return metrics.local("awooop_approval_wait_seconds_count", decision="expired")
+
+    before = expired()
+    body = client.get("/metrics").get_data(as_text=True)
+    assert metrics.sample(body, "awooop_approvals_waiting") == 0
+    assert metrics.sample(body, "awooop_approval_soonest_expiry_seconds") is None
+    run_id = test_runs.admit(engine, project["project_id"], "test-approval")
+    assert runner.execute(engine, settings, run_id) == runner.Outcome.WAITING_APPROVAL
+
+    body = client.get("/metrics").get_data(as_text=True)
+    assert metrics.sample(body, "awooop_approvals_waiting") == 1
+    soonest = metrics.sample(body, "awooop_approval_soonest_expiry_seconds")
+    assert soonest is not None and 890 < soonest <= 900  # a 15-minute TTL
+    with engine.connect() as conn:
+        conn.execute(text("UPDATE awooop_timer SET due_at = now() WHERE kind = 'approval_expiry'"))
+        conn.execute(
+            text(
+                "UPDATE awooop_approval SET expires_at = now(),"
+                " created_at = now() - interval '15 minutes' WHERE run_id = :r"
+            ),
+            {"r": run_id},
+        )
+
+    fired = sweeps.fire_due_timers_once(engine, settings)
+
+    assert [t.kind for t in fired] == ["approval_expiry"]
+    assert expired() - before == 1
+    body = client.get("/metrics").get_data(as_text=True)
+    assert metrics.sample(body, "awooop_approvals_waiting") == 0
+
+
+def test_retention_passes_are_counted_as_caught_up_or_behind(engine, project, settings):
+    def passes(result: str) -> float:
+        return metrics.local("awooop_retention_passes_total", result=result)
+
+    before = {r: passes(r) for r in ("caught_up", "behind")}
+    finished = [test_runs.admit(engine, project["project_id"]) for _ in range(3)]
+    for run_id in finished:
+        assert runner.execute(engine, settings, run_id) == runner.Outcome.COMPLETED
+    with engine.connect() as conn:
+        conn.execute(
+            text(
+                "UPDATE awooop_run_state SET created_at = now() - interval '40 days',"
+                " finished_at = now() - interval '40 days' WHERE run_id = ANY(:r)"
+            ),
+            {"r": finished},
+        )
+    # batches of 1 and a pass that stops starting batches at once: rows are left due
+    sweeps.retention_once(
+        engine,
+        dataclasses.replace(settings, retention_batch_size=1, sweep_pass_seconds=0.0),
+    )
+    sweeps.retention_once(engine, settings)
+
+    assert {r: passes(r) - before[r] for r in before} == {"caught_up": 1, "behind": 1}
+    assert [r for r in finished if db.count(engine, "awooop_run_state", "run_id = :r", r=r)] == []
+
+
 def test_a_manual_close_counts_a_cancelled_run_and_a_refused_one_nothing(engine, project, settings):
     enabled = dataclasses.replace(settings, manual_close_enabled=1)
     run_id = test_runs.admit(engine, project["project_id"], "test-halt")

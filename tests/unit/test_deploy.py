@@ -1,7 +1,9 @@
 """``deploy/``: the Prometheus alert rules pass ``promtool check rules``; ``promtool test rules``
 passes with a firing and a quiet case for every alert; the example scrape configuration is
-valid; and every PromQL expression of the rules and the Grafana dashboard names a metric
-AwoooP exports — and the dashboard charts every one of them.
+valid; every rule has a severity, a summary, a description and an absolute runbook URL whose
+anchor is a heading of docs/operations.md; every PromQL expression of the rules and the
+Grafana dashboard names a metric AwoooP exports — and the dashboard charts every one of them,
+scoped by its job, instance and workflow variables, over ``$__rate_interval``.
 
 promtool comes from Debian's ``prometheus`` package (``make promtool``; CI runs it). Without
 it these tests skip, or fail under ``CI=true``.
@@ -15,6 +17,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import promql_parser
@@ -31,8 +34,15 @@ RULE_TESTS = PROMETHEUS / "awooop-alerts.test.yml"
 DASHBOARD = ROOT / "deploy" / "grafana" / "awooop.json"
 # Series Prometheus writes itself for every scrape target (not exported by AwoooP).
 PROMETHEUS_SERIES = {"up"}
-# Grafana's interval variables, replaced before the PromQL is parsed.
-GRAFANA_VARIABLES = {"$__rate_interval": "5m", "$__interval": "1m", "$__range": "1h"}
+# The one prefix of every rule's runbook_url (the operations guide); the anchor follows it.
+RUNBOOK_BASE = "https://github.com/awooop/awooop/blob/main/docs/operations.md"
+GUIDE = ROOT / "docs" / "operations.md"
+# The annotations of every rule, in the monitoring-mixin shape.
+RUNBOOK_KEYS = ["description", "runbook_url", "summary"]
+# Grafana's interval variables, replaced before the PromQL is parsed ($__rate_interval by a
+# duration no expression writes by hand, so a range that used it can be told apart).
+RATE_INTERVAL = timedelta(seconds=7777)
+GRAFANA_VARIABLES = {"$__rate_interval": "7777s", "$__interval": "1m", "$__range": "1h"}
 SAMPLE_SUFFIXES = {
     "counter": ("_total",),
     "histogram": ("_bucket", "_count", "_sum"),
@@ -83,15 +93,60 @@ def test_every_alert_has_a_firing_and_a_quiet_case():
     assert {name: kinds for name, kinds in cases.items() if kinds != {True, False}} == {}
 
 
-def test_every_alert_is_explained_in_the_operations_guide():
-    guide = (ROOT / "docs" / "operations.md").read_text()
-    alerts = guide[guide.index("### Alerts") :]
-    rules = yaml.safe_load(RULES.read_text())["groups"]
+def rules() -> list[dict]:
+    return [
+        rule for group in yaml.safe_load(RULES.read_text())["groups"] for rule in group["rules"]
+    ]
 
-    assert [name for name in alert_names() if f"| `{name}` |" not in alerts] == []
-    assert {rule["annotations"]["runbook"] for group in rules for rule in group["rules"]} == {
-        "docs/operations.md#alerts"
+
+def github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a Markdown heading: lower case, spaces to hyphens, punctuation
+    other than hyphens and underscores dropped."""
+    slug = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return slug.replace(" ", "-")
+
+
+def guide_anchors() -> set[str]:
+    return {
+        github_anchor(line.lstrip("#"))
+        for line in GUIDE.read_text().splitlines()
+        if re.match(r"#{1,6} ", line)
     }
+
+
+def test_the_anchor_reader_spells_anchors_as_github_does():
+    assert github_anchor(" AwoooPTargetDown") == "awoooptargetdown"
+    assert (
+        github_anchor("A run makes no progress (E-STEP-003)")
+        == "a-run-makes-no-progress-e-step-003"
+    )
+
+
+def test_every_rule_has_a_severity_a_summary_a_description_and_a_runbook():
+    shapes = {
+        rule["alert"]: (
+            rule["labels"].get("severity") in ("critical", "warning"),
+            sorted(rule["annotations"]),
+        )
+        for rule in rules()
+    }
+
+    assert {name: s for name, s in shapes.items() if s != (True, RUNBOOK_KEYS)} == {}
+
+
+def test_every_runbook_url_is_absolute_and_its_anchor_is_a_heading_of_the_guide():
+    anchors = guide_anchors()
+    urls = {rule["alert"]: rule["annotations"]["runbook_url"] for rule in rules()}
+
+    assert {n: u for n, u in urls.items() if u != f"{RUNBOOK_BASE}#{n.lower()}"} == {}
+    assert [n for n in urls if n.lower() not in anchors] == []
+
+
+def test_every_alert_is_listed_in_the_operations_guide():
+    guide = GUIDE.read_text()
+    alerts = guide[guide.index("### Alerts") :]
+
+    assert [name for name in alert_names() if f"[`{name}`](#{name.lower()})" not in alerts] == []
 
 
 def test_the_example_scrape_configuration_is_valid():
@@ -171,6 +226,86 @@ def test_the_dashboard_charts_every_metric_awooop_exports():
     exported = {re.sub(r"_(total|bucket|count|sum)$", "", n) for n in exported_sample_names()}
 
     assert sorted(exported - charted) == []
+
+
+def selectors(expression: str) -> list[tuple[str, dict[str, str]]]:
+    """Each vector selector of ``expression``: its metric name and its matchers."""
+    for variable, value in GRAFANA_VARIABLES.items():
+        expression = expression.replace(variable, value)
+    found: list[tuple[str, dict[str, str]]] = []
+
+    def visit(node: object) -> None:
+        if isinstance(node, promql_parser.VectorSelector):
+            matchers = {m.name: m.value for m in node.matchers.matchers}
+            found.append((node.name or "", matchers))
+
+    promql_parser.walk(promql_parser.parse(expression), pre_visit=visit)
+    return found
+
+
+def ranges(expression: str) -> list[timedelta]:
+    """The range of every range selector of ``expression``."""
+    for variable, value in GRAFANA_VARIABLES.items():
+        expression = expression.replace(variable, value)
+    found: list[timedelta] = []
+
+    def visit(node: object) -> None:
+        if isinstance(node, promql_parser.MatrixSelector):
+            found.append(node.range)
+
+    promql_parser.walk(promql_parser.parse(expression), pre_visit=visit)
+    return found
+
+
+def labels_of(metric: str) -> set[str]:
+    """The label names a metric AwoooP exports has (by family name)."""
+    family = re.sub(r"_(total|bucket|count|sum)$", "", metric)
+    for collector in vars(metrics).values():
+        if isinstance(collector, MetricWrapperBase) and collector._name == family:
+            return set(collector._labelnames)
+    return set()
+
+
+def test_every_dashboard_selector_is_scoped_by_the_job_instance_and_workflow_variables():
+    unscoped = []
+    for where, expression in dashboard_expressions():
+        for name, matchers in selectors(expression):
+            wanted = {"job": "$job", "instance": "$instance"}
+            if "workflow" in labels_of(name):
+                wanted["workflow"] = "$workflow"
+            if any(matchers.get(label) != value for label, value in wanted.items()):
+                unscoped.append((where, name))
+
+    assert unscoped == []
+    assert any(
+        "workflow" in labels_of(n) for _, e in dashboard_expressions() for n, _ in selectors(e)
+    )
+
+
+def test_every_dashboard_range_is_the_rate_interval():
+    fixed = [
+        (where, r)
+        for where, expression in dashboard_expressions()
+        for r in ranges(expression)
+        if r != RATE_INTERVAL
+    ]
+
+    assert fixed == []
+    assert ranges("rate(a[$__rate_interval]) + increase(b[5m])") == [
+        RATE_INTERVAL,
+        timedelta(minutes=5),
+    ]
+
+
+def test_the_dashboard_variables_and_its_links_to_the_console():
+    dashboard = json.loads(DASHBOARD.read_text())
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+
+    assert [n for n in ("job", "instance", "workflow") if variables[n]["type"] != "query"] == []
+    assert variables["console_url"]["type"] == "textbox"
+    assert dashboard["links"] and all(
+        link["url"].startswith("${console_url}/console/") for link in dashboard["links"]
+    )
 
 
 def test_every_dashboard_query_uses_the_datasource_variable():
