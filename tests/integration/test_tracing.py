@@ -4,11 +4,16 @@ runner, its outbound calls received by a local HTTP server."""
 from __future__ import annotations
 
 import http.server
+import json
+import os
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
 
 import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
@@ -268,3 +273,93 @@ def test_an_outbound_message_is_sent_in_its_runs_trace(
     (call,) = receiver.calls
     headers = {k.lower(): v for k, v in call.headers.items()}
     assert headers["traceparent"] == spans.traceparent(sent)
+
+
+class Collector(http.server.BaseHTTPRequestHandler):
+    """An OTLP/HTTP collector: keeps each export request (path, content type, body)."""
+
+    exports: list[tuple[str, str, bytes]] = []
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.exports.append((self.path, self.headers["Content-Type"], body))
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_otlp_tracing_exports_to_the_endpoint_the_otel_variables_name():
+    # Given a collector, and a process started with AWOOOP_TRACING=otlp and the SDK's own
+    # endpoint and resource variables
+    collector = type("Kept", (Collector,), {"exports": []})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), collector)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    code = (
+        "from awooop import telemetry\n"
+        "from awooop.config import Settings\n"
+        "assert telemetry.start(Settings.from_env(required=()), 'worker')\n"
+        "with telemetry.segment('wf', None, {'run_id': 'r-1'}, 0):\n"
+        "    pass\n"
+        "telemetry.shutdown()\n"  # exports what is buffered, as a pool process ending does
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update(
+        AWOOOP_TRACING="otlp",
+        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{server.server_port}",
+        OTEL_RESOURCE_ATTRIBUTES="deployment.environment=test",
+    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    # Then the span reached the collector, from the awooop service
+    assert done.returncode == 0, done.stderr
+    ((path, content_type, body),) = collector.exports
+    assert (path, content_type) == ("/v1/traces", "application/x-protobuf")
+    request = ExportTraceServiceRequest.FromString(body)
+    (resource_spans,) = request.resource_spans
+    resource = {a.key: a.value.string_value for a in resource_spans.resource.attributes}
+    assert resource["service.name"] == "awooop"
+    assert resource["deployment.environment"] == "test"
+    (scope,) = resource_spans.scope_spans
+    (span,) = scope.spans
+    assert span.name == "run wf"
+    assert {a.key: a.value.string_value for a in span.attributes} == {"awooop.run_id": "r-1"}
+
+
+@pytest.mark.parametrize(
+    "starting",
+    [
+        "from awooop.web.app import create_app\ncreate_app()",
+        # what a Celery pool process runs after the fork
+        "from awooop.tasks import app\napp._after_fork()",
+    ],
+    ids=["web", "worker"],
+)
+def test_a_process_sets_up_tracing_when_it_starts_with_tracing_on(starting):
+    code = (
+        "from awooop import telemetry\n"
+        f"{starting}\n"
+        "assert telemetry.enabled()\n"
+        "with telemetry.admission('api', None, {}):\n"
+        "    pass\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**env, "AWOOOP_TRACING": "console"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["name"] == "admit api"
