@@ -35,7 +35,7 @@ $(BIN)/awooop: pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; assert (3, 11) <= sys.version_info[:2] <= (3, 13), "Python 3.11, 3.12 or 3.13 is required"'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,test,lint]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,test,lint,otel]'
 	@touch $@
 
 install: $(BIN)/awooop

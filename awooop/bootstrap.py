@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from awooop import config
+from awooop import config, telemetry
 from awooop.config import ConfigError, Settings, get_settings
 from awooop.domain import workflow
 from awooop.workflows import registry
@@ -53,8 +53,10 @@ def _program() -> str:
 
 def check_startup(settings: Settings) -> None:
     """What a process checks beyond the values: the workflow modules import
+    (:class:`ConfigError`), tracing is off unless OpenTelemetry is installed
     (:class:`ConfigError`), and every workflow's lease fits three renewal intervals
     (:class:`~awooop.domain.workflow.LeaseTooShort`)."""
+    telemetry.check(settings)
     registry.import_modules(settings.workflow_module_list)
     workflow.check_leases(registry.all_workflows(), settings.heartbeat_interval_seconds)
 

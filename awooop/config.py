@@ -218,6 +218,10 @@ class Settings:
     write_retry_base_seconds: float = 0.1
     write_retry_max_seconds: float = 2.0
     log_level: str = "INFO"
+    # OpenTelemetry spans (awooop.telemetry; the otel extra): "otlp" exports them over
+    # OTLP/HTTP (the SDK's OTEL_EXPORTER_OTLP_* variables say where), "console" prints them,
+    # "off" makes none.
+    tracing: str = "off"
     # /readyz: how long each dependency check (database, broker) may take before it fails.
     readiness_timeout_seconds: float = 2.0
     # /metrics: statement timeout of the gauges read from the database at scrape time.
@@ -319,6 +323,7 @@ _MAY_BE_ZERO = frozenset(
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+TRACING_MODES = ("off", "otlp", "console")
 _MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 # The database drivers the package ships (psycopg2); SQLAlchemy reads "postgresql" as it.
 DATABASE_DRIVERS = ("postgresql+psycopg2", "postgresql")
@@ -384,6 +389,10 @@ def _parse_value(name: str, kind: str, raw: str) -> Any:
         if raw.upper() not in _LOG_LEVELS:
             raise ValueError(f"={raw!r} is not a log level ({', '.join(_LOG_LEVELS)})")
         return raw.upper()
+    elif name == "tracing":
+        if raw.lower() not in TRACING_MODES:
+            raise ValueError(f"={raw!r} is not one of {', '.join(TRACING_MODES)}")
+        return raw.lower()
     elif name == "workflow_modules":
         for module in (m.strip() for m in raw.split(",")):
             if module and not _MODULE.fullmatch(module):

@@ -69,6 +69,9 @@ class StepContext:
     effect_id: str
     # Unique per attempt.
     command_id: str
+    # This attempt's trace context as a W3C traceparent (its span, when AwoooP makes spans:
+    # AWOOOP_TRACING), for a handler's own outgoing calls; None when tracing is off.
+    traceparent: str | None = None
     # "forward"; "compensate" when undoing a step that succeeded; "resolve" when a resolver
     # asks whether the forward call's effect happened.
     phase: Phase = "forward"

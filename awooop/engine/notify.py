@@ -17,7 +17,7 @@ import uuid
 import requests
 from sqlalchemy import Engine
 
-from awooop import metrics
+from awooop import metrics, telemetry
 from awooop import secrets as crypto
 from awooop.config import Settings
 from awooop.outbound import adapters, transport
@@ -48,6 +48,7 @@ def _redact(text: str, secrets: tuple[str, ...]) -> str:
 
 
 def send(engine: Engine, settings: Settings, message_id: uuid.UUID) -> Sent:
+    """Send the message if it is due; its span (when tracing is on) joins its run's trace."""
     # Longer than transport.post's deadline (timeout) plus its last read (timeout) and the
     # recording of the outcome: no other sender claims a message still being sent.
     hold = settings.outbox_send_timeout_seconds * 2 + 5
@@ -58,9 +59,6 @@ def send(engine: Engine, settings: Settings, message_id: uuid.UUID) -> Sent:
         encrypted = projects.outbound_keys(
             conn, message.project_id, adapters.CREDENTIALS.get(message.channel, "")
         )
-    box = crypto.SecretBox(settings.secret_keys)
-    keys = [k for k in (box.decrypt(e) for e in encrypted) if k is not None]
-    token = box.decrypt(message.sealed) if message.sealed else None
     fields = {
         "message_id": str(message.message_id),
         "run_id": str(message.run_id),
@@ -69,6 +67,25 @@ def send(engine: Engine, settings: Settings, message_id: uuid.UUID) -> Sent:
         "purpose": message.purpose,
         "attempt": message.attempts,
     }
+    attributes = {**fields, "run_id": str(message.run_id) if message.run_id else None}
+    with telemetry.send(message.channel, message.traceparent, attributes) as span:
+        sent = _send(engine, settings, message, encrypted, fields)
+        span.set(outcome=sent.value)
+        if sent is not Sent.SENT:
+            span.fail(sent.value)
+        return sent
+
+
+def _send(
+    engine: Engine,
+    settings: Settings,
+    message: outbox.Claimed,
+    encrypted: list[str],
+    fields: dict[str, object],
+) -> Sent:
+    box = crypto.SecretBox(settings.secret_keys)
+    keys = [k for k in (box.decrypt(e) for e in encrypted) if k is not None]
+    token = box.decrypt(message.sealed) if message.sealed else None
     secrets: tuple[str, ...] = tuple(keys) + ((token,) if token else ())
     try:
         call = adapters.build(

@@ -20,6 +20,7 @@ refuses for good (not a transient error) sends the run to a person at once (E-RU
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import functools
 import json
@@ -32,7 +33,7 @@ from typing import Any, cast
 
 from sqlalchemy import Connection, Engine, exc
 
-from awooop import db, logs, metrics
+from awooop import db, logs, metrics, telemetry
 from awooop.config import Settings
 from awooop.domain import saga, states
 from awooop.domain import tags as run_tags
@@ -106,6 +107,7 @@ def execute(
     # The lease runs from the claim statement's execution: the holder counts it from before
     # the statement was sent (a slow reply must not lengthen its belief).
     claim_sent_at = time.monotonic()
+    claim_sent_ns = time.time_ns()  # where the segment's span starts
     try:
         # After a database restart the first statement may meet a connection the server
         # closed: retry the claim once on a fresh one (a claim is a compare-and-set; if the
@@ -144,8 +146,26 @@ def execute(
     metrics.CLAIM_LATENCY.observe(claim.waited_seconds)
     # Every line logged while this worker drives the run — the step handlers' included —
     # carries the run's ids and the trace context it was admitted with.
-    with logs.bound(**_fields(claim), traceparent=claim.traceparent):
-        return _drive(engine, settings, claim, notify, claim_sent_at)
+    # Its span joins the trace the run was admitted in, whichever worker runs it, whenever.
+    with (
+        logs.bound(**_fields(claim), traceparent=claim.traceparent),
+        telemetry.segment(
+            claim.workflow_name, claim.traceparent, _span_fields(claim), claim_sent_ns
+        ) as span,
+    ):
+        outcome = _drive(engine, settings, claim, notify, claim_sent_at)
+        span.set(outcome=outcome.value)
+        return outcome
+
+
+def _span_fields(claim: leases.Claim) -> dict[str, Any]:
+    return {
+        **_fields(claim),
+        "workflow": claim.workflow_name,
+        "workflow_version": claim.workflow_version,
+        # claims of the run since it last made progress (counted against max_attempts)
+        "claim_attempt": claim.attempt_count,
+    }
 
 
 def _drive(
@@ -382,10 +402,14 @@ def _run_steps(workflow: Workflow, segment: _Segment) -> Outcome:
                     timeout = segment.settings.step_timeout_seconds
                     segment.held.running(nxt.step.name, nxt.attempt, timeout)
                 try:
-                    if nxt.step.is_wait:
-                        entry = _attempt_wait(segment, nxt, journal)
-                    else:
-                        entry = _attempt(segment.claim, nxt, journal, segment.held)
+                    with _step_span(nxt) as span:
+                        if nxt.step.is_wait:
+                            entry = _attempt_wait(segment, nxt, journal)
+                        else:
+                            entry = _attempt(
+                                segment.claim, nxt, journal, segment.held, span.traceparent
+                            )
+                        _end_step_span(span, entry)
                 finally:
                     segment.held.step_ended()
                 if not segment.held.believed():
@@ -585,10 +609,29 @@ def _attempt_wait(
     return entry
 
 
+def _step_span(nxt: saga.Next) -> contextlib.AbstractContextManager[telemetry.Span]:
+    """The span of one step attempt (inert when tracing is off)."""
+    return telemetry.step(
+        nxt.step.name, {"step": nxt.step.name, "phase": nxt.phase, "step_attempt": nxt.attempt}
+    )
+
+
+def _end_step_span(span: telemetry.Span, entry: dict[str, Any]) -> None:
+    status = entry.get("status")  # as the journal says it: SUCCEEDED, FAILED, REJECTED, ...
+    span.set(outcome=status, effect_id=entry.get("effect_id"))
+    if status in (saga.FAILED, saga.HALTED):
+        span.fail(str(entry.get("error") or status))
+
+
 def _attempt(
-    claim: leases.Claim, nxt: saga.Next, journal: list[dict[str, Any]], held: Lease
+    claim: leases.Claim,
+    nxt: saga.Next,
+    journal: list[dict[str, Any]],
+    held: Lease,
+    traceparent: str | None = None,
 ) -> dict[str, Any]:
-    """Run the handler once; the journal entry describing what happened."""
+    """Run the handler once; the journal entry describing what happened. ``traceparent``:
+    the step's span, handed to the handler as ``ctx.traceparent``."""
     entry = _identity(claim, nxt)
     ctx = StepContext(
         run_id=str(claim.run_id),
@@ -600,6 +643,7 @@ def _attempt(
         effect_id=entry["effect_id"],
         command_id=entry["command_id"],
         phase=cast(Phase, nxt.phase),
+        traceparent=traceparent,
         _heartbeat=held.renew_now,
         _lease_held=held.believed,
         lease_lost=held.lost,

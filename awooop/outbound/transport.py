@@ -15,6 +15,9 @@ A read that starts before the deadline can end up to one read timeout after it; 
 ``2 × timeout + 5`` leaves room for that and for recording the outcome. What this cannot
 bound is a provider trickling its status line and headers: http.client reads those before
 the caller gets control, each read bounded by the timeout only.
+
+When AwoooP makes spans, the call carries the current span's ``traceparent``
+(:func:`awooop.telemetry.outbound_headers`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from dataclasses import dataclass
 import requests
 import urllib3
 
+from awooop import telemetry
 from awooop.outbound.adapters import ProviderCall
 
 ERROR_TEXT_BYTES = 1024
@@ -43,7 +47,11 @@ def post(call: ProviderCall, timeout: float) -> Answer:
     with requests.post(
         call.url,
         data=call.encoded(),
-        headers={"Content-Type": "application/json", **call.headers},
+        headers={
+            "Content-Type": "application/json",
+            **telemetry.outbound_headers(),
+            **call.headers,
+        },
         timeout=timeout,
         stream=True,
     ) as response:

@@ -66,7 +66,9 @@ WHERE o.message_id = (
     FOR UPDATE SKIP LOCKED
 )
 RETURNING o.message_id, o.project_id, o.run_id, o.channel, o.purpose, o.payload, o.sealed,
-          o.attempts, CAST(floor(extract(epoch FROM now())) AS bigint) AS attempted_at
+          o.attempts, CAST(floor(extract(epoch FROM now())) AS bigint) AS attempted_at,
+          (SELECT r.traceparent FROM awooop_run_state r WHERE r.run_id = o.run_id)
+            AS traceparent
 """
 )
 
@@ -82,6 +84,7 @@ class Claimed:
     sealed: str | None
     attempts: int  # including this one
     attempted_at: int  # the database clock at the claim, whole seconds since the epoch
+    traceparent: str | None = None  # the run's trace context (spans of the send join it)
 
 
 def claim(conn: Connection, message_id: uuid.UUID, hold_seconds: float) -> Claimed | None:

@@ -14,9 +14,15 @@ import signal
 
 from celery import Celery
 from celery.loaders.app import AppLoader
-from celery.signals import beat_init, celeryd_init, worker_process_init, worker_ready
+from celery.signals import (
+    beat_init,
+    celeryd_init,
+    worker_process_init,
+    worker_process_shutdown,
+    worker_ready,
+)
 
-from awooop import bootstrap, config, db, logs, migrate
+from awooop import bootstrap, config, db, logs, migrate, telemetry
 from awooop.tasks import observability
 
 
@@ -63,6 +69,14 @@ def _after_fork(**_: object) -> None:
     # A stop request reaches the whole process group; the parent's warm shutdown lets the
     # current step finish, so the child ignores SIGTERM (a crash is survived anyway).
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # Spans of the runs and sends this pool process drives (AWOOOP_TRACING), exported by a
+    # thread of its own: started after the fork.
+    telemetry.start(config.get_settings(), "worker")
+
+
+@worker_process_shutdown.connect
+def _flush_spans(**_: object) -> None:
+    telemetry.shutdown()
 
 
 @worker_ready.connect

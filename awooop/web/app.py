@@ -8,7 +8,7 @@ from collections.abc import Callable
 from flask import Flask, g, request
 from sqlalchemy import Engine
 
-from awooop import bootstrap, db, logs, tracing
+from awooop import bootstrap, db, logs, telemetry, tracing
 from awooop.config import Settings, get_settings
 from awooop.ratelimit import RateLimiter
 from awooop.secrets import SecretBox
@@ -43,6 +43,7 @@ def create_app(
     settings = settings or get_settings()
     logs.configure(settings.log_level)
     bootstrap.log_settings(settings, "web")
+    telemetry.start(settings, "web")  # spans, when AWOOOP_TRACING is on
     registry.import_modules(settings.workflow_module_list)
     if enqueue is None:
         from awooop.tasks import runs  # the Celery app is only needed to send messages

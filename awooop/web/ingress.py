@@ -14,7 +14,7 @@ from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
 
-from awooop import db, errors, metrics, tracing
+from awooop import db, errors, metrics, telemetry, tracing
 from awooop.channels import CHANNELS
 from awooop.channels import api as api_channel
 from awooop.channels.base import ChannelSecrets, InboundEvent
@@ -87,6 +87,23 @@ def _secrets_for(auth: projects.ProjectAuth, channel: str) -> ChannelSecrets:
 
 
 def _admit(project_id: str, channel: str) -> tuple[Response, int]:
+    header = request.headers.get("traceparent")
+    attributes = {"project_id": project_id, "channel": channel}
+    with telemetry.admission(channel, header, attributes) as span:
+        try:
+            response, status = _admit_traced(project_id, channel, span)
+        except errors.AwoooPError as error:
+            span.set(error_code=error.code)
+            if error.http_status >= 500:
+                span.fail(error.code)
+            raise
+        except Exception as error:  # answered 500 by the error handlers
+            span.fail(type(error).__name__)
+            raise
+        return response, status
+
+
+def _admit_traced(project_id: str, channel: str, span: telemetry.Span) -> tuple[Response, int]:
     module = CHANNELS[channel]
     raw = context.raw_request(_read_json_body())
     auth = context.project_auth(project_id, channel)
@@ -123,9 +140,12 @@ def _admit(project_id: str, channel: str) -> tuple[Response, int]:
     if workflow is None:
         metrics.ADMISSIONS.labels(channel, "ignored").inc(len(events))
         reason = f"no workflow is routed for channel {channel}"
+        span.set(dedupe="ignored")
         return jsonify({"status": "ignored", "reason": reason}), 200
-    # A missing or malformed traceparent is ignored, never refused.
-    traceparent = tracing.parse_traceparent(request.headers.get("traceparent"))
+    span.set(workflow=workflow.name, workflow_version=workflow.version)
+    # A missing or malformed traceparent is ignored, never refused. When spans are made, the
+    # run keeps the admission span's context (in the caller's trace, or a new one).
+    traceparent = span.traceparent or tracing.parse_traceparent(request.headers.get("traceparent"))
     new_runs = [
         admission.NewRun.of(
             workflow,
@@ -162,6 +182,7 @@ def _admit(project_id: str, channel: str) -> tuple[Response, int]:
             context.settings().quota_retry_after_seconds,
             f"this project may have {quota} active runs at a time; retry when some finish",
         ) from None
+    _describe_span(span, results)
     created = [r.run_id for r in results if r.created]
     signalled = sum(1 for r in results if r.signalled)
     _count(channel, len(created), len(results) - len(created) - signalled, signalled)
@@ -169,6 +190,19 @@ def _admit(project_id: str, channel: str) -> tuple[Response, int]:
     if created or woken:
         context.enqueue([*created, *woken])
     return _respond(channel, results, decided)
+
+
+def _describe_span(span: telemetry.Span, results: list[admission.Admission]) -> None:
+    """The runs admitted (or found) and what deduplication made of each event: a value for
+    one event, a list in event order for several (LINE)."""
+    runs = [str(r.run_id) for r in results]
+    outcomes = [
+        "signalled" if r.signalled else "created" if r.created else "duplicate" for r in results
+    ]
+    if len(results) == 1:
+        span.set(run_id=runs[0], dedupe=outcomes[0])
+    else:
+        span.set(run_id=runs, dedupe=outcomes)
 
 
 def _correlation(workflow: Workflow, run_input: dict[str, Any]) -> Correlation | None:

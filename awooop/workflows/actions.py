@@ -1,6 +1,7 @@
 """Calling a project's automation endpoint (``config.actions_url``) from a step.
 
-Every call carries the step's ``effect_id`` as ``Idempotency-Key``, so a retried or
+Every call carries the step's ``effect_id`` as ``Idempotency-Key`` (and, when AwoooP makes
+spans, the step's ``traceparent``), so a retried or
 re-executed step asks for the same effect and the endpoint can answer it once. A 4xx answer
 is the endpoint saying no (a :class:`~awooop.domain.workflow.Reject`: compensate); a 5xx or
 a network failure is transient (the step's retry policy applies). The standard library's
@@ -35,11 +36,14 @@ def actions_url(ctx: StepContext) -> str:
 
 def post(ctx: StepContext, path: str, body: dict[str, Any], key: str | None = None) -> Any:
     """POST ``body`` as JSON to ``{actions_url}/{path}``; the decoded JSON answer."""
+    headers = {"Content-Type": "application/json", "Idempotency-Key": key or ctx.effect_id}
+    if ctx.traceparent:
+        headers["traceparent"] = ctx.traceparent
     request = urllib.request.Request(  # noqa: S310 - http(s) only, checked in actions_url()
         f"{actions_url(ctx)}/{path}",
         data=json.dumps({"run_id": ctx.run_id, **body}).encode(),
         method="POST",
-        headers={"Content-Type": "application/json", "Idempotency-Key": key or ctx.effect_id},
+        headers=headers,
     )
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:  # noqa: S310

@@ -10,6 +10,8 @@ sleeps, so a test can SIGKILL the worker process mid-step.
 ``test-cooperative``: its ``act`` step checks ``ctx.lease_held`` before each side effect
 (a line in the input's ``log`` file) for ``seconds``.
 ``test-speaking``: its step logs a line with no fields of its own (log context tests).
+``test-traced``: its steps call the project's automation endpoint and keep the
+``ctx.traceparent`` each handler saw (tracing tests).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from awooop.domain.workflow import (
     sleep,
     wait_for_signal,
 )
+from awooop.workflows import actions
 from awooop.workflows.registry import register
 
 GATES: dict[str, threading.Event] = {}
@@ -767,4 +770,43 @@ def _tag_more(ctx: StepContext) -> dict[str, Any]:
 
 TAGGING = register(
     Workflow("test-tags", 1, [Step("tag", _tag_from_input), Step("more", _tag_more)])
+)
+
+
+# --- Traced ---------------------------------------------------------------------------------
+# "call" posts to the project's actions_url (forward and compensate); "check" succeeds, or
+# with input mode "refuse" rejects (so "call" is compensated), or with "flaky" fails its
+# first attempt (a retry: a second segment). Each handler's (step, phase, ctx.traceparent)
+# is kept in TRACEPARENTS[run_id].
+TRACEPARENTS: dict[str, list[tuple[str, str, str | None]]] = {}
+
+
+def _traced_call(ctx: StepContext) -> Any:
+    TRACEPARENTS.setdefault(ctx.run_id, []).append((ctx.step, ctx.phase, ctx.traceparent))
+    return actions.post(ctx, ctx.phase, {"step": ctx.step})
+
+
+def _traced_check(ctx: StepContext) -> dict[str, Any]:
+    TRACEPARENTS.setdefault(ctx.run_id, []).append((ctx.step, ctx.phase, ctx.traceparent))
+    mode = ctx.input["event"].get("mode")
+    if mode == "refuse":
+        raise Reject("the check said no")
+    if mode == "flaky" and ctx.attempt == 1:
+        raise RuntimeError("not yet")
+    return {"checked": True}
+
+
+TRACED = register(
+    Workflow(
+        "test-traced",
+        1,
+        [
+            Step("call", _traced_call, compensate=_traced_call),
+            Step(
+                "check",
+                _traced_check,
+                retry=RetryPolicy(max_retries=1, base_delay=0.05, jitter=0),
+            ),
+        ],
+    )
 )
