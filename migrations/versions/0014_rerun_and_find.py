@@ -80,7 +80,13 @@ def downgrade() -> None:
         "ix_awooop_run_state_tags",
         "ix_awooop_run_state_provider_event",
     ):
-        op.drop_index(name, table_name="awooop_run_state")
+        with op.get_context().autocommit_block():
+            op.drop_index(
+                name,
+                table_name="awooop_run_state",
+                postgresql_concurrently=True,
+                if_exists=True,
+            )
     op.drop_column("awooop_run_state", "tags")
     op.drop_column("awooop_run_state", "rerun_key")
     op.drop_column("awooop_run_state", "rerun_of")
