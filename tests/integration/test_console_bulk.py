@@ -237,3 +237,41 @@ def test_bulk_actions_never_reach_another_projects_runs(operator, engine, settin
 
     assert count == 0
     assert db.count(engine, "awooop_run_event", "trigger = 'operator'") == 0
+
+
+def test_an_admin_reruns_the_finished_runs_a_filter_matches_once_paced_at_the_rerun_rate(
+    client, engine, settings, project, role_tokens
+):
+    finished = test_runs.admit_many(engine, project["project_id"], 2, "noop-3")
+    for run_id in finished:
+        runner.execute(engine, settings, run_id)
+        assert db.run(engine, run_id)["status"] == "COMPLETED"
+    pending = test_runs.admit(engine, project["project_id"], "noop-3")
+    login(client, project["project_id"], role_tokens["admin"])
+
+    count, page, fields = confirm(client, "rerun", workflow="noop-3")
+    message = flash(client, submit(client, "rerun", fields, "fixed the check"))
+    again = flash(client, submit(client, "rerun", fields, "fixed the check"))
+
+    assert count == 2  # the unfinished run cannot be rerun and is not counted
+    assert "finished runs only" in page
+    assert message == (
+        "Rerun: 2 of 2 matching runs acted upon; 0 skipped because their state did not allow it."
+    )
+    assert again.endswith("2 had already been done by this same form, not again.")
+    reruns = db.rows(
+        engine,
+        "SELECT run_id, rerun_of, available_at FROM awooop_run_state"
+        " WHERE rerun_of IS NOT NULL ORDER BY available_at",
+    )
+    assert sorted(r["rerun_of"] for r in reruns) == sorted(finished)
+    assert pending not in {r["rerun_of"] for r in reruns}
+    gap = (reruns[1]["available_at"] - reruns[0]["available_at"]).total_seconds()
+    assert gap == pytest.approx(1 / settings.rerun_rate_per_second, abs=0.01)
+
+
+def test_an_operator_is_not_offered_the_bulk_rerun_and_is_refused_it(operator, engine, project):
+    runs_page = text(operator.get("/console/runs"))
+
+    assert "/console/bulk/rerun" not in runs_page
+    assert operator.get("/console/bulk/rerun").status_code == 403

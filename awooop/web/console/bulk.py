@@ -12,8 +12,10 @@
   per run: every run's operation id is the form's).
 
 The whole bulk counts once against the project's management rate limit. An action is an
-entry of :data:`ACTIONS`: a label, an explanation, the roles it needs, and ``act``, which
-does it to one run and says what happened. Another action is one more entry.
+entry of :data:`ACTIONS`: a label, an explanation, the roles it needs, and either ``act``,
+which does it to one run and says what happened, or ``act_on_all``, which takes the whole
+selection in one request: a rerun, whose new runs become claimable at the deployment's
+rerun rate (:mod:`awooop.engine.reruns`) and which only finished runs can have.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ from werkzeug.datastructures import MultiDict
 from werkzeug.wrappers import Response as HttpResponse
 
 from awooop import errors
+from awooop.channels.base import digest
+from awooop.domain import states
+from awooop.engine import reruns
 from awooop.store import queries
 from awooop.web import context, management_api, params, roles, throttle
 from awooop.web.console.actions import EXPLANATIONS
@@ -47,12 +52,32 @@ class Outcome(Enum):
 
 
 @dataclass(frozen=True)
+class Counts:
+    applied: int
+    skipped: int
+    replayed: int
+
+
+@dataclass(frozen=True)
 class BulkAction:
     label: str
     explanation: str
     allowed: frozenset[str]  # the roles that may do it
     # Do it to one run: (caller, run id, operation id, reason) -> what happened.
-    act: Callable[[roles.Caller, uuid.UUID, str, str], Outcome]
+    act: Callable[[roles.Caller, uuid.UUID, str, str], Outcome] | None = None
+    # Or to every selected run in one go: (caller, filters, operation id, reason).
+    act_on_all: Callable[[roles.Caller, queries.RunFilters, str, str], Counts] | None = None
+    # Only runs in these statuses are selected (None: any status).
+    statuses: tuple[str, ...] | None = None
+
+    def select(self, filters: queries.RunFilters) -> queries.RunFilters:
+        """The filters, narrowed to the statuses this action can take."""
+        if self.statuses is None:
+            return filters
+        asked = filters.statuses or self.statuses
+        # No status both asked and takeable: a status no run has, so nothing is selected.
+        chosen = tuple(s for s in asked if s in self.statuses) or ("",)
+        return dataclasses.replace(filters, statuses=chosen)
 
 
 def management_operation(operation: str) -> Callable[..., Outcome]:
@@ -85,11 +110,46 @@ def _management(operation: str) -> BulkAction:
     )
 
 
+def _rerun_all(
+    caller: roles.Caller, filters: queries.RunFilters, operation_id: str, reason: str
+) -> Counts:
+    """Rerun the selected finished runs in one request, paced at the deployment's rerun
+    rate; the form's operation id is the request's idempotency key, so a second submit
+    answers the runs the first one made."""
+    done, _ = reruns.rerun_matching(
+        context.engine(),
+        caller.project_id,
+        filters,
+        key=operation_id,
+        request_digest=digest({"console_bulk_rerun": operation_id}),
+        actor=caller.actor,
+        rate=context.settings().rerun_rate_per_second,
+        limit=BULK_LIMIT,
+        reason=reason,
+        max_active_runs=caller.auth.limits.max_active_runs,
+    )
+    context.enqueue(done.due_now)
+    if not done.created:
+        return Counts(0, 0, len(done.runs))
+    return Counts(len(done.runs), 0, 0)
+
+
+RERUN = BulkAction(
+    label="Rerun",
+    explanation="Each finished run (completed, failed or cancelled) starts again as a new run "
+    "of the same workflow and version with the same input, linked to it; the new runs become "
+    "claimable a few a second (the deployment's rerun rate), not all at once.",
+    allowed=roles.RERUN_MANY,
+    act_on_all=_rerun_all,
+    statuses=states.TERMINAL_STATUSES,
+)
+
 # URL segment -> action, in the order the runs page offers them.
 ACTIONS: dict[str, BulkAction] = {
     "cancel": _management("cancel"),
     "pause": _management("pause"),
     "resume": _management("resume"),
+    "rerun": RERUN,
 }
 
 
@@ -135,7 +195,7 @@ def bulk_confirm(segment: str) -> HttpResponse:
     g.back_label = "Back to the runs"
     filters = run_filters(args)
     as_of = datetime.now(UTC)
-    rows = _selected(caller, _created_before(filters, as_of), BULK_LIMIT + 1)
+    rows = _selected(caller, action.select(_created_before(filters, as_of)), BULK_LIMIT + 1)
     return page(
         "console/bulk.html",
         segment=segment,
@@ -170,18 +230,34 @@ def bulk_act(segment: str) -> HttpResponse:
         raise errors.MalformedRequest(
             f"The reason is too long: at most {management_api.MAX_REASON} characters."
         )
-    filters = _created_before(run_filters(fields), as_of)
+    filters = action.select(_created_before(run_filters(fields), as_of))
     throttle.check(caller.project_id, throttle.MANAGEMENT, caller.auth.limits.management_per_minute)
-    rows = _selected(caller, filters, BULK_LIMIT)
-    outcomes = [action.act(caller, row["run_id"], operation_id, reason) for row in rows]
-    applied = outcomes.count(Outcome.APPLIED)
-    skipped = outcomes.count(Outcome.SKIPPED)
-    replayed = outcomes.count(Outcome.REPLAYED)
+    counts = _perform(action, caller, filters, operation_id, reason)
+    matched = counts.applied + counts.skipped + counts.replayed
     message = (
-        f"{action.label}: {applied} of {len(rows)} matching runs acted upon; {skipped} "
-        "skipped because their state did not allow it."
+        f"{action.label}: {counts.applied} of {matched} matching runs acted upon; "
+        f"{counts.skipped} skipped because their state did not allow it."
     )
-    if replayed:
-        message += f" {replayed} had already been done by this same form, not again."
+    if counts.replayed:
+        message += f" {counts.replayed} had already been done by this same form, not again."
     flash(message, "info")
     return secure(redirect(runs_url, code=303))
+
+
+def _perform(
+    action: BulkAction,
+    caller: roles.Caller,
+    filters: queries.RunFilters,
+    operation_id: str,
+    reason: str,
+) -> Counts:
+    if action.act_on_all is not None:
+        return action.act_on_all(caller, filters, operation_id, reason)
+    assert action.act is not None
+    rows = _selected(caller, filters, BULK_LIMIT)
+    outcomes = [action.act(caller, row["run_id"], operation_id, reason) for row in rows]
+    return Counts(
+        outcomes.count(Outcome.APPLIED),
+        outcomes.count(Outcome.SKIPPED),
+        outcomes.count(Outcome.REPLAYED),
+    )
