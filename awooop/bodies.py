@@ -6,10 +6,12 @@ field by field, in order, and answers the first problem with the field's own mes
 ``E-REQUEST-001`` unless the field names another error); :meth:`Body.schema` is the
 component schema. Each body is declared beside the code that reads it: the start request in
 :mod:`awooop.channels.api`, operations in :mod:`awooop.web.management_api`, approval
-decisions in :mod:`awooop.web.approvals`, tool results in :mod:`awooop.engine.tools`.
+decisions in :mod:`awooop.web.approvals`, tool results in :mod:`awooop.engine.tools`, reruns
+in :mod:`awooop.web.reruns_api`.
 
 Why not pydantic or jsonschema: neither is a runtime dependency, and the bodies need a few
-field kinds (strings with lengths or choices, positive integers, objects, UUIDs, anything)
+field kinds (strings with lengths or choices, bounded numbers, booleans, objects, UUIDs,
+anything)
 and messages written for each field; a schema validator would name JSON paths instead, and
 pydantic would add a compiled runtime dependency to every process for four bodies.
 """
@@ -25,7 +27,9 @@ from awooop import errors
 
 Schema = dict[str, Any]
 
-KINDS = ("string", "integer", "object", "uuid", "any")
+# "strings": an object whose every value is a string or a non-empty list of strings (a query's
+# parameters by name).
+KINDS = ("string", "integer", "number", "boolean", "object", "strings", "uuid", "any")
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,9 @@ class Field:
     strip: bool = False
     choices: tuple[str, ...] | None = None
     minimum: int | None = None
+    maximum: int | None = None
+    # A number must be above this (not equal to it).
+    above: int | None = None
     description: str | None = None
     error: type[errors.AwoooPError] = errors.MalformedRequest
 
@@ -61,12 +68,18 @@ class Field:
             chosen = self.choices is None or value in self.choices
             if long_enough and short_enough and chosen and (value.strip() or not self.strip):
                 return value.strip() if self.strip else value
-        elif self.kind == "integer" and isinstance(value, int) and not isinstance(value, bool):
-            # bool is an int in Python, never one here.
-            if self.minimum is None or value >= self.minimum:
+        elif self.kind in ("integer", "number") and self._is_number(value):
+            if (
+                (self.minimum is None or value >= self.minimum)
+                and (self.maximum is None or value <= self.maximum)
+                and (self.above is None or value > self.above)
+            ):
                 return value
-        elif self.kind == "object" and isinstance(value, dict):
+        elif isinstance(value, _PYTHON_TYPES.get(self.kind, ())):
             return value
+        elif self.kind == "strings" and isinstance(value, dict):
+            if all(_string_or_strings(item) for item in value.values()):
+                return value
         elif self.kind == "uuid" and isinstance(value, str):
             try:
                 return uuid.UUID(value)
@@ -76,17 +89,31 @@ class Field:
             return value
         raise self.error(self.message)
 
+    def _is_number(self, value: Any) -> bool:
+        # bool is an int in Python, never a number here.
+        kinds = (int,) if self.kind == "integer" else (int, float)
+        return isinstance(value, kinds) and not isinstance(value, bool)
+
     def schema(self) -> Schema:
         schema: Schema = {}
         if self.kind != "any":
-            schema["type"] = "string" if self.kind == "uuid" else self.kind
+            schema["type"] = {"uuid": "string", "strings": "object"}.get(self.kind, self.kind)
+        if self.kind == "strings":
+            schema["additionalProperties"] = {
+                "oneOf": [
+                    {"type": "string"},
+                    {"type": "array", "minItems": 1, "items": {"type": "string"}},
+                ]
+            }
         if self.kind == "uuid":
             schema["format"] = "uuid"
         for key, value in (
             ("minLength", self.min_length),
             ("maxLength", self.max_length),
             ("enum", list(self.choices) if self.choices is not None else None),
-            ("minimum", self.minimum),
+            ("minimum", self.minimum if self.above is None else self.above),
+            ("exclusiveMinimum", True if self.above is not None else None),
+            ("maximum", self.maximum),
             ("description", self.description),
         ):
             if value is not None:
@@ -96,6 +123,16 @@ class Field:
         if self.nullable:
             schema["nullable"] = True
         return schema
+
+
+# The kinds whose value is taken as JSON decoded it.
+_PYTHON_TYPES: dict[str, type] = {"boolean": bool, "object": dict}
+
+
+def _string_or_strings(value: Any) -> bool:
+    if isinstance(value, str):
+        return True
+    return isinstance(value, list) and bool(value) and all(isinstance(v, str) for v in value)
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,8 @@ from awooop.channels import api as api_channel
 from awooop.channels.base import MAX_EVENT_ID_LENGTH
 from awooop.domain import states, tags
 from awooop.engine import tools
-from awooop.engine.reruns import MAX_LIMIT as MAX_RERUNS
-from awooop.engine.reruns import MAX_REASON as MAX_RERUN_REASON
 from awooop.models.project import RUN_CHANNEL_TYPES
-from awooop.web import approvals, management_api
+from awooop.web import approvals, management_api, reruns_api
 from awooop.web.management_api import OPERATIONS
 
 Schema = dict[str, Any]
@@ -124,34 +122,6 @@ _RERUN: Schema = {
             "enum": [errors.DUPLICATE_EVENT_CODE],
             "description": "Present on a duplicate: the run this key made before.",
         },
-    },
-}
-_BULK_RERUN: Schema = {
-    "type": "object",
-    "additionalProperties": False,
-    "properties": {
-        "filters": {
-            "type": "object",
-            "description": "The runs list's filters by name (a string, or a list of strings "
-            "for status, saga_status and tag); only finished runs are matched.",
-            "additionalProperties": {
-                "oneOf": [
-                    {"type": "string"},
-                    {"type": "array", "minItems": 1, "items": {"type": "string"}},
-                ]
-            },
-        },
-        "limit": {"type": "integer", "minimum": 1, "maximum": MAX_RERUNS, "default": 100},
-        "rate": {
-            "type": "number",
-            "exclusiveMinimum": True,
-            "minimum": 0,
-            "description": "New runs claimable per second at most (default "
-            "AWOOOP_RERUN_RATE_PER_SECOND, at most AWOOOP_RERUN_MAX_RATE_PER_SECOND).",
-        },
-        "dry_run": {"type": "boolean", "default": False},
-        "cursor": {"type": "string", "description": "next_cursor of an earlier answer."},
-        "reason": {"type": "string", "maxLength": MAX_RERUN_REASON},
     },
 }
 _BULK_RERUN_RESULT: Schema = {
@@ -268,12 +238,8 @@ SCHEMAS: dict[str, Schema] = {
     },
     "Run": {"type": "object", "required": list(_RUN_PROPERTIES), "properties": _RUN_PROPERTIES},
     "Rerun": _RERUN,
-    "RerunRequest": {
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {"reason": {"type": "string", "maxLength": MAX_RERUN_REASON}},
-    },
-    "BulkRerun": _BULK_RERUN,
+    "RerunRequest": reruns_api.RERUN_REQUEST.schema(),
+    "BulkRerun": reruns_api.BULK_RERUN.schema(),
     "BulkRerunResult": _BULK_RERUN_RESULT,
     "RunPage": {
         "type": "object",

@@ -23,7 +23,7 @@ from typing import Any
 from flask import Blueprint, Response, jsonify, request
 from werkzeug.datastructures import MultiDict
 
-from awooop import errors
+from awooop import bodies, errors
 from awooop.channels import api as api_channel
 from awooop.channels.base import digest, json_object
 from awooop.engine import reruns
@@ -33,29 +33,72 @@ from awooop.web.runs_api import run_id_or_404
 
 blueprint = Blueprint("reruns_api", __name__)
 
-BULK_KEYS = ("filters", "limit", "rate", "dry_run", "cursor", "reason")
+_REASON = bodies.Field(
+    "reason",
+    "string",
+    f"reason must be a string of at most {reruns.MAX_REASON} characters",
+    nullable=True,
+    default=str,
+    max_length=reruns.MAX_REASON,
+    description="Why, for the runs' history.",
+)
+RERUN_REQUEST = bodies.Body(fields=(_REASON,), unknown_keys="unknown keys: {keys}; allowed: reason")
+BULK_RERUN = bodies.Body(
+    fields=(
+        bodies.Field(
+            "filters",
+            "strings",
+            "filters must be a JSON object of the runs list's filters, each a string or a "
+            "list of strings",
+            nullable=True,
+            default=dict,
+            description="The runs list's filters by name (a string, or a list of strings for "
+            "status, saga_status and tag); only finished runs are matched.",
+        ),
+        bodies.Field(
+            "limit",
+            "integer",
+            f"limit must be a whole number from 1 to {reruns.MAX_LIMIT}",
+            default=lambda: reruns.DEFAULT_LIMIT,
+            minimum=1,
+            maximum=reruns.MAX_LIMIT,
+            description=f"Runs at most, newest first (default {reruns.DEFAULT_LIMIT}).",
+        ),
+        bodies.Field(
+            "rate",
+            "number",
+            "rate must be a number above 0",
+            above=0,
+            description="New runs claimable per second at most (default "
+            "AWOOOP_RERUN_RATE_PER_SECOND, at most AWOOOP_RERUN_MAX_RATE_PER_SECOND).",
+        ),
+        bodies.Field(
+            "dry_run",
+            "boolean",
+            "dry_run must be true or false",
+            default=lambda: False,
+            description="Count the matching runs and write nothing.",
+        ),
+        bodies.Field(
+            "cursor",
+            "string",
+            "cursor must be a string: a runs list's next_cursor",
+            nullable=True,
+            description="next_cursor of an earlier answer.",
+        ),
+        _REASON,
+    ),
+    unknown_keys="unknown keys: {keys}; allowed: filters, limit, rate, dry_run, cursor, reason",
+)
 
 
-def _body(allowed: tuple[str, ...], required: bool) -> dict[str, Any]:
+def _body(spec: bodies.Body, required: bool) -> dict[str, Any]:
     raw = request_body.read()
     if not raw.strip() and not required:
-        return {}
+        return spec.parse({})
     if request.mimetype != "application/json":
         raise errors.UnsupportedMediaType()
-    body = json_object(raw)
-    unknown = sorted(set(body) - set(allowed))
-    if unknown:
-        raise errors.MalformedRequest(f"unknown keys: {', '.join(unknown)}; allowed: {allowed}")
-    return body
-
-
-def _reason(body: dict[str, Any]) -> str:
-    reason = body.get("reason") or ""
-    if not isinstance(reason, str) or len(reason) > reruns.MAX_REASON:
-        raise errors.MalformedRequest(
-            f"reason must be a string of at most {reruns.MAX_REASON} characters"
-        )
-    return reason
+    return spec.parse(json_object(raw))
 
 
 def _key() -> str:
@@ -75,7 +118,7 @@ def _rerun_json(rerun: Rerun) -> dict[str, Any]:
 def rerun_one(project_id: str, run_id: str) -> tuple[Response, int]:
     caller = roles.authenticate(project_id, roles.RERUN)
     key = _key()
-    reason = _reason(_body(("reason",), required=False))
+    reason = _body(RERUN_REQUEST, required=False)["reason"]
     parsed_id = run_id_or_404(run_id)
     throttle.check(caller.project_id, throttle.MANAGEMENT, caller.auth.limits.management_per_minute)
     done = reruns.rerun_run(
@@ -95,60 +138,35 @@ def rerun_one(project_id: str, run_id: str) -> tuple[Response, int]:
     return jsonify(body), 202 if done.created else 200
 
 
-def _filters(raw: Any) -> MultiDict[str, str]:
+def _filters(given: dict[str, str | list[str]]) -> MultiDict[str, str]:
     """The body's ``filters`` as the list's query parameters."""
-    if raw is None:
-        return MultiDict()
-    if not isinstance(raw, dict):
-        raise errors.MalformedRequest("filters must be a JSON object of the runs list's filters")
-    pairs: list[tuple[str, str]] = []
-    for name, value in raw.items():
-        values = value if isinstance(value, list) else [value]
-        if not values or not all(isinstance(v, str) for v in values):
-            raise errors.MalformedRequest(
-                f"filter {name[:64]!r} must be a string or a list of strings"
-            )
-        pairs += [(name, v) for v in values]
+    pairs = [
+        (name, v)
+        for name, value in given.items()
+        for v in ([value] if isinstance(value, str) else value)
+    ]
     args: MultiDict[str, str] = MultiDict(pairs)
     params.check_known(args, (*params.RUN_FILTERS, *params.FIND_FILTERS))
     return args
 
 
-def _number(body: dict[str, Any], name: str, default: float, most: float, whole: bool) -> float:
-    value = body.get(name, default)
-    kinds = (int,) if whole else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or not 0 < value <= most:
-        what = "a whole number" if whole else "a number"
-        raise errors.MalformedRequest(f"{name} must be {what} above 0 and at most {most:g}")
-    return value
-
-
 @blueprint.post("/v1/projects/<project_id>/runs/rerun")
 def rerun_many(project_id: str) -> tuple[Response, int]:
     caller = roles.authenticate(project_id, roles.RERUN_MANY)
-    body = _body(BULK_KEYS, required=True)
-    dry_run = body.get("dry_run", False)
-    if not isinstance(dry_run, bool):
-        raise errors.MalformedRequest("dry_run must be true or false")
+    body = _body(BULK_RERUN, required=True)
+    dry_run = body["dry_run"]
     key = None if dry_run else _key()
-    filters = params.run_filters(_filters(body.get("filters")))
+    filters = params.run_filters(_filters(body["filters"]))
     settings = context.settings()
-    limit = int(_number(body, "limit", reruns.DEFAULT_LIMIT, reruns.MAX_LIMIT, whole=True))
-    rate = float(
-        _number(
-            body,
-            "rate",
-            settings.rerun_rate_per_second,
-            settings.rerun_max_rate_per_second,
-            whole=False,
-        )
-    )
+    limit = body["limit"]
+    rate = float(body.get("rate", settings.rerun_rate_per_second))
+    most = settings.rerun_max_rate_per_second
+    if rate > most:
+        raise errors.MalformedRequest(f"rate must be a number above 0 and at most {most:g}")
     cursor = body.get("cursor")
-    if cursor is not None and not isinstance(cursor, str):
-        raise errors.MalformedRequest("cursor must be a string: a runs list's next_cursor")
     cursor_args: MultiDict[str, str] = MultiDict({"cursor": cursor} if cursor else {})
     after = params.run_position(params.decode_cursor(cursor_args, "runs"))
-    reason = _reason(body)
+    reason = body["reason"]
     engine = context.engine()
     answer: dict[str, Any] = {"dry_run": dry_run, "limit": limit, "rate": rate}
     if key is None:
@@ -158,7 +176,7 @@ def rerun_many(project_id: str) -> tuple[Response, int]:
     throttle.check(caller.project_id, throttle.MANAGEMENT, caller.auth.limits.management_per_minute)
     request_digest = digest(
         {
-            "filters": body.get("filters") or {},
+            "filters": body["filters"],
             "limit": limit,
             "rate": rate,
             "cursor": cursor,

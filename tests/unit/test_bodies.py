@@ -13,7 +13,7 @@ import pytest
 from awooop import bodies, errors
 from awooop.channels import api as api_channel
 from awooop.engine import tools
-from awooop.web import approvals, management_api, openapi_spec
+from awooop.web import approvals, management_api, openapi_spec, reruns_api
 
 ABSENT = object()
 # Each body the API checks, with the smallest body it accepts.
@@ -22,6 +22,8 @@ BODIES: dict[str, tuple[bodies.Body, dict[str, Any]]] = {
     "Operation": (management_api.OPERATION, {"operation_id": "op-1"}),
     "ApprovalDecision": (approvals.DECISION, {"decision": "approve"}),
     "ToolResult": (tools.TOOL_RESULT, {"event_id": "e-1", "step": "call", "status": "failed"}),
+    "RerunRequest": (reruns_api.RERUN_REQUEST, {}),
+    "BulkRerun": (reruns_api.BULK_RERUN, {}),
 }
 # Values of every JSON type, and the edges of the fields' lengths, numbers and choices.
 CANDIDATES: list[Any] = [
@@ -33,7 +35,10 @@ CANDIDATES: list[Any] = [
     0,
     1,
     7,
+    0.25,
     1.5,
+    1000,
+    1001,
     12345678123456781234567812345678,  # its str() is a UUID's 32 hex digits
     "",
     " ",
@@ -58,6 +63,9 @@ CANDIDATES: list[Any] = [
     "a" * 2001,
     {},
     {"k": "v"},
+    {"k": ["v", "w"]},
+    {"k": []},
+    {"k": 1},
     [],
     ["x"],
 ]
@@ -70,6 +78,8 @@ def json_schema(schema: Any) -> Any:
     if not isinstance(schema, dict):
         return schema
     converted = {key: json_schema(value) for key, value in schema.items() if key != "nullable"}
+    if schema.get("exclusiveMinimum") is True:  # 3.0's form; JSON Schema's takes the bound
+        converted["exclusiveMinimum"] = converted.pop("minimum")
     if schema.get("nullable"):
         converted = {"anyOf": [converted, {"type": "null"}]}
     return converted
