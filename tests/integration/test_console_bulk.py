@@ -275,3 +275,31 @@ def test_an_operator_is_not_offered_the_bulk_rerun_and_is_refused_it(operator, e
 
     assert "/console/bulk/rerun" not in runs_page
     assert operator.get("/console/bulk/rerun").status_code == 403
+
+
+def test_the_runs_page_finds_runs_by_tag_event_id_and_key_and_bulk_actions_keep_the_filter(
+    operator, engine, settings, project
+):
+    def tagged(service: str) -> uuid.UUID:
+        run_id = test_runs.admit(
+            engine, project["project_id"], "test-tags", {"tags": {"service": service}}
+        )
+        runner.execute(engine, settings, run_id)
+        return run_id
+
+    db_run, web_run = tagged("db-1"), tagged("web-1")
+    event_id = db.run(engine, web_run)["input"]["provider_event_id"]
+
+    by_tag = text(operator.get("/console/runs", query_string={"tag": "service:db-1"}))
+    by_event = text(operator.get("/console/runs", query_string={"provider_event_id": event_id}))
+    by_key = text(operator.get("/console/runs", query_string={"idempotency_key": "no-such-key"}))
+    bad = operator.get("/console/runs", query_string={"tag": "service"})
+
+    assert str(db_run) in by_tag and str(web_run) not in by_tag
+    assert 'value="service:db-1"' in by_tag
+    assert 'href="/console/bulk/cancel?tag=service:db-1"' in by_tag
+    assert str(web_run) in by_event and str(db_run) not in by_event
+    assert str(db_run) not in by_key and str(web_run) not in by_key
+    assert bad.status_code == 400 and "tag must be KEY:VALUE" in text(bad)
+    count, _, fields = confirm(operator, "pause", tag="service:db-1")
+    assert count == 1 and ("tag", "service:db-1") in fields

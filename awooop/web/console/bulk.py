@@ -40,7 +40,7 @@ from awooop.store import queries
 from awooop.web import context, management_api, params, roles, throttle
 from awooop.web.console.actions import EXPLANATIONS
 from awooop.web.console.base import LABELS, blueprint, given, page, require, secure
-from awooop.web.console.filters import run_filters
+from awooop.web.console.filters import FILTERS, run_filters
 
 BULK_LIMIT = 1_000
 
@@ -162,12 +162,12 @@ def _action(segment: str) -> BulkAction:
 
 def _filter_fields(args: MultiDict[str, str]) -> list[tuple[str, str]]:
     """The filters given, as (name, value) pairs (hidden fields and links carry them)."""
-    return [(k, v) for k, v in args.items(multi=True) if k in params.RUN_FILTERS]
+    return [(k, v) for k, v in args.items(multi=True) if k in FILTERS]
 
 
 def _runs_url(fields: MultiDict[str, str]) -> str:
     """The runs list with these filters."""
-    query: dict[str, Any] = {k: fields.getlist(k) for k in fields if k in params.RUN_FILTERS}
+    query: dict[str, Any] = {k: fields.getlist(k) for k in fields if k in FILTERS}
     return url_for(".runs", **query)
 
 

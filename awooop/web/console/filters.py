@@ -6,12 +6,15 @@ from datetime import UTC, datetime
 
 from werkzeug.datastructures import MultiDict
 
+from awooop.channels.api import MAX_KEY_LENGTH
+from awooop.channels.base import MAX_EVENT_ID_LENGTH
 from awooop.domain import states
 from awooop.models.project import RUN_CHANNEL_TYPES
 from awooop.store import queries
 from awooop.web import params
 
-FILTERS = params.RUN_FILTERS
+# The list's filters and the ways to find runs (an event id, an Idempotency-Key, tags).
+FILTERS = (*params.RUN_FILTERS, *params.FIND_FILTERS)
 
 
 def _time(args: MultiDict[str, str], name: str) -> datetime | None:
@@ -39,4 +42,7 @@ def run_filters(args: MultiDict[str, str]) -> queries.RunFilters:
         finished_until=_time(args, "finished_until"),
         failure_code=params.text_value(args, "failure_code", queries.MAX_FAILURE_CODE),
         outbox=params.choice(args, "outbox", queries.OUTBOX_FILTER_STATUSES),
+        provider_event_id=params.text_value(args, "provider_event_id", MAX_EVENT_ID_LENGTH),
+        idempotency_key=params.text_value(args, "idempotency_key", MAX_KEY_LENGTH),
+        tags=params.tag_filter(args),
     )
