@@ -50,10 +50,8 @@ class Field:
     # Surrounding whitespace dropped from the value; a blank one refused.
     strip: bool = False
     choices: tuple[str, ...] | None = None
-    minimum: int | None = None
-    maximum: int | None = None
-    # A number must be above this (not equal to it).
-    above: int | None = None
+    minimum: float | None = None
+    maximum: float | None = None
     description: str | None = None
     error: type[errors.AwoooPError] = errors.MalformedRequest
 
@@ -69,10 +67,8 @@ class Field:
             if long_enough and short_enough and chosen and (value.strip() or not self.strip):
                 return value.strip() if self.strip else value
         elif self.kind in ("integer", "number") and self._is_number(value):
-            if (
-                (self.minimum is None or value >= self.minimum)
-                and (self.maximum is None or value <= self.maximum)
-                and (self.above is None or value > self.above)
+            if (self.minimum is None or value >= self.minimum) and (
+                self.maximum is None or value <= self.maximum
             ):
                 return value
         elif isinstance(value, _PYTHON_TYPES.get(self.kind, ())):
@@ -111,8 +107,7 @@ class Field:
             ("minLength", self.min_length),
             ("maxLength", self.max_length),
             ("enum", list(self.choices) if self.choices is not None else None),
-            ("minimum", self.minimum if self.above is None else self.above),
-            ("exclusiveMinimum", True if self.above is not None else None),
+            ("minimum", self.minimum),
             ("maximum", self.maximum),
             ("description", self.description),
         ):

@@ -20,6 +20,7 @@ from awooop import client
 from awooop.cli import _api, output
 from awooop.cli._api import Usage
 from awooop.domain import states
+from awooop.engine.reruns import MAX_LIMIT, MIN_RATE
 
 # The management operations a person runs from here (manual-close stays with the console).
 OPERATION_HELP = {
@@ -277,10 +278,10 @@ def cmd_rerun(args: argparse.Namespace) -> int:
         return _rerun_one(args)
     if not filters.query():
         raise Usage("give RUN_ID, or at least one filter (see runs list) to rerun many")
-    if args.limit is not None and not 1 <= args.limit <= 1000:
-        raise Usage("--limit must be from 1 to 1000")
-    if args.rate is not None and not args.rate > 0:
-        raise Usage("--rate must be above 0")
+    if args.limit is not None and not 1 <= args.limit <= MAX_LIMIT:
+        raise Usage(f"--limit must be from 1 to {MAX_LIMIT}")
+    if args.rate is not None and not args.rate >= MIN_RATE:
+        raise Usage(f"--rate must be at least {MIN_RATE:g}")
     key = None if args.dry_run else _key(args)
     done = _api.api_client(args).rerun_matching(
         filters,

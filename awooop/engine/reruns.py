@@ -43,6 +43,9 @@ log = logging.getLogger("awooop.engine.reruns")
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
 MAX_REASON = 1000
+# The slowest pace a bulk rerun may ask for (new runs claimable per second): the last of
+# MAX_LIMIT runs then waits under a day, not until a date the database cannot hold.
+MIN_RATE = 0.02
 
 
 @dataclass(frozen=True)
@@ -211,8 +214,8 @@ def rerun_matching(
     nothing: a version no longer registered (422) or the active-run quota (429) refuses the
     whole request. A duplicate answers the runs the key made and matches nothing again.
     The caller bounds ``rate`` (the configured maximum)."""
-    if not rate > 0:
-        raise errors.MalformedRequest("rate must be positive")
+    if not rate >= MIN_RATE:
+        raise errors.MalformedRequest(f"rate must be at least {MIN_RATE:g}")
     if not 0 < limit <= MAX_LIMIT:
         raise errors.MalformedRequest(f"limit must be from 1 to {MAX_LIMIT}")
     with db.transaction(engine) as conn:

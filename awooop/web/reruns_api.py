@@ -67,8 +67,8 @@ BULK_RERUN = bodies.Body(
         bodies.Field(
             "rate",
             "number",
-            "rate must be a number above 0",
-            above=0,
+            f"rate must be a number of at least {reruns.MIN_RATE:g}",
+            minimum=reruns.MIN_RATE,
             description="New runs claimable per second at most (default "
             "AWOOOP_RERUN_RATE_PER_SECOND, at most AWOOOP_RERUN_MAX_RATE_PER_SECOND).",
         ),
@@ -162,7 +162,7 @@ def rerun_many(project_id: str) -> tuple[Response, int]:
     rate = float(body.get("rate", settings.rerun_rate_per_second))
     most = settings.rerun_max_rate_per_second
     if rate > most:
-        raise errors.MalformedRequest(f"rate must be a number above 0 and at most {most:g}")
+        raise errors.MalformedRequest(f"rate must be a number from {reruns.MIN_RATE:g} to {most:g}")
     cursor = body.get("cursor")
     cursor_args: MultiDict[str, str] = MultiDict({"cursor": cursor} if cursor else {})
     after = params.run_position(params.decode_cursor(cursor_args, "runs"))

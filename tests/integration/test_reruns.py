@@ -318,6 +318,8 @@ def test_bulk_rerun_finds_runs_by_tag(client, engine, project, settings, roles):
         {"limit": reruns.MAX_LIMIT + 1},
         {"limit": True},
         {"rate": 0},
+        {"rate": 8.55e-180},
+        {"rate": reruns.MIN_RATE / 2},
         {"rate": 51},
         {"rate": "fast"},
         {"dry_run": "yes"},
