@@ -1,3 +1,3 @@
 """AwoooP: operations events admitted exactly once, executed as durable leased runs."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

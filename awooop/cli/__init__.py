@@ -20,6 +20,7 @@ import sys
 
 from sqlalchemy import exc as sa_exc
 
+from awooop import __version__
 from awooop.cli import approvals, dev, outbox, projects, runs, secrets, workers
 from awooop.cli._db import UsageError
 from awooop.config import ConfigError
@@ -39,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit status: 0 done; 1 the operation failed (e.g. the database is "
         "unreachable); 2 bad usage, input or configuration. Errors are one line on stderr.",
     )
+    parser.add_argument("--version", action="version", version=f"awooop {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     projects.add_parser(sub)

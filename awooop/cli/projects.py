@@ -49,6 +49,19 @@ OUTBOUND_CREDENTIALS = {
     ),
 }
 
+# Inbound channel secrets (what a provider's requests are checked with), by channel, and how
+# each is kept: a secret the provider echoes back verbatim only as a hash, an HMAC key
+# encrypted (it must be recovered to verify a signature).
+INBOUND_SECRETS = {
+    "alertmanager": ("hash", "the credential Alertmanager sends (http_config authorization)"),
+    "telegram": ("hash", "the secret_token given to setWebhook"),
+    "gitea": ("encrypted", "the webhook's secret"),
+    "line": ("encrypted", "the channel secret LINE's console shows"),
+}
+MIN_INBOUND_SECRET = 16
+# What Telegram accepts as a secret_token.
+TELEGRAM_SECRET_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,256}")
+
 
 def _check_project_id(project_id: str) -> str:
     if not PROJECT_ID.fullmatch(project_id):
@@ -219,6 +232,37 @@ def cmd_project_outbound(args: argparse.Namespace) -> int:
     if args.generate:
         stored["secret"] = secret  # shown once: give it to the receiver
     print(json.dumps(stored))
+    return 0
+
+
+def cmd_project_inbound(args: argparse.Namespace) -> int:
+    from awooop.store import projects
+
+    _check_project_id(args.project_id)
+    secret = sys.stdin.readline().strip()
+    if not secret:
+        raise UsageError("give the secret on standard input (never as an argument)")
+    if len(secret) < MIN_INBOUND_SECRET:
+        raise UsageError(f"the secret must be at least {MIN_INBOUND_SECRET} characters")
+    if args.channel == "telegram" and not TELEGRAM_SECRET_TOKEN.fullmatch(secret):
+        raise UsageError(
+            "a Telegram secret_token is at most 256 characters of A-Z, a-z, 0-9, _ and -"
+        )
+    settings = _db.settings("database_url", "secret_key")
+    kept, _ = INBOUND_SECRETS[args.channel]
+    with db.transaction(_db.engine(settings)) as conn:
+        if not projects.project_exists(conn, args.project_id):
+            raise UsageError(f"no project {args.project_id!r}")
+        if kept == "hash":
+            projects.add_channel_secret(
+                conn, args.project_id, args.channel, secret_hash=secrets.sha256_hex(secret)
+            )
+        else:
+            box = secrets.SecretBox(settings.secret_keys)
+            projects.add_channel_secret(
+                conn, args.project_id, args.channel, secret_encrypted=box.encrypt(secret)
+            )
+    print(json.dumps({"project_id": args.project_id, "stored": args.channel}))
     return 0
 
 
@@ -403,6 +447,20 @@ def add_parser(sub: Any) -> None:
         "it and print it once (for the receiver)",
     )
     outbound.set_defaults(func=cmd_project_outbound)
+    inbound = project_sub.add_parser(
+        "inbound",
+        help="store a secret a provider's requests are checked with (read from stdin)",
+        description="Adds a secret for a channel's incoming requests, beside the one "
+        "`awooop project create` made (both verify until one is revoked with `awooop project "
+        "revoke`): "
+        + "; ".join(f"{c}: {what}" for c, (_, what) in INBOUND_SECRETS.items())
+        + f". At least {MIN_INBOUND_SECRET} characters, read from standard input, e.g. "
+        "`printenv LINE_CHANNEL_SECRET | awooop project inbound ops line`. Changes reach web "
+        "processes within AWOOOP_AUTH_CACHE_SECONDS.",
+    )
+    inbound.add_argument("project_id")
+    inbound.add_argument("channel", choices=sorted(INBOUND_SECRETS))
+    inbound.set_defaults(func=cmd_project_inbound)
     credentials = project_sub.add_parser(
         "credentials",
         help="list the project's tokens and secrets (ids, kinds, roles; never the secrets)",

@@ -314,6 +314,26 @@ def parked_listed(done: Done, ctx: dict[str, Any]) -> None:
     assert {m["message_id"] for m in done.json()} == set(ctx["parked"])
 
 
+def telegram_webhook_set(done: Done, ctx: dict[str, Any]) -> None:
+    """The bot's webhook points at the project, with its secret and the updates read."""
+    assert done.returncode == 0 and json.loads(done.out)["ok"] is True, done.out + done.err
+    call = ctx["telegram"].calls[-1]
+    assert call.path == "/bot123456:doc-bot-token/setWebhook", call.path
+    form = call.body.decode()
+    for value in (
+        "https://awooop.example.com/v1/projects/ops/webhooks/telegram",
+        ctx["ops"]["secrets"]["telegram"],
+        '["message", "callback_query"]',
+    ):
+        assert value in form, form
+
+
+def version_printed(done: Done, ctx: dict[str, Any]) -> None:
+    from awooop import __version__
+
+    assert done.returncode == 0 and done.out == f"awooop {__version__}\n", done.out + done.err
+
+
 def revoked(done: Done, ctx: dict[str, Any]) -> None:
     assert done.json() == {"credential_id": ctx["credential_id"], "revoked": True}
 
@@ -569,6 +589,38 @@ STEPS: dict[str, Step] = {
         "deployment", stored("gitea:token")
     ),
     "awooop project outbound ops webhook --generate": Step("deployment", generated_secret),
+    # --- docs/providers.md ----------------------------------------------------------------
+    "printenv LINE_CHANNEL_SECRET | awooop project inbound ops line": Step(
+        "deployment", json_with(project_id="ops", stored="line")
+    ),
+    "awooop project config ops gitea_url=https://gitea.example.com": Step(
+        "deployment", project_config(gitea_url="https://gitea.example.com")
+    ),
+    """curl -s "https://api.telegram.org/bot$TELEGRAM_BOT_TOKEN/setWebhook" -F """
+    """"url=https://awooop.example.com/v1/projects/ops/webhooks/telegram" -F """
+    """"secret_token=$TELEGRAM_SECRET" -F 'allowed_updates=["message", "callback_query"]'""": Step(
+        "deployment",
+        lambda done, ctx: telegram_webhook_set(done, ctx),
+        replace=(("https://api.telegram.org", "{telegram_api}"),),
+    ),
+    "awooop project inbound": Step("local", succeeds, help_only=True),
+    "awooop project revoke": Step("local", succeeds, help_only=True),
+    "awooop --version": Step("local", lambda done, ctx: version_printed(done, ctx)),
+    # --- README: a first workflow ------------------------------------------------------------
+    ".venv/bin/pytest -q test_restart_service.py": Step("checkout", out_has("2 passed")),
+    "export PYTHONPATH=$PWD AWOOOP_WORKFLOW_MODULES=restart_service": Step(
+        "checkout", exported("AWOOOP_WORKFLOW_MODULES", "restart_service")
+    ),
+    ".venv/bin/awooop project workflows demo --allow restart-service": Step(
+        "checkout", out_has("restart-service")
+    ),
+    '.venv/bin/awooop runs start demo restart-service --input \'{"service": "web"}\' '
+    "--key restart-web-1 --token $TOKEN --wait": Step(
+        "checkout",
+        out_has("COMPLETED", "restarted web"),
+        replace=(("--wait", "--wait --url {base}"),),
+        retry_for=15,  # the allow-list reaches the web within AWOOOP_AUTH_CACHE_SECONDS
+    ),
     "awooop project config ops notify_url=https://hooks.example/awooop": Step(
         "deployment", project_config(notify_url="https://hooks.example/awooop")
     ),
@@ -686,7 +738,7 @@ STEPS: dict[str, Step] = {
     "python3 -m pip wheel --no-deps -w dist .": Step(
         "install", succeeds, replace=(("-w dist", "-w {dist}"),)
     ),
-    "/opt/awooop/bin/pip install dist/awooop-0.1.0-py3-none-any.whl": Step(
+    "/opt/awooop/bin/pip install dist/awooop-*-py3-none-any.whl": Step(
         "install", succeeds, replace=(("/opt/awooop", "{prefix}"), ("dist/", "{dist}/"))
     ),
     "export PATH=/opt/awooop/bin:$PATH": Step(
@@ -695,18 +747,20 @@ STEPS: dict[str, Step] = {
     "gunicorn -c python:awooop.web.gunicorn_conf 'awooop.web.app:create_app()'": Step(
         "install", starts_when="http:/healthz"
     ),
-    # (At the default log level, WARNING, the banner is what a started worker or beat shows:
-    # it comes after the start-up check of the settings.)
-    "celery -A awooop.tasks.app worker -Q runs,notifications": Step(
-        "install", starts_when="log:[queues]"
+    # (--quiet keeps the banner off; at INFO a started worker logs its "ready." line, after
+    # the start-up check of the settings.)
+    "celery -A awooop.tasks.app --quiet worker -Q runs,notifications --loglevel INFO": Step(
+        "install", starts_when="log:ready."
     ),
-    "celery -A awooop.tasks.app worker -Q maintenance": Step("install", starts_when="log:[queues]"),
+    "celery -A awooop.tasks.app --quiet worker -Q maintenance --loglevel INFO": Step(
+        "install", starts_when="log:ready."
+    ),
     "mkdir -p /var/lib/awooop": Step(
         "install", succeeds, replace=(("/var/lib/awooop", "{state}"),)
     ),
     "AWOOOP_BEAT_SCHEDULE_FILE=/var/lib/awooop/celerybeat-schedule "
-    "celery -A awooop.tasks.app beat": Step(
-        "install", starts_when="log:Configuration ->", replace=(("/var/lib/awooop", "{state}"),)
+    "celery -A awooop.tasks.app --quiet beat --loglevel INFO": Step(
+        "install", starts_when="log:beat: Starting", replace=(("/var/lib/awooop", "{state}"),)
     ),
     # --- README / operations.md: metrics on several hosts -----------------------------------
     "export PROMETHEUS_MULTIPROC_DIR=/run/awooop/metrics-worker": Step(
@@ -884,6 +938,21 @@ def test_the_readme_works_in_a_make_run_checkout(stack, settings, tmp_path):
     demo = session.shell(".venv/bin/awooop dev demo")  # as `make run` does
     assert demo.returncode == 0 and "Demo project credentials" in demo.out, demo.err
     assert f"awooop: using {env_file}" in demo.err
+    # The README's first workflow, saved as the reader saves it, and loaded by the processes
+    # as `make run` with the README's two variables loads it
+    readme_files = {
+        m.group(1): block
+        for block in PYTHON_BLOCK.findall((ROOT / "README.md").read_text())
+        if (m := FILE_BLOCK.match(block))
+    }
+    assert set(readme_files) == {"restart_service.py", "test_restart_service.py"}
+    for name, block in readme_files.items():
+        (checkout / name).write_text(block)
+    (checkout / "pyproject.toml").symlink_to(ROOT / "pyproject.toml")
+    stack.env.update(
+        PYTHONPATH=os.pathsep.join([str(checkout), str(ROOT)]),
+        AWOOOP_WORKFLOW_MODULES="restart_service",
+    )
     stack.worker()
     _, session.ctx["base"] = stack.web()
     session.ctx["env_file"] = str(env_file)
@@ -908,6 +977,15 @@ def test_the_readme_works_in_a_make_run_checkout(stack, settings, tmp_path):
         """curl -s http://127.0.0.1:8000/v1/projects/demo/runs/<run_id> -H "Authorization: """
         """Bearer $TOKEN\""""
     )
+    # A first workflow: its test, then the run on the stack
+    for command in (
+        ".venv/bin/pytest -q test_restart_service.py",
+        "export PYTHONPATH=$PWD AWOOOP_WORKFLOW_MODULES=restart_service",
+        ".venv/bin/awooop project workflows demo --allow restart-service",
+        '.venv/bin/awooop runs start demo restart-service --input \'{"service": "web"}\' '
+        "--key restart-web-1 --token $TOKEN --wait",
+    ):
+        session(command)
     project = session(".venv/bin/awooop project create ops")
     assert f"awooop: using {env_file}" in project.err  # says which file it used
     session(".venv/bin/awooop project retention ops 90")
@@ -940,6 +1018,7 @@ def test_the_operations_approvals_and_workflows_docs_work_on_a_deployment(
         LINE_CHANNEL_ACCESS_TOKEN="doc-line-access-token",
         GITEA_TOKEN="doc-gitea-token",
         WEBHOOK_SECRET="doc-webhook-secret",
+        LINE_CHANNEL_SECRET="doc-line-channel-secret",
     )
     exports = [
         c for c, step in STEPS.items() if c.startswith("export ") and step.session == "deployment"
@@ -1052,6 +1131,22 @@ def test_the_operations_approvals_and_workflows_docs_work_on_a_deployment(
         "awooop project outbound ops webhook --generate",
     ):
         session(command)
+    # docs/providers.md: the provider's own LINE secret, Gitea's address, Telegram's webhook
+    # (set on a local stand-in for Telegram's API)
+    from tests.support.fake_provider import FakeProvider
+
+    session.ctx["telegram"] = telegram = FakeProvider()
+    session.ctx["telegram_api"] = telegram.url
+    session.shell.env["TELEGRAM_SECRET"] = session.ctx["ops"]["secrets"]["telegram"]
+    for command in (
+        "printenv LINE_CHANNEL_SECRET | awooop project inbound ops line",
+        "awooop project config ops gitea_url=https://gitea.example.com",
+        """curl -s "https://api.telegram.org/bot$TELEGRAM_BOT_TOKEN/setWebhook" -F """
+        """"url=https://awooop.example.com/v1/projects/ops/webhooks/telegram" -F """
+        """"secret_token=$TELEGRAM_SECRET" -F 'allowed_updates=["message", "callback_query"]'""",
+    ):
+        session(command)
+    telegram.close()
     # docs/webhooks.md: the notify URL, then a rotation — a second secret, the old one revoked
     session("awooop project config ops notify_url=https://hooks.example/awooop")
     session("awooop project outbound ops webhook --generate")
@@ -1281,7 +1376,7 @@ def test_the_installation_section_works_as_written(settings, tmp_path):
         "python3 -m venv /opt/awooop",
         "/opt/awooop/bin/pip install .",
         "python3 -m pip wheel --no-deps -w dist .",
-        "/opt/awooop/bin/pip install dist/awooop-0.1.0-py3-none-any.whl",
+        "/opt/awooop/bin/pip install dist/awooop-*-py3-none-any.whl",
     ):
         done = session(command)
         assert done.returncode == 0, done.err

@@ -441,3 +441,64 @@ def test_a_database_without_tables_says_to_migrate(capsys, monkeypatch, settings
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+def test_project_inbound_takes_the_providers_own_secret_and_the_channel_verifies_with_it(
+    capsys, monkeypatch, settings, engine, client
+):
+    """LINE issues a channel's secret itself: AwoooP must verify with that one."""
+    import io
+
+    from tests.support import requests as channel_requests
+
+    code, out, _ = run(capsys, monkeypatch, settings, "project", "create", "ops")
+    project = json.loads(out)
+    line_secret = "8c5e1f0f6a2b4d3c9e7f1a2b3c4d5e6f"  # as LINE's console shows one
+    monkeypatch.setattr("sys.stdin", io.StringIO(line_secret + "\n"))
+
+    code, out, _ = run(capsys, monkeypatch, settings, "project", "inbound", "ops", "line")
+
+    assert code == 0 and json.loads(out) == {"project_id": "ops", "stored": "line"}
+    signed_by_line = {**project, "secrets": {**project["secrets"], "line": line_secret}}
+    path, headers, body = channel_requests.line(
+        signed_by_line, [channel_requests.line_event("evt-1")]
+    )
+    assert client.post(path, headers=headers, data=body).status_code == 202
+    with engine.connect() as conn:
+        stored = (
+            conn.execute(
+                text("SELECT secret_encrypted FROM awooop_credential WHERE channel_type = 'line'")
+            )
+            .scalars()
+            .all()
+        )
+    assert all(line_secret not in value for value in stored)
+
+
+@pytest.mark.parametrize(
+    ("channel", "given", "message"),
+    [
+        ("line", "", "standard input"),
+        ("line", "short", "at least 16 characters"),
+        ("telegram", "has spaces in it, sixteen+", "A-Z, a-z, 0-9, _ and -"),
+        ("telegram", "x" * 257, "at most 256 characters"),
+    ],
+)
+def test_project_inbound_refuses_a_bad_secret_and_stores_nothing(
+    capsys, monkeypatch, settings, engine, channel, given, message
+):
+    import io
+
+    run(capsys, monkeypatch, settings, "project", "create", "ops")
+    before = db_count(engine)
+    monkeypatch.setattr("sys.stdin", io.StringIO(given + "\n"))
+
+    code, _, err = run(capsys, monkeypatch, settings, "project", "inbound", "ops", channel)
+
+    assert code == 2 and message in err, err
+    assert db_count(engine) == before
+
+
+def db_count(engine) -> int:
+    with engine.connect() as conn:
+        return conn.execute(text("SELECT count(*) FROM awooop_credential")).scalar_one()

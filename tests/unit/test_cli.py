@@ -50,6 +50,16 @@ def test_help_lists_the_commands(capsys):
         assert command in out
 
 
+def test_version_is_the_installed_package_version(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["--version"])
+
+    assert exited.value.code == 0
+    assert capsys.readouterr().out == f"awooop {version('awooop')}\n"
+
+
 def test_dev_key_prints_a_usable_secret_key(capsys):
     from awooop.secrets import SecretBox
 

@@ -3,7 +3,6 @@ not in ``repr``, not in an error, not in what ``awooop config`` prints."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -483,28 +482,3 @@ def test_describe_reports_a_workflow_module_that_does_not_exist():
         "AWOOOP_WORKFLOW_MODULES: cannot import 'awooop_no_such.workflows' "
         "(No module named 'awooop_no_such')"
     ]
-
-
-def test_the_readme_documents_every_setting():
-    """Each AWOOOP_* setting is in the README's configuration section, written out or
-    abbreviated as the table does (`AWOOOP_X_AFTER_SECONDS` / `_INTERVAL_SECONDS`, `<ROLE>`),
-    or in the Settings section of the page of its own subject (docs/schedules.md)."""
-    root = Path(__file__).resolve().parents[2]
-    readme = (root / "README.md").read_text()
-    schedules = (root / "docs" / "schedules.md").read_text()
-    section = (
-        readme.split("## Configuration", 1)[1].split("\n## ", 1)[0]
-        + schedules.split("## Settings", 1)[1].split("\n## ", 1)[0]
-    )
-    named: set[str] = set()
-    previous = ""
-    for token in re.findall(r"`([A-Z_<>]+)`", section):
-        if token.startswith("AWOOOP_"):
-            previous = token
-            roles = ("WEB", "WORKER", "KEEPER", "SWEEPS") if "<ROLE>" in token else ("",)
-            named |= {token.replace("<ROLE>", role) for role in roles}
-        elif token.startswith("_") and previous:
-            kept = previous.split("_")[: -len(token.strip("_").split("_"))]
-            named.add("_".join(kept) + token)
-
-    assert sorted(config.SETTING_VARIABLES - named) == []

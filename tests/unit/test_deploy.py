@@ -1,7 +1,7 @@
 """``deploy/``: the Prometheus alert rules pass ``promtool check rules``; ``promtool test rules``
 passes with a firing and a quiet case for every alert; the example scrape configuration is
 valid; every rule has a severity, a summary, a description and an absolute runbook URL whose
-anchor is a heading of docs/operations.md; every PromQL expression of the rules and the
+anchor is a heading of docs/observability.md; every PromQL expression of the rules and the
 Grafana dashboard names a metric AwoooP exports — and the dashboard charts every one of them,
 scoped by its job, instance and workflow variables, over ``$__rate_interval``.
 
@@ -34,9 +34,9 @@ RULE_TESTS = PROMETHEUS / "awooop-alerts.test.yml"
 DASHBOARD = ROOT / "deploy" / "grafana" / "awooop.json"
 # Series Prometheus writes itself for every scrape target (not exported by AwoooP).
 PROMETHEUS_SERIES = {"up"}
-# The one prefix of every rule's runbook_url (the operations guide); the anchor follows it.
-RUNBOOK_BASE = "https://github.com/awooop/awooop/blob/main/docs/operations.md"
-GUIDE = ROOT / "docs" / "operations.md"
+# The one prefix of every rule's runbook_url (the observability guide); the anchor follows it.
+RUNBOOK_BASE = "https://github.com/awooop/awooop/blob/main/docs/observability.md"
+GUIDE = ROOT / "docs" / "observability.md"
 # The annotations of every rule, in the monitoring-mixin shape.
 RUNBOOK_KEYS = ["description", "runbook_url", "summary"]
 # Grafana's interval variables, replaced before the PromQL is parsed ($__rate_interval by a
@@ -142,9 +142,9 @@ def test_every_runbook_url_is_absolute_and_its_anchor_is_a_heading_of_the_guide(
     assert [n for n in urls if n.lower() not in anchors] == []
 
 
-def test_every_alert_is_listed_in_the_operations_guide():
+def test_every_alert_is_listed_in_the_observability_guide():
     guide = GUIDE.read_text()
-    alerts = guide[guide.index("### Alerts") :]
+    alerts = guide[guide.index("## The alert rules") :]
 
     assert [name for name in alert_names() if f"[`{name}`](#{name.lower()})" not in alerts] == []
 
