@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import linecache
 import re
 import types
 from collections.abc import Iterator
@@ -27,8 +28,26 @@ class Block:
         return match.group(1) if match else None
 
     def compiled(self) -> types.CodeType:
-        """The block's code object; a traceback through it names the page's own lines."""
-        return compile("\n" * (self.line - 1) + self.code, str(ROOT / self.page), "exec")
+        """The block's code object. A traceback through it names the page and the page's own
+        line, and shows the failing statement (the page's Python, at its lines, is what
+        ``linecache`` has for the page)."""
+        lines = (ROOT / self.page).read_text().splitlines(keepends=True)
+        python = ["\n"] * len(lines)
+        for block in python_blocks(ROOT / self.page):
+            at = block.line - 1
+            python[at : at + block.code.count("\n")] = block.code.splitlines(keepends=True)
+        linecache.cache[self.page] = (len("".join(python)), None, python, self.page)
+        return _moved(compile(self.code, self.page, "exec"), self.line - 1)
+
+
+def _moved(code: types.CodeType, lines: int) -> types.CodeType:
+    """``code`` and the code it holds (functions, classes) ``lines`` further down (line
+    numbers count from a code object's first line)."""
+    consts = tuple(
+        _moved(const, lines) if isinstance(const, types.CodeType) else const
+        for const in code.co_consts
+    )
+    return code.replace(co_firstlineno=code.co_firstlineno + lines, co_consts=consts)
 
 
 def fenced(page: Path) -> Iterator[tuple[str, Block]]:
