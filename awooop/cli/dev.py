@@ -1,6 +1,7 @@
 """The commands that run and check a deployment's processes: ``awooop config`` (the
-effective configuration), ``migrate``, ``metrics reset``, ``workflows`` (the registered ones)
-and ``dev`` (the embedded development services, the Procfile's processes, the demo project).
+effective configuration), ``migrate``, ``metrics reset``, ``workflows`` (the built-in ones and
+the deployment's) and ``dev`` (the embedded development services, the Procfile's processes,
+the demo project).
 """
 
 from __future__ import annotations
@@ -225,7 +226,11 @@ def add_parser(sub: Any) -> None:
     reset.add_argument("--dir", help="the directory (default: $PROMETHEUS_MULTIPROC_DIR)")
     reset.set_defaults(func=cmd_metrics_reset)
 
-    workflows = sub.add_parser("workflows", help="list the registered workflows")
+    workflows = sub.add_parser(
+        "workflows",
+        help="list the workflows the processes have: the built-in ones and those of the "
+        "modules in AWOOOP_WORKFLOW_MODULES",
+    )
     workflows.set_defaults(func=cmd_workflows)
 
     dev = sub.add_parser("dev", help="the embedded development services")

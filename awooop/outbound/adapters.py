@@ -140,8 +140,8 @@ def _webhook(
             body["decide_url"] = f"{payload['decide_url']}/{token}"
     call = ProviderCall(payload["url"], body, secrets=tuple(keys) + ((token,) if token else ()))
     # Standard Webhooks (webhook-id = the message id, stable across retries; the attempt's
-    # timestamp; a v1 signature per active secret) and, for one more release, the legacy
-    # X-AwoooP-Signature / X-AwoooP-Delivery.
+    # timestamp; a v1 signature per active secret) and, until their removal (no earlier than
+    # 0.3.0), the deprecated X-AwoooP-Signature / X-AwoooP-Delivery.
     try:
         call.headers.update(signing.headers(message_id, timestamp, call.encoded(), keys))
     except signing.BadSecret as exc:

@@ -17,8 +17,9 @@ A signing secret is ``whsec_`` followed by the base64 of 24 to 64 random bytes; 
 is those bytes. A secret stored before this scheme (any other string) keeps working: its HMAC
 key is the string's UTF-8 bytes (the receiver passes those bytes to the library).
 
-The legacy ``X-AwoooP-Signature`` header (``sha256=<hex HMAC-SHA256 of the body>``) is still
-sent, keyed by the newest secret as a string, for one release: see docs/approvals.md.
+The legacy ``X-AwoooP-Signature`` header (``sha256=<hex HMAC-SHA256 of the body>``, keyed by
+the newest secret as a string) and ``X-AwoooP-Delivery`` are still sent: deprecated since
+0.1.0, removed no earlier than 0.3.0 (docs/webhooks.md).
 """
 
 from __future__ import annotations

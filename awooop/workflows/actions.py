@@ -4,8 +4,9 @@ Every call carries the step's ``effect_id`` as ``Idempotency-Key`` (and, when Aw
 spans, the step's ``traceparent``), so a retried or
 re-executed step asks for the same effect and the endpoint can answer it once. A 4xx answer
 is the endpoint saying no (a :class:`~awooop.domain.workflow.Reject`: compensate); a 5xx or
-a network failure is transient (the step's retry policy applies). The standard library's
-``urllib`` is enough for one JSON POST; no HTTP client dependency is added for it.
+a network failure is transient (the step's retry policy applies). One JSON POST needs no
+more than the standard library's ``urllib``, which this module uses; AwoooP's other HTTP
+calls (its client, its command line, outbound messages) use ``requests``.
 """
 
 from __future__ import annotations

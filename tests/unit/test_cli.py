@@ -277,3 +277,56 @@ def test_dev_up_prints_the_service_urls_without_their_passwords(capsys, monkeypa
     assert "AWOOOP_DATABASE_URL=postgresql+psycopg2://u:***@127.0.0.1:1/d  (configured)" in out
     assert "AWOOOP_BROKER_URL=redis://:***@127.0.0.1:1/0  (configured)" in out
     assert "secret" not in out
+
+
+SITE_MODULE = """
+from awooop.domain.workflow import Step, Workflow
+from awooop.workflows.registry import register
+
+
+def check(ctx):
+    return {}
+
+
+SITE_RESTART = register(
+    Workflow("site-restart", 2, [Step("check", check)], description="the site's own")
+)
+"""
+
+
+@pytest.fixture
+def site_module(monkeypatch, bare_env):
+    """A deployment's workflow module, importable, registering into a registry of its own."""
+    import sys
+
+    from awooop.workflows import registry
+
+    registry.load()
+    monkeypatch.setattr(registry, "_WORKFLOWS", dict(registry._WORKFLOWS))
+    (bare_env / "site_workflows.py").write_text(SITE_MODULE)
+    monkeypatch.syspath_prepend(str(bare_env))
+    yield "site_workflows"
+    sys.modules.pop("site_workflows", None)
+
+
+def test_workflows_lists_those_of_the_deployments_modules_with_the_built_in_ones(
+    capsys, site_module, bare_env
+):
+    # Given a deployment that names its own module, as its processes read it
+    env_file(bare_env, **configured(AWOOOP_WORKFLOW_MODULES=site_module))
+
+    code = cli.main(["workflows"])
+
+    lines = capsys.readouterr().out.splitlines()
+    assert code == 0
+    assert "site-restart v2  max_attempts=3  check  the site's own" in lines
+    assert any(line.startswith("chatops v2 ") for line in lines)
+
+
+def test_workflows_names_the_variable_when_a_module_does_not_import(capsys, bare_env):
+    env_file(bare_env, **configured(AWOOOP_WORKFLOW_MODULES="no_such_site_module"))
+
+    code, err = run(capsys, "workflows")
+
+    assert code == 2
+    assert "AWOOOP_WORKFLOW_MODULES: cannot import 'no_such_site_module'" in err
