@@ -1,1 +1,2 @@
-"""``make bench``: admission and end-to-end benchmarks (DESIGN §8). Not a test suite."""
+"""``make bench`` and its siblings: admission, end-to-end, retention, peer and growth benchmarks
+(docs/benchmarks.md; lab notes in bench/NOTES.md). Not a test suite."""

@@ -1,4 +1,4 @@
-"""The benchmark's own PostgreSQL commits, counted exactly (DESIGN §8: ≤ 5 per 3-step run).
+"""The benchmark's own PostgreSQL commits, counted exactly (the target: ≤ 5 per 3-step run).
 
 ``make bench`` runs in a scratch database of its own (:mod:`bench.scratch`) with autovacuum off
 on its tables, so ``xact_commit`` of that database counts only what the bench's processes

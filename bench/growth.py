@@ -1,5 +1,5 @@
 """``make bench-growth`` (``python -m bench.growth``): what admission and a run cost as the work
-grows — more projects, bigger events, more worker processes (issue 14); writes its block of
+grows — more projects, bigger events, more worker processes; writes its block of
 ``docs/benchmarks.md``.
 
 On the configured PostgreSQL (``AWOOOP_DATABASE_URL``) and Redis (``AWOOOP_BROKER_URL``), with
@@ -488,7 +488,6 @@ def render_console(results: dict[str, Any]) -> str:
 def render_block(results: dict[str, Any]) -> str:
     """The markdown between the growth markers."""
     m, k = results["machine"], results["knobs"]
-    big = _size(k["body_bytes"])
     lines = [
         BEGIN,
         "## Cost as work grows (`make bench-growth`)",
@@ -532,59 +531,34 @@ def render_block(results: dict[str, Any]) -> str:
         lines += [""] + [f"- **FAIL** {line}" for line in fails]
     lines += [
         "",
-        "How it is measured:",
-        "",
-        f"- **Admission**: as `make bench` (a) measures AwoooP's new events — one web "
-        f"(`gunicorn -c gunicorn.conf.py`, {k['web_workers']} workers), no worker running, "
-        f"`POST /v1/projects/{{p}}/runs` with a Bearer token and a unique `Idempotency-Key`, "
-        f"{k['warmup']:g} s warm-up then {k['duration']:g} s measured per row, N keep-alive "
-        "connections spread evenly over the gunicorn workers, one request in flight each. The "
-        "rows run interleaved per connection count. With several projects the requests go "
-        "round-robin over them (`bench.load.RoundRobin`), each to its project's path with its "
-        "project's API token. Bodies are `make bench`'s "
-        f"{len(run.BODY)}-byte JSON object unless the row says otherwise. vs 1 project: req/s "
-        "over the 1-project row's (small bodies) at the same connections. web CPU ms/req: the "
-        "gunicorn tree's CPU per request, warm-up included.",
-        f"- **auth misses (model)**: each gunicorn worker keeps a project's routes and token "
-        f"hashes `AWOOOP_AUTH_CACHE_SECONDS` ({k['auth_cache_seconds']:g} s) and otherwise "
-        "reads them from PostgreSQL (one more round trip). Not counted but computed: with P "
-        "projects, W workers and R req/s spread evenly, min(1, P·W / (ttl·R)) of the requests "
-        "read them (a row's requests are spread evenly over its projects and the connections "
-        "over the workers, so every worker sees every project).",
-        f"- **{big} bodies**: a JSON object of exactly {k['body_bytes']:,} bytes whose bulk is "
-        "random hex, which PostgreSQL's TOAST compression cannot shrink much; "
-        f"`AWOOOP_MAX_BODY_BYTES` was {k['max_body_bytes']:,}"
-        + (
-            " (as configured: it admits them)."
-            if not k["max_body_raised"]
-            else " (raised for the bench: the configured limit refuses them)."
-        )
-        + " The run input carries the event, so the run row holds it too.",
-        f"- **End to end**: as `make bench` (b) — {k['e2e_runs']:,} `noop-3` runs admitted over "
-        f"HTTP ({ADMIT_CONNECTIONS} connections, round-robin over the row's projects) with no "
-        "worker running, then ONE worker (`celery -A awooop.tasks.app worker -Q runs -c 1` or "
-        "`-c 2`, prefork, task events off) drains them. runs/s: runs / (first claim's history "
-        "row → last `finished_at`), database clock. Worker CPU: the worker's process tree from "
-        "the first tenth of the runs completed to the last, per run (warm processes). Each row "
-        "has projects of its own; the run tables are vacuumed before each row. vs 1 project: "
-        "runs/s over the 1-project, small-event row with as many worker processes. vs `-c 1`: "
-        "runs/s of `-c 2` over `-c 1` with the same projects — what a second worker process "
-        "adds on these 2 cores, which it shares with the web, PostgreSQL and Redis.",
-        f"- **Projects**: {results['projects_created']:,} created in "
-        f"{results['create_seconds']:.1f} s, in one transaction with the store functions "
-        "(`create_project`, `add_api_token`; the `api` channel routed to `noop-3`), rather "
-        "than an `awooop project create` per project; their rows are deleted at the end.",
-        "- **non-2xx**: every answer of every phase, the end-to-end admissions included, must "
-        "be 2xx; a FAIL line above lists any that was not. **other CPU**: the share of all CPUs "
-        "used during the phase by processes other than the benchmark's and PostgreSQL/Redis.",
+        f"Admission as `make bench` (a) measures AwoooP's new events ({k['web_workers']} "
+        f"gunicorn workers, no worker running, {k['warmup']:g} s warm-up then "
+        f"{k['duration']:g} s per row), with the requests spread round-robin over the row's "
+        "projects, each to its own path with its own API token (`bench.load.RoundRobin`), so "
+        "the web's per-process cache of a project's routes and token hashes "
+        f"(`AWOOOP_AUTH_CACHE_SECONDS`, {k['auth_cache_seconds']:g} s) misses more often; "
+        '"auth misses" is the share the model min(1, projects × workers / (ttl × req/s)) '
+        f"gives, not a count. Bodies are `make bench`'s {len(run.BODY)} bytes, or a JSON "
+        f"object of exactly {k['body_bytes']:,} bytes of random hex that TOAST cannot shrink "
+        f"(`AWOOOP_MAX_BODY_BYTES` {k['max_body_bytes']:,}"
+        + (", as configured" if not k["max_body_raised"] else ", raised for the bench")
+        + "). End to end as `make bench` (b): "
+        f"{k['e2e_runs']:,} `noop-3` runs admitted over HTTP ({ADMIT_CONNECTIONS} connections) "
+        "with no worker running, then ONE worker with `-c 1` or `-c 2` drains them; runs/s "
+        "from the first claim to the last completion (database clock), worker CPU per run "
+        "once warm (from the first tenth of the runs completed). vs 1 project compares with "
+        "the 1-project, small-body row at the same connections or worker processes; vs `-c 1` "
+        "is what a second worker process adds on these 2 cores. The "
+        f"{results['projects_created']:,} projects were created in "
+        f"{results['create_seconds']:.1f} s in one transaction, and deleted at the end. Every "
+        "answer of every phase must be 2xx (a FAIL line lists any that was not).",
         "",
         "`make bench-growth` (migrations first, then `python -m bench.growth`), about 3-4 "
         "minutes. Knobs: `BENCH_DURATION`, `BENCH_WARMUP`, `BENCH_CONNECTIONS`, "
         "`BENCH_GROWTH_PROJECTS` (`100,1000`), `BENCH_GROWTH_BODY_BYTES` (65536), "
         "`BENCH_GROWTH_E2E_RUNS` (1500), `BENCH_TIMEOUT`, `BENCH_KEEP=1`, `BENCH_OUTPUT`, "
         "`BENCH_SPREAD=0`; `BENCH_GROWTH_QUICK=1` is a smoke test of tiny sizes that writes "
-        "only to `BENCH_OUTPUT` when it is set. `make bench` rewrites this file above its "
-        "marker line and keeps this block, which sits below it.",
+        "only to `BENCH_OUTPUT` when it is set.",
         END,
     ]
     return "\n".join(lines) + "\n"

@@ -1,5 +1,5 @@
 """``make bench-peers`` (``python -m bench.peers``): AwoooP beside Procrastinate and DBOS
-Transact, the peers a user would pick instead (DESIGN §8, issue 14).
+Transact, the peers a user would pick instead.
 
 One workload for each, one system after the other in the same run, on the server of
 ``AWOOOP_DATABASE_URL`` with a scratch database per system (created here, dropped at the
@@ -32,7 +32,7 @@ The systems:
   BENCH_PEERS_DBOS_CONCURRENCY (1000) and max_executor_threads BENCH_PEERS_DBOS_THREADS
   (512), as DBOS's own queue benchmark runs its workers.
 
-Targets (DESIGN §8): AwoooP runs/s ≥ 3× DBOS's workflows/s; AwoooP steps/s (runs/s × 3) ≥
+Targets: AwoooP runs/s ≥ 3× DBOS's workflows/s; AwoooP steps/s (runs/s × 3) ≥
 Procrastinate's jobs/s. The figures go into docs/benchmarks.md between the peers markers
 (below the part ``make bench`` rewrites); BENCH_OUTPUT names another file. Knobs:
 BENCH_PEERS_RUNS, BENCH_PEERS_SYSTEMS ("awooop,procrastinate,dbos"; a partial run writes
@@ -565,7 +565,7 @@ def render_markdown(
             f"{r['commits_admission'] / n:.2f} | {r['commits_drain'] / n:.2f} | "
             f"{r['worker_cpu_ms']:.2f} | {r['other_cpu_pct']:.0f}% |"
         )
-    lines += ["", "| target (DESIGN §8) | measured | target | |", "|---|---:|---|---|"]
+    lines += ["", "| target | measured | target | |", "|---|---:|---|---|"]
     for what, value, target, verdict in rows:
         shown = target.replace(">=", "≥")
         lines.append(f"| {what.replace(' x ', ' × ')} | {_f(value, 2)} | {shown} | {verdict} |")
@@ -574,63 +574,24 @@ def render_markdown(
     dt_ = results.get("dbos", {}).get("threads", knobs.dbos_threads)
     lines += [
         "",
-        "The same workload for each, one system after the other, on the server above with a "
-        "scratch database per system (created by the benchmark, dropped at the end): the "
-        "workflows are admitted first, one library call each, one after the other (the "
-        "commits they take are the admission column), with no "
-        "worker running; then ONE worker process starts and drains them. Each system is "
-        "configured as its documentation recommends for throughput:",
+        f"The same workload for each system, one after the other: {n:,} three-step no-op "
+        "workflows with durable steps, admitted first with one library call each and no worker "
+        "running, then drained by ONE worker process, each system in a scratch database of its "
+        "own on the server above and configured as its documentation recommends for "
+        "throughput. AwoooP: `noop-3`, admitted with the API channel's statement "
+        "(`awooop.store.admission.admit`, no HTTP), one prefork process (`-c 1`, task events "
+        "off). Procrastinate (`bench/peers_procrastinate.py`): three `async` jobs per "
+        "workflow, each deferring the next (a job is its unit of durability), "
+        f"`--concurrency={pc}` and a pool of {pc + 1} connections. DBOS Transact "
+        "(`bench/peers_dbos.py`): an `async` workflow of three steps on a queue with "
+        f"`worker_concurrency={dc}` and `max_executor_threads={dt_}`, as DBOS's own queue "
+        "benchmark runs it. workflows/s: workflows / (first claim → last completion), on the "
+        "database's clock; commits: `xact_commit` of the system's database after admission and "
+        "after the drain, everything that committed in it included; worker CPU: the worker's "
+        "process tree over the drain. Why each setting: [bench/NOTES.md](../bench/NOTES.md).",
         "",
-        "- **AwoooP**: `noop-3` runs admitted with `awooop.store.admission.admit` — the "
-        "statement the API channel runs, at the store, not over HTTP — their Celery messages "
-        "pushed to Redis after the commits; then `celery -A awooop.tasks.app worker -Q runs "
-        "-c 1 -P prefork` (as `make bench`, task events off). One run at a time.",
-        "- **Procrastinate** (`bench/peers_procrastinate.py`): a job is Procrastinate's unit "
-        "of durability — there are no steps inside a job, a failed or interrupted job runs "
-        "again whole — so a workflow with durable steps is three jobs, each deferring the "
-        "next before it returns. The tasks are `async`, which its docs present as the way "
-        f"to run jobs concurrently in one worker; `procrastinate worker --concurrency={pc}` "
-        "(the value its concurrency how-to shows) with a psycopg pool of "
-        f"{pc + 1} connections (its docs: for short jobs, as many connections as the "
-        "concurrency, plus one), LISTEN/NOTIFY on (the default). Admission: "
-        "`defer_async` of the first step. Its jobs/s is three times "
-        "its workflows/s.",
-        "- **DBOS Transact** (`bench/peers_dbos.py`): an `async` `@DBOS.workflow()` of three "
-        "`@DBOS.step()`s on a database-backed queue registered with "
-        f"`worker_concurrency={dc}` (the queue tutorial recommends a per-worker limit over a "
-        f"global one), `max_executor_threads={dt_}` and an `executor_id` per process — the "
-        "settings of DBOS's own queue benchmark (`dbos-inc/dbos-postgres-benchmark`, "
-        "`benchmarks/dbos_queue.py`) — and the library's defaults otherwise (queue polling "
-        "every 1 s, a system database pool of 20, LISTEN/NOTIFY on). Admission: "
-        "`DBOSClient.enqueue` (the docs' queue-worker pattern). Its "
-        "own system database on the same server.",
-        "",
-        "Each runs at its default log level: AwoooP and Procrastinate write a line when they "
-        "claim and when they finish (a run; a job), DBOS nothing per workflow.",
-        "",
-        "How it is measured:",
-        "",
-        "- **workflows/s**: workflows / (first claim → last completion), both from the "
-        "database's clock: AwoooP the first claim's history row and the last `finished_at`; "
-        "Procrastinate the first `started` and the last `succeeded` row of "
-        "`procrastinate_events`; DBOS the first `started_at_epoch_ms` (stamped by the "
-        "dequeue) and the last `completed_at` of `dbos.workflow_status`. Worker start-up "
-        "is outside the span, and so is DBOS's wait for its first poll.",
-        "- **commits / workflow**: `xact_commit` of the system's scratch database "
-        "(`pg_stat_database`), read after setup, after admission and after the drain, each "
-        "time a second after the phase's processes closed their sessions (so their "
-        "statistics are flushed), in a transaction that is rolled back; progress is polled "
-        "the same way, so the benchmark's reads add no commits. Everything else that "
-        "committed in that database is in: the worker's own start-up and background "
-        "statements (heartbeats, queue polls, lease renewals), autovacuum.",
-        "- **worker CPU**: user + system CPU of the worker's process tree (Celery's parent "
-        "and child) from the first claim the benchmark saw (it polls every 0.1 s) to the "
-        "last completion, per workflow. **other CPU**: the share of both CPUs used by "
-        "processes other than the benchmark's and PostgreSQL/Redis during the drain.",
-        "",
-        "`make bench-peers` installs the `bench` extra (`pip install -c constraints.txt -e "
-        "'.[bench]'`: procrastinate and dbos, pinned in `constraints.txt`, never runtime "
-        "dependencies) and runs `python -m bench.peers` on the configured server and broker. "
+        "`make bench-peers` installs the `bench` extra (procrastinate and dbos, pinned in "
+        "`constraints.txt`, never runtime dependencies) and runs `python -m bench.peers`. "
         "Knobs: `BENCH_PEERS_RUNS` (2000), `BENCH_PEERS_SYSTEMS`, "
         "`BENCH_PEERS_PROCRASTINATE_CONCURRENCY` (30), `BENCH_PEERS_DBOS_CONCURRENCY` "
         "(1000), `BENCH_PEERS_DBOS_THREADS` (512), `BENCH_TIMEOUT`, `BENCH_KEEP=1`.",

@@ -1,8 +1,8 @@
 """``make bench-retention`` (``python -m bench.retention``): a database with a month of history.
 
-Issue 12, item 5: with 1,000,000 finished runs and 10,000,000 dedupe rows (generated with
-SQL), admission and claim latency stay within 20 % of an empty database, a ``/metrics``
-scrape takes < 100 ms, and the sweeps catch up without blocking admission.
+The targets: with 1,000,000 finished runs and 10,000,000 dedupe rows (generated with SQL),
+admission and claim latency stay within 20 % of an empty database, a ``/metrics`` scrape
+takes < 100 ms, and the sweeps catch up without blocking admission.
 
 On the server of ``AWOOOP_DATABASE_URL`` it creates two scratch databases, migrated to head:
 ``empty`` and ``loaded``, and fills ``loaded`` with ``generate_series``:
@@ -657,7 +657,7 @@ def render(machine: dict[str, str], knobs: Knobs, r: dict[str, Any]) -> str:
     counts = g["counts"]
     lines = [
         BEGIN,
-        "## Retention: a database with a month of history (issue 12)",
+        "## Retention: a database with a month of history (`make bench-retention`)",
         "",
         f"Written by `make bench-retention` (`python -m bench.retention`) on {machine['date']}, "
         f"code {machine['code']}; PostgreSQL {machine['postgresql']} on {machine['cpus']} × "
@@ -715,23 +715,17 @@ def render(machine: dict[str, str], knobs: Knobs, r: dict[str, Any]) -> str:
         f"{_f(sc['old_empty']['p50'], 2)} | {_f(sc['old_loaded']['p50'], 2)} | | | |",
         "",
         f"Store statements: {knobs.samples:,} admissions on each database, each followed by the "
-        "claim of its run (by id, as a worker claims), one connection each with the production "
-        "engine (`awooop.store.admission.admit`, `awooop.store.leases.claim`, prepared "
-        "statements, autocommit), timed in the client, after 300 untimed ones; the two "
-        "databases alternate operation by operation, so both see the same load on this "
-        "shared machine. Claimed runs are marked COMPLETED in batches (untimed). HTTP: "
-        "gunicorn as in `make bench`, 16 keep-alive connections, "
-        f"{knobs.duration:g} s per row after 1.5 s warm-up, alternating. Scrapes: "
-        f"{knobs.scrapes} `GET /metrics` one after the other on a keep-alive connection "
-        "(multiprocess directory set, as in `make run`).",
+        "claim of its run by id, as a worker claims — the production statements on one "
+        "connection each, timed in the client after 300 untimed ones, the two databases "
+        "alternating operation by operation so both see the same load on this shared machine. "
+        f"HTTP: gunicorn as in `make bench`, 16 connections, {knobs.duration:g} s per row, "
+        f"alternating. Scrapes: {knobs.scrapes} `GET /metrics` in a row on one connection.",
         "",
-        "**The sweeps catching up** on the loaded database, each in another process with "
-        "the default settings (batches of 500 runs / 5,000 dedupe rows, passes of at most "
-        f"`AWOOOP_SWEEP_PASS_SECONDS` = {r['pass_seconds']:g} s), one pass after the other "
-        f"with {knobs.gap:g} s between passes (a maintenance worker waits the sweep's "
-        "interval, 300 s by default), until a pass ended before its time was up; meanwhile "
-        "this process admitted and claimed one run after the other. Latencies are split by "
-        "whether the operation overlapped a pass or fell between passes:",
+        "**The sweeps catching up** on the loaded database, each in another process with the "
+        "default batches (500 runs, 5,000 dedupe rows) and passes of at most "
+        f"`AWOOOP_SWEEP_PASS_SECONDS` = {r['pass_seconds']:g} s, {knobs.gap:g} s apart (a "
+        "maintenance worker waits 300 s), until a pass ended before its time was up, while "
+        "this process kept admitting and claiming; latencies during passes and between them:",
         "",
         "| sweep | passes | seconds deleting | longest pass s | rows deleted | rows/s "
         "| admission p50 / p99 ms, during passes | between passes "

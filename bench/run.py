@@ -1,5 +1,5 @@
-"""``make bench``: AwoooP against its baselines (DESIGN §8); prints a table, writes
-``docs/benchmarks.md``.
+"""``make bench``: AwoooP against its baselines; prints a table, writes ``docs/benchmarks.md``
+(down to :data:`MARKER`; the other benches' sections below it are kept).
 
 (a) Admission over real HTTP: the real app and ``bench.baseline_app`` under the same
     ``gunicorn.conf.py``; new events (unique ``Idempotency-Key``) and duplicates (the same keys
@@ -66,8 +66,8 @@ MARKER = "<!-- Everything below this line is kept when `make bench` rewrites thi
 
 TARGETS = {
     "admission_ratio": 0.80,  # AwoooP new events / baseline, req/s
-    # DESIGN §8: a redelivery storm costs no more than new work — duplicates answered at least
-    # at the baseline's rate of new events
+    # A redelivery storm costs no more than new work: duplicates answered at least at the
+    # baseline's rate of new events
     "duplicate_vs_baseline": 1.00,  # AwoooP duplicates / baseline new events, req/s
     "p99_ratio": 1.20,  # AwoooP p99 / baseline p99 at 64 connections
     "e2e_ratio": 0.40,  # AwoooP noop-3 runs/s / raw Celery no-op tasks/s
@@ -632,13 +632,14 @@ def failed_answers(results: list[dict[str, Any]], e2e: dict[str, Any]) -> int:
 
 
 def durability_failures(machine: dict[str, str]) -> list[str]:
-    """DESIGN §8: the benchmark's database is durable (fsync on, synchronous_commit on)."""
+    """The targets hold on a durable database (fsync on, synchronous_commit on), as a
+    deployment runs it: anything else is a FAIL."""
     off = [k for k in ("fsync", "synchronous_commit") if machine.get(k) == "off"]
     if not off:
         return []
     return [
-        f"PostgreSQL is not durable ({', '.join(f'{k}=off' for k in off)}): DESIGN §8 measures "
-        "on a durable database, and every figure that commits is flattered"
+        f"PostgreSQL is not durable ({', '.join(f'{k}=off' for k in off)}): the targets are "
+        "measured on a durable database, and every figure that commits is flattered"
     ]
 
 
@@ -648,10 +649,10 @@ def target_failures(machine: dict[str, str], e2e: dict[str, Any]) -> list[str]:
 
 
 def failure_summary(failures: list[str]) -> list[str]:
-    """The summary's verdict on the answers: DESIGN §8 wants zero non-2xx."""
+    """The summary's verdict on the answers: the target is zero non-2xx."""
     if not failures:
         return ["Answers: every request of every phase was answered 2xx"]
-    return ["FAIL: not every request was answered 2xx (DESIGN §8 wants none):"] + [
+    return ["FAIL: not every request was answered 2xx (the target is none):"] + [
         f"FAIL {line}" for line in failures
     ]
 
@@ -1156,7 +1157,7 @@ def bench_awooop_e2e(
         info.setdefault("target_failures", []).append(
             f"PostgreSQL commits per run {info['commits_per_run']:.3f} > "
             f"{TARGETS['commits_per_run']:.0f}: {count.runs} commits for {counted} runs "
-            f"after {count.background_text()} (DESIGN §8)"
+            f"after {count.background_text()}"
         )
     if warm_after is not None and count.sessions:
         info.setdefault("target_failures", []).append(
@@ -1219,7 +1220,7 @@ def ratios(
             ("baseline", "new"),
             "duplicate_vs_baseline",
         ),
-        # Beside it, what a duplicate costs against AwoooP's own new event: no §8 target.
+        # Beside it, what a duplicate costs against AwoooP's own new event: no target.
         ("AwoooP duplicates / new events", ("awooop", "duplicate"), ("awooop", "new"), None),
     )
     for label, measured, against, target in throughput:
@@ -1385,9 +1386,14 @@ def render_markdown(
     lines = [
         "# Benchmarks",
         "",
-        "Written by `make bench` (`python -m bench.run`); the figures below are from the last "
-        "run. A benchmark, not a test: nothing fails when a target is missed. DESIGN §8 "
-        "states the targets as ratios measured in the same run, so the machine cancels out.",
+        "What AwoooP costs, measured against what a user could run instead. Four commands "
+        'write this page: `make bench` the sections down to "Running it" (admission over '
+        "HTTP against a plain Flask baseline, runs end to end against raw Celery, memory), "
+        "`make bench-retention`, `make bench-peers` and `make bench-growth` a section each "
+        "below. A target is a ratio of two figures measured in the same run, so the machine's "
+        "speed cancels out; a benchmark is not a test, and a missed target fails nothing. How "
+        "the benches came to measure what they do, profiles and earlier runs: "
+        "[bench/NOTES.md](../bench/NOTES.md).",
         "",
         "## Machine",
         "",
@@ -1408,7 +1414,7 @@ def render_markdown(
         "outside PostgreSQL/Redis) used during a phase; above a few percent the figures are "
         "noisy.",
         "",
-        "## Targets (DESIGN §8)",
+        "## Targets",
         "",
         "| measure | measured | target | |",
         "|---|---:|---|---|",
@@ -1426,18 +1432,6 @@ def render_markdown(
         "",
         "## (a) Admission over HTTP",
         "",
-        f"`POST /v1/projects/{{p}}/runs` (the API channel) with a Bearer token, a JSON body "
-        f"and an `Idempotency-Key`; {knobs.warmup:g} s warm-up then {knobs.duration:g} s "
-        f"measured per row, N keep-alive connections each with one request in flight "
-        f"(`bench/load.py`, asyncio, in the benchmark process). Rows run interleaved per "
-        f"connection count. Connections are spread evenly over the 4 gunicorn workers "
-        f'("per worker" in the console output): the bench looks up which worker accepted '
-        f"each connection and reconnects until every worker holds its share, starting each "
-        f"placed connection's requests at once (part of the warm-up). Without that, gunicorn "
-        f"hands a burst of new keep-alive connections to whichever worker wakes first — often "
-        f"all 16 to one worker, which then serves everything under one GIL — and req/s "
-        f"varies 2x between runs (`BENCH_SPREAD=0` shows it).",
-        "",
         "| app | events | conns | req/s | p50 ms | p99 ms | non-2xx | web CPU ms/req | other CPU |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
@@ -1449,22 +1443,21 @@ def render_markdown(
             f"{res['web_cpu_ms']:.2f} | {res['other_cpu_pct']:.0f}% |"
         )
     mem = e2e.get("memory", {})
+    whole = e2e.get("commits_whole_window") or {}
     lines += [
         "",
-        "- **AwoooP**: `gunicorn -c gunicorn.conf.py 'awooop.web.app:create_app()'` with "
-        "`AWOOOP_ACCESS_LOG=0`; full admission: token check, validation, routing, the "
-        "dedupe + run + history CTE, commit, the run's Celery message to Redis. New events answer "
-        "202; duplicates (the new-event row's keys sent again) answer 200 `E-IDEMPOTENT-001`.",
-        "- **baseline**: `bench/baseline_app.py` under the same `gunicorn.conf.py` — plain "
-        "Flask, psycopg2 pool, one transaction with the dedupe insert (`ON CONFLICT DO "
-        "NOTHING`) and the run insert, commit, one Redis `LPUSH`, 202 JSON. No auth, no "
-        "validation, no ORM.",
-        "- req/s: responses completed in the measured window / its length. p50/p99: "
-        "client-side latency of those responses (send to last byte). web CPU ms/req: user + "
-        "system CPU of the gunicorn master and workers per request (warm-up included).",
-        "- No worker runs during (a); the queued Celery messages (and the baseline's list) "
-        "are deleted afterwards — the runs stay PENDING until the scratch database is dropped "
-        "at the end.",
+        "`POST /v1/projects/{p}/runs` (the API channel) with a Bearer token, a JSON body and "
+        "an `Idempotency-Key`: new keys (answered 202), or the new-event row's keys sent again "
+        "(duplicates, answered 200 `E-IDEMPOTENT-001`). N keep-alive connections, one request "
+        "in flight each, spread evenly over the 4 gunicorn workers; "
+        f"{knobs.warmup:g} s warm-up, then {knobs.duration:g} s measured per row, the rows "
+        "interleaved. AwoooP (`gunicorn.conf.py`, access log off) does its whole admission: "
+        "token check, validation, routing, the dedupe + run + history statement, the run's "
+        "message to Redis. The baseline (`bench/baseline_app.py`, the same gunicorn settings) "
+        "does one transaction inserting a dedupe row and a run row, and one Redis `LPUSH`: no "
+        "authentication, no validation, no ORM. req/s: responses completed in the window; "
+        "p50/p99: latency seen by the client; web CPU: the gunicorn tree's, per request. No "
+        "worker runs.",
         "",
         "## (b) End to end",
         "",
@@ -1475,69 +1468,41 @@ def render_markdown(
         f"| {_fmt(e2e.get('seconds'), 2)} | {_fmt(e2e.get('worker_cpu_ms'), 2)} | "
         f"{_fmt(e2e.get('other_cpu_pct'), 0)}% |",
         "",
-        "- raw Celery: `bench/raw_celery.py` on the same broker (JSON, acks late, prefetch 1, "
-        f"results ignored, queue `bench_noop`). {raw.get('tasks')} tasks are queued, then ONE "
-        "worker starts (`celery -A bench.raw_celery worker -Q bench_noop -c 1 -P prefork "
-        "--without-mingle --without-gossip --without-heartbeat`). Each task INCRs a Redis "
-        "counter; the first and the last record the time: tasks / (last - first). It runs "
-        "twice, just before AwoooP's batch and again just after it (before the soak), and the "
-        "ratio divides by the mean of the two: this machine's speed drifts by 10-30 % within "
-        "minutes, and a drift across the phase cancels. When the two are more than "
-        f"{RAW_DRIFT_WARN_PCT:.0f} % apart the summary says the ratio is uncertain."
-        + (f" Here: {raw['drift_pct']:.0f} % apart." if "drift_pct" in raw else ""),
-        f"- AwoooP: {e2e.get('runs')} runs of `noop-3` are admitted over HTTP "
-        f"({_fmt(e2e.get('admit_per_s'), 0)} req/s, 16 connections) with no worker running; "
-        "then ONE worker starts (`celery -A awooop.tasks.app worker -Q runs`, same flags; "
-        "both without task events: `AWOOOP_TASK_EVENTS=0`, as raw Celery's default; "
-        "production keeps them on for Flower at about 0.8 ms of worker CPU per run). "
-        "runs / (last `finished_at` - first claim's history row), both from the database "
-        "clock. Worker start to all COMPLETED took "
-        f"{_fmt(e2e.get('wall_s'), 1)} s (raw Celery: {_fmt(raw.get('wall_s'), 1)} s), "
-        "which includes the worker's start-up.",
-        "- Commits, counted exactly (DESIGN §8: only the benchmark's own transactions; "
-        "`bench/commits.py`): the bench runs in a scratch database of its own "
-        f"(`{e2e.get('database', 'awooop_bench_…')}`, created on the configured server, "
-        "migrated to head, dropped at the end), used by every process it starts, with "
-        "autovacuum and autoanalyze off on its tables (TOAST included) for the whole bench and "
-        "an explicit `VACUUM (ANALYZE)` of its tables before the admission phase and between "
-        "the phases, outside every measured window — so the e2e phase starts from clean "
-        "tables. `xact_commit` of that database (`pg_stat_database`, read through a connection "
-        "to the configured database, so the reads add none) is read when the batch's runs are "
-        "done and the processes have been idle for 11 s (PostgreSQL flushes an idle backend's "
-        "statistics within 10 s), and again when the soak's runs are done and the processes "
-        "have been idle for 11 s again: the soak's runs, on warm "
-        "processes whose sessions opened and statements were prepared during the batch "
-        f"(sessions started in the counted window: {e2e.get('commits_sessions', 'n/a')}, "
-        "which must be 0). From that delta, "
-        f"{e2e.get('commits')}, what is not run work is subtracted, each counted exactly: the "
-        "worker's liveness upserts (one statement, one row, one transaction each: "
-        "Δ(`n_tup_ins` + `n_tup_upd`) of `awooop_worker`), the "
-        "web's project-auth cache reads (`awooop_project_auth_loads_total`, summed over the "
-        "processes' own multiprocess metrics directory), the harness's own transactions on "
-        "the scratch database (one per session it opens, for the session's start-up "
-        "transaction, and one per committed statement; its progress polling is rolled back), "
-        "and the visits of PostgreSQL's autovacuum launcher, which sends a worker into every "
-        "database once per `autovacuum_naptime` (1 min) whatever its tables' settings: with "
-        "nothing to vacuum a visit commits 2 transactions and scans `pg_class` sequentially 3 "
-        "times (measured on PostgreSQL 15 and 16), which nothing of the bench does, so the "
-        "scans of `pg_class` count the visits (scans that are not a whole number of visits "
-        "are reported and nothing is subtracted for them). "
-        f"Subtracted: {e2e.get('background_text', 'n/a')}; left: {e2e.get('commits_runs')} "
-        f"commits for the {e2e.get('commits_counted_runs', 'n/a')} runs of the soak "
-        "(admission included). Over the whole phase, from before the e2e web server started, "
-        "the processes' start-up included (their sessions, SQLAlchemy's first-connect queries, "
-        "one `PREPARE` per hot statement and session): "
-        f"{(e2e.get('commits_whole_window') or {}).get('total', 'n/a')} for "
-        f"{(e2e.get('commits_whole_window') or {}).get('runs', 'n/a')} runs. Before the "
-        "window, a window of 2 s with nothing running counted "
-        f"{e2e.get('idle_commits', 'n/a')} after the same subtraction (it must be 0). The "
-        "target row is MISSED, and the summary says FAIL, when more than 5 commits per run "
-        "are left. "
-        f"{e2e.get('foreign_session_count', 'n/a')} sessions not belonging "
-        "to the benchmark were seen on the scratch database during the window (sampled twice "
-        "a second)"
+        "| PostgreSQL commits, counted over the soak | |",
+        "|---|---|",
+        f"| committed in the bench's database | {e2e.get('commits', 'n/a')} |",
+        f"| not run work, subtracted | {e2e.get('background_text', 'n/a')} |",
+        f"| left, for the {e2e.get('commits_counted_runs', 'n/a')} runs of the soak "
+        f"(admission included) | {e2e.get('commits_runs', 'n/a')} |",
+        f"| over the whole phase, the processes' start-up included | "
+        f"{whole.get('total', 'n/a')} for {whole.get('runs', 'n/a')} runs |",
+        f"| an idle window of 2 s before it (must be 0) | {e2e.get('idle_commits', 'n/a')} |",
+        f"| sessions started in the counted window (must be 0) | "
+        f"{e2e.get('commits_sessions', 'n/a')} |",
+        f"| sessions not of the benchmark seen on its database | "
+        f"{e2e.get('foreign_session_count', 'n/a')}"
         + (f": {', '.join(e2e['foreign_sessions'])}" if e2e.get("foreign_sessions") else "")
-        + ".",
+        + " |",
+        "",
+        f"Raw Celery (`bench/raw_celery.py`): {raw.get('tasks')} no-op tasks queued on the "
+        "same broker (JSON, acks late, prefetch 1, results ignored), then ONE prefork worker "
+        "process drains them; tasks / (last − first). It runs just before AwoooP's batch and "
+        "again just after it, and the ratio divides by the mean of the two, so a drift of the "
+        f"machine's speed across the phase cancels (more than {RAW_DRIFT_WARN_PCT:.0f} % apart: "
+        "the ratio is called uncertain"
+        + (f"; here {raw['drift_pct']:.0f} %" if "drift_pct" in raw else "")
+        + f"). AwoooP: {e2e.get('runs')} `noop-3` runs admitted over HTTP "
+        f"({_fmt(e2e.get('admit_per_s'), 0)} req/s, 16 connections) with no worker running, "
+        "then ONE worker process (`-Q runs`, the same flags) drains them; runs / (first "
+        "claim → last `finished_at`), on the database's clock. Both run without task events "
+        "(production keeps them on for Flower, at about 0.8 ms of worker CPU per run). Worker "
+        f"start to all COMPLETED: {_fmt(e2e.get('wall_s'), 1)} s (raw Celery "
+        f"{_fmt(raw.get('wall_s'), 1)} s), start-up included. Commits: `xact_commit` of the "
+        f"bench's own database (`{e2e.get('database', 'awooop_bench_…')}`, migrated, "
+        "autovacuum off on its tables, vacuumed between phases, dropped at the end) over the "
+        "soak's runs on warm processes, read once they have been idle for 11 s; what is not "
+        "run work is counted where it happens and subtracted (`bench/commits.py`). More than 5 "
+        "per run left fails the target.",
         "",
         "## (c) Memory",
         "",
@@ -1560,30 +1525,24 @@ def render_markdown(
         )
     lines += [
         "",
-        'VmRSS from `/proc/<pid>/status`, summed over the process tree. "start": the web '
-        "server just after it answered its first request, the worker when its first run "
-        f"completed. The soak admits {e2e.get('soak_runs')} more runs (8 connections) while "
-        "the worker runs them. The target (DESIGN §8: flat, < 10 % over 10,000 runs) is "
-        "judged on the growth over the soak, from the end of the e2e batch (warm) to the end "
-        "of the soak; the growth over the e2e batch starts from cold processes and is mostly "
-        "warm-up (imports on first use, per-thread pooled connections, statement caches). "
-        "The soak is cut to what fits in ~75 s at the measured runs/s.",
+        "VmRSS from `/proc/<pid>/status`, summed over each process tree: the web just after "
+        "its first answer, the worker at its first completed run, both after the end-to-end "
+        f"batch, and after a soak of {e2e.get('soak_runs')} more runs admitted (8 connections) "
+        "while the worker runs them (cut to what fits in about 75 s). The target (flat: < 10 % "
+        "over 10,000 runs) is judged over the soak, on warm processes; the growth over the "
+        "batch is mostly warm-up (imports on first use, pooled connections, statement caches).",
         "",
         "## Running it",
         "",
-        "`make bench` (migrations first, then `python -m bench.run`); or, with the services "
-        "up, `set -a; . .awooop/env; set +a; .venv/bin/python -m bench.run`. It takes about "
-        "three minutes. Knobs: `BENCH_DURATION`, `BENCH_WARMUP`, `BENCH_CONNECTIONS`, "
-        "`BENCH_RAW_TASKS`, `BENCH_E2E_RUNS`, `BENCH_SOAK_RUNS`, `BENCH_TIMEOUT`, "
-        "`BENCH_PHASES` (`admission`, `e2e`; a partial run leaves this file alone unless "
-        "`BENCH_OUTPUT` is set), `BENCH_SPREAD=0` (connections as gunicorn accepts them), "
-        "`BENCH_KEEP=1` (keep the scratch database, whose name is logged; by default it is "
-        "dropped at the end, also after an error, a timeout or Ctrl-C). The process logs' "
-        "folder is printed at the start of the run. The bench purges "
-        "the `runs` queue after admission and before the e2e phase: a message is only a "
-        "nudge (DESIGN §1), "
-        "but a `make run` worker on the same broker would take the bench's messages, so run "
-        "it with nothing else using that broker database.",
+        "`make bench` (migrations first, then `python -m bench.run`), about three minutes, on "
+        "the configured PostgreSQL and Redis; run it with nothing else using that broker "
+        "database, since a worker there would take the bench's messages. Knobs: "
+        "`BENCH_DURATION`, `BENCH_WARMUP`, `BENCH_CONNECTIONS`, `BENCH_RAW_TASKS`, "
+        "`BENCH_E2E_RUNS`, `BENCH_SOAK_RUNS`, `BENCH_TIMEOUT`, `BENCH_PHASES` (`admission`, "
+        "`e2e`; a partial run leaves this file alone unless `BENCH_OUTPUT` is set), "
+        "`BENCH_SPREAD=0` (connections where gunicorn puts them), `BENCH_KEEP=1` (keep the "
+        "scratch database). `make bench` rewrites this file down to here and keeps the other "
+        "benches' sections below.",
         "",
         MARKER,
     ]

@@ -56,7 +56,7 @@ class Project(Base):
     config: Mapped[dict[str, Any]] = mapped_column(
         JSONB, nullable=False, server_default=text("'{}'::jsonb")
     )
-    # quotas and rate limits (enforced by the operator-surface issue)
+    # quotas and rate limits (`awooop project limits`; awooop.domain.limits)
     limits: Mapped[dict[str, Any]] = mapped_column(
         JSONB, nullable=False, server_default=text("'{}'::jsonb")
     )

@@ -25,7 +25,7 @@ and on its connections these statements are sent as plain SQL with their paramet
 They run on the connection's DBAPI cursor, not through SQLAlchemy's execution path: for these
 few fixed statements SQLAlchemy's per-statement context and result metadata cost about a
 quarter of the runner's own CPU (in-process, a 3-step run: 0.86–0.91 → 0.63–0.69 ms;
-docs/benchmarks.md). What SQLAlchemy would add on failure is kept: a DBAPI error is raised as
+bench/NOTES.md). What SQLAlchemy would add on failure is kept: a DBAPI error is raised as
 SQLAlchemy's :class:`~sqlalchemy.exc.DBAPIError`, and a connection the driver lost is
 invalidated (``connection_invalidated``), so the retry and fencing code reads errors one way.
 Listeners of SQLAlchemy's statement events (a tracer) still see these statements.

@@ -1,10 +1,10 @@
-"""Hostile requests for issue 11's scenario 8: a deterministic (seeded) generator, and a raw
-HTTP/1.1 client that sends exactly the bytes generated.
+"""Hostile requests for chaos scenario 8 (docs/reliability.md): a deterministic (seeded)
+generator, and a raw HTTP/1.1 client that sends exactly the bytes generated.
 
 Every channel is covered: the four webhooks (telegram, alertmanager, gitea, line), the API
 channel (``POST /runs``), the runs API's reads, the management operations, tool results and
 approval decisions. Each :class:`HostileRequest` carries the answers it may get — HTTP status
-→ the error codes that status may carry (DESIGN §3, README "Answers", ``/openapi.json``) — and
+→ the error codes that status may carry (as ``/openapi.json`` documents them) — and
 whether it is a legitimate request (``valid``: True must succeed, False must be refused, None
 may go either way: the documents do not say, e.g. duplicate keys in a JSON object).
 
@@ -666,7 +666,7 @@ class Generator:
             first = self._admission(channel, "replay-first", key, first_raw, ADMITTED, True)
             if channel == "alertmanager":
                 # The key is the notification's identity, and so is its digest: a retry
-                # whose other fields differ is a duplicate (DESIGN §3), never a 422.
+                # whose other fields differ is a duplicate, never a 422.
                 changed = self._admission(
                     channel, "replay-other-body", key, other_raw, OK, True, same_run_as_first=True
                 )

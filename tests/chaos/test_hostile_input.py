@@ -1,4 +1,4 @@
-"""Issue 11, scenario 8 — hostile input: 5,000 generated requests over every channel and the
+"""Scenario 8 — hostile input: 5,000 generated requests over every channel and the
 runs API (random bytes, truncated and deeply nested JSON, duplicate keys, NUL bytes, huge
 numbers, wrong and missing signatures and tokens, wrong content types, bodies over 1 MiB
 plain and chunked, unknown projects, path tricks in ids, replays with another body) sent

@@ -2,7 +2,7 @@
 
 Runs of ``chaos-saga`` are delivered at a steady ``RATE`` (one in ten with a 2 s step, so
 some are always RUNNING) through three phases: ``BEFORE``, ``DURING`` (two minutes at full
-size, as in the issue; ``AWOOOP_CHAOS_SCALE`` scales the phases, never the recovery bound)
+size; ``AWOOOP_CHAOS_SCALE`` scales the phases, never the recovery bound)
 and ``AFTER``; eight runs with a 5 s step are admitted just before ``DURING`` so that every
 worker process is running one when it starts. During ``DURING`` two sessions that look like
 what operators leave open:

@@ -1,7 +1,7 @@
 """Scenario 3 — PostgreSQL restarts.
 
 Gitea webhook deliveries of 4,200 distinct events arrive at 14 a second, 20 % of them
-delivered twice (about 5,000 deliveries, as in issue 11; 5 % with a 1.5 s step, 5 %
+delivered twice (about 5,000 deliveries; 5 % with a 1.5 s step, 5 %
 rejected), from a provider-like client that retries a 5xx or a connection error with
 back-off. Meanwhile the suite's PostgreSQL is restarted with ``pg_ctl restart -m fast`` or
 ``-m immediate`` (both modes, alternately, from a random first one) at random intervals of 5

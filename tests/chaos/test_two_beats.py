@@ -2,7 +2,7 @@
 
 Two Celery beat processes, each with its own schedule file (what a deployment gets when two
 replicas both run beat), send every sweep twice; two maintenance workers run those sweeps at
-the same moments. For ``DURATION`` seconds (five minutes at full size, as in the issue;
+the same moments. For ``DURATION`` seconds (five minutes at full size;
 ``AWOOOP_CHAOS_SCALE`` scales it with the number of runs) runs of ``chaos-timers`` are
 admitted in bursts of ten at an even pace: each fails transiently 1–3 times (a retry timer
 each, short back-off), then has a step whose outcome is Unknown, resolved after 1–3 more

@@ -1,4 +1,4 @@
-"""Every command the README and docs/*.md show works as written (issue 12).
+"""Every command the README and docs/*.md show works as written.
 
 A documented command is each command line of a ```sh block (continuation lines and quoted
 arguments over several lines joined, comments dropped) and each inline `awooop …` or

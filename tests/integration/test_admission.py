@@ -1,4 +1,5 @@
-"""Admission over the real app and a real PostgreSQL: ADR-114 D1 key rules, one run per event."""
+"""Admission over the real app and a real PostgreSQL: each channel's event key (project, channel,
+provider event id) admits one run per event."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""An attempt has one identity within a run, across operator resets (DESIGN §9.3): timer ids,
+"""An attempt has one identity within a run, across operator resets: timer ids,
 the step timeout's check and tool-result lookups rest on it, while the retry budgets count
 from the last reset. Each test goes through the real timer sweep and checks which timers
 fired."""

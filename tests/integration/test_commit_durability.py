@@ -1,4 +1,4 @@
-"""Which of a worker's writes wait for their WAL to reach the disk (DESIGN §8).
+"""Which of a worker's writes wait for their WAL to reach the disk.
 
 A step record commits asynchronously: losing it in a server crash is the same as its worker
 dying just before writing it, which the lease, the reaper and the step's effect id repair. A

@@ -1,4 +1,4 @@
-"""Database sessions (DESIGN §9.5): every connection carries its role's statement and lock
+"""Database sessions: every connection carries its role's statement and lock
 timeouts and TCP keepalives, and a connection the server closed costs no failed statement."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""A worker's fenced writes against a database that hiccups (DESIGN §9.4): a write whose
-reply was lost after it committed is retried and applied once; a write the database keeps
-refusing hands the run back at once."""
+"""A worker's fenced writes against a database that hiccups: every worker write is a
+compare-and-set, so a write whose reply was lost after it committed is retried and applied
+once; a write the database keeps refusing hands the run back at once."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The lease protocol of ADR-114 D2/D3 against a real PostgreSQL, with separate connections."""
+"""The lease protocol (claim, renewal, fencing, the reaper; docs/protocol.md) against a real
+PostgreSQL, with separate connections."""
 
 from __future__ import annotations
 

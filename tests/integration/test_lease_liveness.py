@@ -1,4 +1,4 @@
-"""A live worker keeps its lease (DESIGN §9.5): renewals that hang are abandoned in time and
+"""A live worker keeps its lease: renewals that hang are abandoned in time and
 retried on a fresh connection; dropping a lease waits out a renewal in flight."""
 
 from __future__ import annotations

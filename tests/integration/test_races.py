@@ -1,4 +1,4 @@
-"""Two actors writing one run at once (DESIGN §9): a worker mid-step against an operator's
+"""Two actors writing one run at once: a worker mid-step against an operator's
 cancel or the run deadline, an approval decision or expiry against a cancel, the timer sweep
 against pause / resume. Each interleaving is forced: one side is held on a gate or a row
 lock while the other commits."""

@@ -1,7 +1,7 @@
 """The state machine as a database trigger, for the test template database only.
 
 Every ``(status, saga_status)`` change any statement makes to ``awooop_run_state`` is checked
-against the tables in :mod:`awooop.domain.states` (DESIGN §9.1), so the whole suite checks
+against the tables in :mod:`awooop.domain.states`, so the whole suite checks
 every statement it runs; a move the tables do not list fails the statement with
 ``check_violation`` and a message naming it. Production databases do not carry it: the
 statements enforce the same rules in their WHERE clauses, and this is how the suite proves

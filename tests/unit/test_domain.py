@@ -124,5 +124,5 @@ def test_only_listed_errors_are_retried():
 
 
 def test_a_workflow_allows_three_attempts_by_default():
-    # ADR-114 D5: three attempts unless the agent contract says otherwise.
+    # A run segment gets three claims unless its workflow says otherwise.
     assert Workflow("w", 1, [Step("s", _step)]).max_attempts == 3

@@ -1,4 +1,4 @@
-"""The lease keeper is supervised (DESIGN §9.5): errors are logged and survived, a dead
+"""The lease keeper is supervised: errors are logged and survived, a dead
 keeper thread is replaced, and a lease it could not renew in time is marked lost where the
 handler sees it. Renewals here are stand-ins: no database."""
 

@@ -53,7 +53,3 @@ def test_the_example_handlers_read_a_typed_alertmanager_event():
     )
 
     assert examples["check"](ctx) == {"status": "firing", "instances": ["db-1"]}
-
-
-def test_the_page_names_no_internal_documents():
-    assert re.search(r"ADR|DESIGN|issue \d|#\d", DOC.read_text()) is None
