@@ -17,7 +17,7 @@ OUTSIDE = {
     "a design record": re.compile(r"\bADR\b"),
     "the outside design document": re.compile(r"\bDESIGN\b"),
     "a numbered section": re.compile(r"§"),
-    "a tracker issue": re.compile(r"\b[Ii]ssues? #?\d+"),
+    "a tracker issue": re.compile(r"\b[Ii]ssues?[ -]#?\d+"),
 }
 # A bare "#12" is a tracker reference in prose and code; in a stylesheet or a page it is a
 # colour, so those files are left to the other patterns.
@@ -73,6 +73,7 @@ def test_the_check_finds_each_kind_of_outside_reference():
         "Issue 11, scenario 8",
         "after issues 4 and 5 landed",
         "fixed in issue #14",
+        "benchmarks.md#retention-issue-12",
         "fixed in #14",
     ]
 
