@@ -2,47 +2,48 @@
 
 Nothing else in the package reads the environment. Defaults are the production values
 (5-minute lease, 30-second heartbeat, 60-second reaper, 7-day dedupe TTL); tests and
-benchmarks shorten them through the same variables.
+benchmarks shorten them through the same variables. Each setting says what it does where it
+is defined (:class:`Settings`); docs/configuration.md is rendered from those words, the
+defaults and the checks (:mod:`awooop.config_doc`, ``make docs``).
 
-Settings are checked when they are read (:meth:`Settings.from_env`): every number parses and
-is in range, booleans are booleans, URLs parse (the database URL names a supported driver,
-the broker URL a supported transport), and the timings keep their relations (a lease renewed
-at least three times per TTL, the reaper passing within a lease). Every problem is reported
-at once, on one line, naming the variable; a starting process (web, worker, beat) prints it
-and exits with status 2 (:func:`awooop.bootstrap.settings_or_exit`), the ``awooop`` command
-likewise. What a process checks beyond the values when it starts (its workflow modules import,
-every workflow's lease fits) is in :mod:`awooop.bootstrap`, so reading settings imports no
+Settings are checked when they are read (:meth:`Settings.from_env`, with
+:mod:`awooop.config_checks`): every number parses and is in range, booleans are booleans,
+URLs parse (the database URL names a supported driver, the broker URL a supported
+transport), and the timings keep their relations (a lease renewed at least three times per
+TTL, the reaper passing within a lease). Every problem is reported at once, on one line,
+naming the variable; a starting process (web, worker, beat) prints it and exits with status
+2 (:func:`awooop.bootstrap.settings_or_exit`), the ``awooop`` command likewise. What a
+process checks beyond the values when it starts (its workflow modules import, every
+workflow's lease fits) is in :mod:`awooop.bootstrap`, so reading settings imports no
 workflow.
 
 Secrets never leave this module in clear: ``repr(settings)``, :meth:`Settings.masked` (what
 ``awooop config`` prints and the start-up log line shows) and every error message mask URL
-passwords (SQLAlchemy's ``render_as_string(hide_password=True)``, kombu's
-``sanitize_url``) and every secret key.
+passwords (:func:`awooop.masking.mask_url`) and every secret key.
 
 Why hand-written rather than pydantic-settings: the checks that matter here are the
 relations between settings, the supported database drivers and broker transports, and
 messages naming the ``AWOOOP_*`` variable on one line; pydantic-settings would give the type
-coercion (a few lines below) but not those, while adding pydantic and its compiled core as
-runtime dependencies of every process, changing what ``Settings()`` means (it would read the
-environment where the code and the tests mean "the defaults"), turning secrets into
-``SecretStr`` at every call site, and reporting errors over several lines without saying
-where a value came from (``awooop config`` does).
+coercion (:func:`awooop.config_checks.parse_value`) but not those, while adding pydantic and
+its compiled core as runtime dependencies of every process, changing what ``Settings()``
+means (it would read the environment where the code and the tests mean "the defaults"),
+turning secrets into ``SecretStr`` at every call site, and reporting errors over several
+lines without saying where a value came from (``awooop config`` does).
 """
 
 from __future__ import annotations
 
 import difflib
 import functools
-import math
 import os
-import re
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from awooop.domain import timing
+from awooop import config_checks
+from awooop.masking import MASK, mask_url
 
 # Where the embedded development services keep their data and the state file
 # (`.awooop/env`) that every process started by `make run` reads.
@@ -59,183 +60,372 @@ class ConfigError(RuntimeError):
 REQUIRED = ("database_url", "broker_url", "secret_key")
 
 
+def _setting(default: Any, doc: str, shown: str = "") -> Any:
+    """A setting's default and what it does (``doc``: the words of docs/configuration.md);
+    ``shown``: the default as that page states it, where the code computes it."""
+    return field(default=default, metadata={"doc": doc, "shown": shown})
+
+
 @dataclass(frozen=True)
 class Settings:
-    database_url: str = ""
-    broker_url: str = ""
-    # Fernet keys, comma-separated, newest first (:attr:`secret_keys`): the newest encrypts
-    # stored secrets and signs console sessions; every key decrypts and verifies, so a key
-    # can be rotated without downtime (docs/operations.md, "Rotating the secret key").
-    secret_key: str = ""
-    port: int = 8000
-    web_workers: int = 4
-    web_threads: int = 4
-    # gunicorn access log on stdout (paths only: no query strings, no headers).
-    access_log: bool = True
-    # Lease protocol: the lease, its renewals, the stale-run reaper (docs/protocol.md).
-    lease_ttl_seconds: float = 300.0
-    heartbeat_interval_seconds: float = 30.0
-    reaper_interval_seconds: float = 60.0
-    # Worker liveness (the rule: awooop.domain.timing): each worker process beats its row in
-    # awooop_worker every liveness interval, and stops believing it holds its runs when no
-    # beat committed for dead_after - belief_margin seconds. Every watch interval the reaper
-    # looks at the rows of workers holding runs, and takes the runs of one whose row it has
-    # itself seen unchanged for dead_after seconds (its own clock, not the database's): a
-    # dead worker's runs are claimable again within about dead_after + 2 x watch_interval
-    # (40 s by default). Rows of workers not seen for worker_prune_after_seconds are deleted.
-    worker_liveness_interval_seconds: float = 5.0
-    worker_dead_after_seconds: float = 20.0
-    worker_belief_margin_seconds: float = 5.0
-    worker_watch_interval_seconds: float = 10.0
-    worker_prune_after_seconds: float = 3600.0
-    # Sending a run's message after the commit (Redis broker): each try waits at most
-    # publish_timeout; after a failed try, sends are skipped for publish_retry seconds (the
-    # orphan sweep sends those runs' messages), so a broker that does not answer costs
-    # admission one short wait per interval, not one per request.
-    broker_publish_timeout_seconds: float = 1.0
-    broker_publish_retry_seconds: float = 5.0
-    # Orphan sweep: claimable runs whose message was sent longer ago than this get it again.
-    orphan_after_seconds: float = 120.0
-    orphan_interval_seconds: float = 30.0
-    orphan_batch_size: int = 500
-    # Dedupe rows live this long (a provider's retries fall well inside it), pruned in batches.
-    dedupe_ttl_seconds: float = 7 * 24 * 3600.0
-    prune_interval_seconds: float = 300.0
-    prune_batch_size: int = 5000
-    # Retention: finished runs (COMPLETED / FAILED / CANCELLED) are deleted, with their
-    # events, timers, approvals, inbox and dedupe rows, once they finished this many days ago
-    # (a project may set its own: `awooop project retention`) and their dedupe row has
-    # expired; SENT and PARKED outbox messages once created this many days ago. The sweep
-    # runs every interval and deletes at most batch_size runs (or messages) per transaction.
-    run_retention_days: float = 30.0
-    outbox_retention_days: float = 30.0
-    retention_interval_seconds: float = 300.0
-    retention_batch_size: int = 500
-    # A deleting pass (retention, dedupe prune) stops starting batches after this long; the
-    # rest waits for its next pass, so a backlog never holds the one maintenance worker (and
-    # the timers and reaper behind it) for more than about this long.
-    sweep_pass_seconds: float = 10.0
-    # Operators may close a run stuck in manual intervention without compensating.
-    manual_close_enabled: bool = False
-    # Per-project quotas and rate limits are set per project (`awooop project limits`).
-    # Retry-After sent with a 429 E-QUOTA-001 (active-run quota reached).
-    quota_retry_after_seconds: int = 30
-    # The Redis counting rate-limit windows (default: the broker, when it is Redis). When it
-    # is unreachable, requests are allowed and it is not asked again for retry_seconds.
-    rate_limit_redis_url: str = ""
-    rate_limit_timeout_seconds: float = 0.25
-    rate_limit_retry_seconds: float = 10.0
-    # A step handler that has not returned after this long is taken from its worker by the
-    # due-timer sweep (a new lease epoch fences its late writes) and its outcome is unknown:
-    # its resolver finds out, or a person decides. Every forward step that is not a tool call
-    # has this timeout unless it sets its own (``Step(timeout=…)``, longer or shorter), so a
-    # wedged handler cannot hold a run for longer.
-    step_timeout_seconds: float = 900.0
-    # Scheduled workflows (docs/schedules.md): every interval the schedule sweep starts the
-    # latest tick of each scheduled workflow in each project that allows it, once (the tick is
-    # the run's dedupe key). A tick found more than max_lateness after its time (beat was
-    # down, the deployment is new, the project's active-run quota kept refusing it) is
-    # skipped and logged, as are the ticks before the latest: a schedule never catches up.
-    # At least twice the interval, so a pass that is one interval late still runs its tick.
-    schedule_interval_seconds: float = 30.0
-    schedule_max_lateness_seconds: float = 300.0
-    # A run whose workflow definition (name, version, digest) no worker that claims it has is
-    # handed back every minute, and fails (E-RUN-003) once it has been handed back for this
-    # long without a worker that has the definition claiming it.
-    workflow_unavailable_fail_after_seconds: float = 900.0
-    # Bulk reruns (POST …/runs/rerun): the new runs become claimable at most this many per
-    # second — the default, and the most a request may ask for — so a rerun of a thousand
-    # runs never floods the workers.
-    rerun_rate_per_second: float = 5.0
-    rerun_max_rate_per_second: float = 50.0
-    # The due-timer sweep (retry wake-ups; step, tool and approval timeouts).
-    timer_interval_seconds: float = 2.0
-    timer_batch_size: int = 500
-    max_body_bytes: int = 1024 * 1024
-    # Outbound messages (the outbox): provider endpoints, and how hard to try. A message
-    # still failing after outbox_max_attempts sends is parked (kept, visible, not retried).
-    telegram_api_base: str = "https://api.telegram.org"
-    line_api_base: str = "https://api.line.me"
-    outbox_max_attempts: int = 8
-    outbox_base_delay_seconds: float = 2.0
-    outbox_max_delay_seconds: float = 300.0
-    # Each socket read of a provider call, and a deadline on the whole send (outbound.transport).
-    outbox_send_timeout_seconds: float = 10.0
-    outbox_interval_seconds: float = 2.0
-    outbox_batch_size: int = 200
-    # This deployment's public address (e.g. https://awooop.example.com), used in links sent
-    # out (the approval URL in a webhook); empty: links are left out.
-    public_base_url: str = ""
-    # How long an ops console sign-in lasts without a request. Its cookie is marked Secure when
-    # public_base_url is https.
-    console_session_seconds: float = 8 * 3600.0
-    # How long a web process reuses a project's routes and credential hashes (0: never).
-    # Revoked credentials and changed routes take effect within this many seconds.
-    auth_cache_seconds: float = 5.0
-    db_pool_size: int = 5
-    # Database sessions per process role (web, worker, keeper, sweeps): the server cancels a
-    # statement running longer than statement_timeout, or waiting for a lock longer than
-    # lock_timeout. The keeper renews leases on its own small pool, and gives up on a renewal
-    # after min(its statement timeout, AWOOOP_HEARTBEAT_INTERVAL_SECONDS / 2) even when the
-    # server cannot answer (a half-open connection), then retries on a fresh connection.
-    db_statement_timeout_web_seconds: float = 15.0
-    db_statement_timeout_worker_seconds: float = 30.0
-    db_statement_timeout_keeper_seconds: float = 5.0
-    db_statement_timeout_sweeps_seconds: float = 60.0
-    db_lock_timeout_web_seconds: float = 5.0
-    db_lock_timeout_worker_seconds: float = 10.0
-    db_lock_timeout_keeper_seconds: float = 2.0
-    db_lock_timeout_sweeps_seconds: float = 10.0
-    db_keeper_pool_size: int = 2
-    # `awooop migrate` (docs/upgrading.md): each migration's transaction waits at most
-    # lock_timeout for a table lock, so admissions never queue for long behind a migration
-    # that waits for a long transaction; a migration cancelled so is tried again lock_retries
-    # times, a lock timeout apart. A second `awooop migrate` waits up to wait_seconds for the
-    # one running to finish, then gives up (exit status 1).
-    migrate_lock_timeout_seconds: float = 5.0
-    migrate_lock_retries: int = 5
-    migrate_wait_seconds: float = 600.0
-    # TCP keepalives on every database connection (libpq keepalives_*), and how long data may
-    # stay unacknowledged before the connection is dropped (libpq tcp_user_timeout): a dead
-    # peer is noticed in about idle + interval * count seconds.
-    db_keepalives_idle_seconds: int = 15
-    db_keepalives_interval_seconds: int = 5
-    db_keepalives_count: int = 3
-    db_tcp_user_timeout_seconds: float = 30.0
-    # Behind a pooler in transaction mode (PgBouncer, docs/operations.md "Behind PgBouncer"):
-    # prepared_statements false sends the hot statements as plain SQL instead of SQL-level
-    # PREPARE / EXECUTE (a prepared statement lives in one server session, and the pooler
-    # moves each transaction to whichever server connection is free); session_options false
-    # sends no libpq `options` startup parameter (PgBouncer refuses it), so the statement and
-    # lock timeouts above must then be set on the server (ALTER ROLE … SET, or the pooler's
-    # connect_query).
-    database_prepared_statements: bool = True
-    database_session_options: bool = True
-    # A worker's fenced write that fails on a transient database error (connection reset,
-    # serialization failure, statement or lock timeout) is tried again this many times, after
-    # a jittered exponential back-off from base up to max; then the run is handed back.
-    write_retries: int = 4
-    write_retry_base_seconds: float = 0.1
-    write_retry_max_seconds: float = 2.0
-    log_level: str = "INFO"
-    # OpenTelemetry spans (awooop.telemetry; the otel extra): "otlp" exports them over
-    # OTLP/HTTP (the SDK's OTEL_EXPORTER_OTLP_* variables say where), "console" prints them,
-    # "off" makes none.
-    tracing: str = "off"
-    # /readyz: how long each dependency check (database, broker) may take before it fails.
-    readiness_timeout_seconds: float = 2.0
-    # /metrics: statement timeout of the gauges read from the database at scrape time.
-    metrics_query_timeout_seconds: float = 2.0
-    # A Celery worker or beat with a port here serves its own metrics over HTTP (the metric
-    # files of its PROMETHEUS_MULTIPROC_DIR, which must then be its own); 0: no endpoint, its
-    # counters reach Prometheus through a web server sharing its directory (one host).
-    metrics_port: int = 0
-    metrics_address: str = "127.0.0.1"
-    # Celery task events for Flower; off saves about 0.8 ms of worker CPU per run.
-    task_events: bool = True
-    # Comma-separated modules that register deployment workflows at process start.
-    workflow_modules: str = ""
-    beat_schedule_file: str = str(STATE_DIR / "celerybeat-schedule")
+    """Every setting, by the name of its variable less ``AWOOOP_``; its default is the
+    production value. ``Settings()`` is the defaults, :meth:`from_env` what a process reads.
+    Each one's description is rendered, with its checks, into docs/configuration.md."""
+
+    database_url: str = _setting(
+        "",
+        "The PostgreSQL database, the only source of truth; `make run` starts an embedded one "
+        "for development.",
+    )
+    broker_url: str = _setting(
+        "",
+        "The Celery broker, which carries the run messages (each a run id: a nudge, the run "
+        "itself is in PostgreSQL); `make run` starts an embedded Redis for development.",
+    )
+    secret_key: str = _setting(
+        "",
+        "Fernet keys, comma-separated, newest first. The newest encrypts the secrets stored in "
+        "the database (channel HMAC keys, outbound credentials, approval tokens waiting to be "
+        "sent) and signs ops console sessions; every key decrypts and verifies, so a key is "
+        "rotated without downtime ([Rotating the secret key]"
+        "(operations.md#rotating-the-secret-key)).",
+    )
+    port: int = _setting(
+        8000,
+        "The web's port; gunicorn listens on 127.0.0.1 (its `-b` option listens elsewhere).",
+    )
+    web_workers: int = _setting(4, "gunicorn worker processes of each web server.")
+    web_threads: int = _setting(4, "Threads of each gunicorn worker process.")
+    access_log: bool = _setting(
+        True,
+        "gunicorn's access log on stdout: method, path (no query string, no headers, approval "
+        "tokens cut out), status, size and time.",
+    )
+    lease_ttl_seconds: float = _setting(
+        300.0,
+        "How long a claimed run's lease lasts unless renewed; the reaper takes back a RUNNING "
+        "run whose lease expired. A workflow may set its own (`lease_ttl_seconds`).",
+    )
+    heartbeat_interval_seconds: float = _setting(
+        30.0, "How often a worker's lease keeper renews the leases it holds."
+    )
+    reaper_interval_seconds: float = _setting(
+        60.0,
+        "How often the reaper's full pass runs: it takes back runs whose lease expired (and "
+        "those of workers judged dead), and deletes the liveness rows of departed workers.",
+    )
+    worker_liveness_interval_seconds: float = _setting(
+        5.0,
+        "How often each worker process beats its liveness row (`awooop_worker.seen_at`), from "
+        "its first run until it ends, on its lease keeper's thread.",
+    )
+    worker_dead_after_seconds: float = _setting(
+        20.0,
+        "A worker whose liveness row the reaper has itself seen unchanged this long, on its "
+        "own clock, is judged dead: its RUNNING runs are handed back, however long their "
+        "leases still run.",
+    )
+    worker_belief_margin_seconds: float = _setting(
+        5.0,
+        "A worker stops believing it holds its runs (`ctx.lease_held` false) when no liveness "
+        "beat has committed for `AWOOOP_WORKER_DEAD_AFTER_SECONDS` minus this, so before the "
+        "reaper may hand them on; what the clocks' drift leaves of it is for a handler "
+        "between reading `ctx.lease_held` and its side effect.",
+    )
+    worker_watch_interval_seconds: float = _setting(
+        10.0,
+        "How often the reaper reads the liveness rows of the workers holding runs, and hands "
+        "on the runs of those it judges dead (`awooop.sweeps.watch_workers`).",
+    )
+    worker_prune_after_seconds: float = _setting(
+        3600.0,
+        "Liveness rows of workers not seen this long, and holding no run, are deleted by the "
+        "reaper's full pass.",
+    )
+    broker_publish_timeout_seconds: float = _setting(
+        1.0,
+        "How long each try at sending a run's message after its commit (Redis broker) may wait.",
+    )
+    broker_publish_retry_seconds: float = _setting(
+        5.0,
+        "After a failed send, sends are skipped this long (the orphan sweep sends those runs' "
+        "messages): a broker that does not answer costs admission one short wait per "
+        "interval, not one per request. The event is committed and answered 202 either way.",
+    )
+    orphan_after_seconds: float = _setting(
+        120.0,
+        "A claimable run whose message was sent longer ago than this, and which nobody "
+        "claimed, gets its message again (the broker lost it).",
+    )
+    orphan_interval_seconds: float = _setting(30.0, "How often the orphan sweep runs.")
+    orphan_batch_size: int = _setting(500, "Messages the orphan sweep re-sends per pass, at most.")
+    dedupe_ttl_seconds: float = _setting(
+        7 * 24 * 3600.0,
+        "How long a dedupe row (a provider's event id, an `Idempotency-Key`) is kept: a "
+        "retry or redelivery within it gets the same run back.",
+    )
+    prune_interval_seconds: float = _setting(
+        300.0, "How often the dedupe prune deletes the dedupe rows past their lifetime."
+    )
+    prune_batch_size: int = _setting(5000, "Dedupe rows the prune deletes per transaction.")
+    run_retention_days: float = _setting(
+        30.0,
+        "Finished runs (COMPLETED, FAILED, CANCELLED) are deleted, with their events, timers, "
+        "approvals, inbox and dedupe rows, once they finished this many days ago and their "
+        "dedupe row has expired. A project may set its own (`awooop project retention`).",
+    )
+    outbox_retention_days: float = _setting(
+        30.0,
+        "SENT and PARKED outbox messages are deleted this many days after they were created "
+        "(PENDING ones never).",
+    )
+    retention_interval_seconds: float = _setting(300.0, "How often the retention sweep runs.")
+    retention_batch_size: int = _setting(
+        500, "Runs (or outbox messages) the retention sweep deletes per transaction."
+    )
+    sweep_pass_seconds: float = _setting(
+        10.0,
+        "A deleting pass (retention, dedupe prune) starts no batch after this long; the rest "
+        "waits for its next pass, so a backlog never holds the one maintenance worker (and "
+        "the timers and reaper behind it) for much longer.",
+    )
+    manual_close_enabled: bool = _setting(
+        False,
+        "Allow admins to close a run stuck in manual intervention without compensating "
+        "(`manual_close`).",
+    )
+    quota_retry_after_seconds: int = _setting(
+        30,
+        "`Retry-After` of a 429 `E-QUOTA-001` (a project's active-run quota reached). Quotas "
+        "and rate limits are set per project (`awooop project limits`).",
+    )
+    rate_limit_redis_url: str = _setting(
+        "",
+        "The Redis that counts the rate-limit windows.",
+        shown="the broker URL, when it is Redis",
+    )
+    rate_limit_timeout_seconds: float = _setting(
+        0.25, "How long a rate-limit count may wait for that Redis."
+    )
+    rate_limit_retry_seconds: float = _setting(
+        10.0,
+        "When that Redis does not answer, requests are allowed and it is not asked again for "
+        "this long.",
+    )
+    step_timeout_seconds: float = _setting(
+        900.0,
+        "A step handler that has not returned after this long is taken from its worker by the "
+        "due-timer sweep (a new lease epoch fences its late writes) and its outcome is "
+        "unknown: its resolver finds out, or a person decides. Every forward step that is not "
+        "a tool call has this timeout unless it sets its own (`Step(timeout=…)`).",
+    )
+    schedule_interval_seconds: float = _setting(
+        30.0,
+        "How often the schedule sweep starts the latest tick of each scheduled workflow, in "
+        "each project that allows it, once (the tick is the run's dedupe key; "
+        "[schedules](schedules.md)).",
+    )
+    schedule_max_lateness_seconds: float = _setting(
+        300.0,
+        "A tick found more than this after its time (beat was down, the deployment is new, "
+        "the project's quota kept refusing it) is skipped and logged, as are the ticks "
+        "before the latest: a schedule never catches up.",
+    )
+    workflow_unavailable_fail_after_seconds: float = _setting(
+        900.0,
+        "A run whose workflow definition (name, version, digest) no worker that claims it has "
+        "is handed back every minute, and fails `E-RUN-003` once it has been handed back this "
+        "long ([versions](versions.md)).",
+    )
+    rerun_rate_per_second: float = _setting(
+        5.0,
+        "A bulk rerun's new runs (`POST …/runs/rerun`, the console's *Rerun all…*) become "
+        "claimable at most this many per second, unless the request asks for another rate.",
+    )
+    rerun_max_rate_per_second: float = _setting(
+        50.0, "The highest rate a bulk rerun request may ask for."
+    )
+    timer_interval_seconds: float = _setting(
+        2.0,
+        "How often the due-timer sweep fires the due timers (retry wake-ups, resolver polls; "
+        "step, tool and approval timeouts).",
+    )
+    timer_batch_size: int = _setting(
+        500, "Timers fired per transaction; a pass goes on while its batches are full."
+    )
+    max_body_bytes: int = _setting(
+        1024 * 1024, "The largest request body the web takes; a larger one is answered 413."
+    )
+    telegram_api_base: str = _setting(
+        "https://api.telegram.org", "The Telegram Bot API, for outbound messages."
+    )
+    line_api_base: str = _setting(
+        "https://api.line.me", "The LINE Messaging API, for outbound messages."
+    )
+    outbox_max_attempts: int = _setting(
+        8,
+        "An outbound message still failing after this many sends is parked: kept, visible "
+        "(`awooop outbox list --status PARKED`), not sent again.",
+    )
+    outbox_base_delay_seconds: float = _setting(
+        2.0,
+        "The wait after a message's first failed send; it doubles with each further one "
+        "(±10 % jitter), up to `AWOOOP_OUTBOX_MAX_DELAY_SECONDS`.",
+    )
+    outbox_max_delay_seconds: float = _setting(
+        300.0, "The longest wait between two sends of a message."
+    )
+    outbox_send_timeout_seconds: float = _setting(
+        10.0, "Each socket read of a provider call, and a deadline on the whole send."
+    )
+    outbox_interval_seconds: float = _setting(
+        2.0,
+        "How often the due-message sweep sends the messages that are due (retries, and sends "
+        "whose task was lost).",
+    )
+    outbox_batch_size: int = _setting(200, "Messages the due-message sweep takes per pass.")
+    public_base_url: str = _setting(
+        "",
+        "This deployment's public address (`https://awooop.example.com`), used in the links "
+        "sent out (the approval URL in a webhook); empty: links are left out. An `https://` "
+        "address marks the ops console's cookie Secure.",
+    )
+    console_session_seconds: float = _setting(
+        8 * 3600.0, "How long an ops console sign-in lasts without a request."
+    )
+    auth_cache_seconds: float = _setting(
+        5.0,
+        "How long a web process reuses a project's routes and credential hashes: revoked "
+        "credentials and changed routes take effect within this. 0: never reused.",
+    )
+    db_pool_size: int = _setting(
+        5,
+        "Database connections each process keeps in its pool; as many again may be opened "
+        "when all are busy.",
+    )
+    db_statement_timeout_web_seconds: float = _setting(
+        15.0,
+        "The server cancels a web process's statement running longer than this "
+        "(`statement_timeout`).",
+    )
+    db_statement_timeout_worker_seconds: float = _setting(
+        30.0, "Likewise for a worker's statements (steps, claims, fenced writes)."
+    )
+    db_statement_timeout_keeper_seconds: float = _setting(
+        5.0,
+        "Likewise for the lease keeper's renewals and liveness beats. The keeper also gives "
+        "up on a renewal after the lesser of this and `AWOOOP_HEARTBEAT_INTERVAL_SECONDS` / 2 "
+        "even when the server cannot answer (a half-open connection), then retries on a "
+        "fresh connection.",
+    )
+    db_statement_timeout_sweeps_seconds: float = _setting(
+        60.0, "Likewise for the maintenance sweeps' statements."
+    )
+    db_lock_timeout_web_seconds: float = _setting(
+        5.0,
+        "The server cancels a web process's statement waiting longer than this for a lock "
+        "(`lock_timeout`).",
+    )
+    db_lock_timeout_worker_seconds: float = _setting(10.0, "Likewise for a worker's statements.")
+    db_lock_timeout_keeper_seconds: float = _setting(
+        2.0, "Likewise for the lease keeper's statements."
+    )
+    db_lock_timeout_sweeps_seconds: float = _setting(
+        10.0, "Likewise for the maintenance sweeps' statements."
+    )
+    db_keeper_pool_size: int = _setting(
+        2,
+        "The lease keeper's own database connections in each worker process: renewals and "
+        "liveness beats never wait behind step work.",
+    )
+    migrate_lock_timeout_seconds: float = _setting(
+        5.0,
+        "`awooop migrate`: how long each migration's transaction waits for a table lock, so "
+        "admissions never queue long behind a migration waiting for a long transaction "
+        "([upgrading](upgrading.md)).",
+    )
+    migrate_lock_retries: int = _setting(
+        5, "How many times a migration cancelled so is tried again, a lock timeout apart."
+    )
+    migrate_wait_seconds: float = _setting(
+        600.0,
+        "How long a second `awooop migrate` waits for the one running to finish before it "
+        "gives up (exit status 1).",
+    )
+    db_keepalives_idle_seconds: int = _setting(
+        15, "TCP keepalives on every database connection: the first probe after this long idle."
+    )
+    db_keepalives_interval_seconds: int = _setting(5, "Seconds between two keepalive probes.")
+    db_keepalives_count: int = _setting(
+        3, "Keepalive probes left unanswered before the connection is dropped."
+    )
+    db_tcp_user_timeout_seconds: float = _setting(
+        30.0,
+        "How long data sent on a database connection may stay unacknowledged before the "
+        "connection is dropped (libpq `tcp_user_timeout`).",
+    )
+    database_prepared_statements: bool = _setting(
+        True,
+        "Prepare the hot statements (admission, claim, step record, finish, renew) once per "
+        "connection with SQL `PREPARE`. False behind a pooler in transaction mode, which moves "
+        "each transaction to whichever server connection is free ([Behind PgBouncer]"
+        "(operations.md#behind-pgbouncer)).",
+    )
+    database_session_options: bool = _setting(
+        True,
+        "Send the statement and lock timeouts with each connection (libpq `options`). False "
+        "for a pooler that refuses them (PgBouncer): then set those timeouts on the server "
+        "(`ALTER ROLE … SET`, or the pooler's `connect_query`).",
+    )
+    write_retries: int = _setting(
+        4,
+        "A worker's fenced write that fails on a transient database error (connection reset, "
+        "serialization failure, statement or lock timeout) is tried again this many times, "
+        "then the run is handed back. 0: not tried again.",
+    )
+    write_retry_base_seconds: float = _setting(
+        0.1,
+        "Before the first such retry a worker waits between half and all of this; the bound "
+        "doubles with each further retry, up to `AWOOOP_WRITE_RETRY_MAX_SECONDS`.",
+    )
+    write_retry_max_seconds: float = _setting(2.0, "The most a worker waits before such a retry.")
+    log_level: str = _setting("INFO", "The least level logged (JSON lines on stdout).")
+    tracing: str = _setting(
+        "off",
+        "OpenTelemetry spans (the `otel` extra): `otlp` exports them over OTLP/HTTP (the SDK's "
+        "`OTEL_EXPORTER_OTLP_*` variables say where), `console` prints them, `off` makes none "
+        "([Tracing](observability.md#tracing)).",
+    )
+    readiness_timeout_seconds: float = _setting(
+        2.0, "`/readyz`: how long each dependency check (database, broker) may take."
+    )
+    metrics_query_timeout_seconds: float = _setting(
+        2.0, "`/metrics`: the statement timeout of the gauges read from the database."
+    )
+    metrics_port: int = _setting(
+        0,
+        "A Celery worker or beat given a port serves its own metrics over HTTP (from a "
+        "`PROMETHEUS_MULTIPROC_DIR` of its own); 0: no endpoint, its counters reach "
+        "Prometheus through a web server sharing its directory (one host).",
+    )
+    metrics_address: str = _setting(
+        "127.0.0.1", "The address that endpoint listens on (`0.0.0.0`: every interface)."
+    )
+    task_events: bool = _setting(
+        True,
+        "Celery task events, for Flower; false saves about 0.8 ms of worker CPU per run.",
+    )
+    workflow_modules: str = _setting(
+        "",
+        "Comma-separated modules that register the deployment's workflows; every process "
+        "imports them when it starts.",
+    )
+    beat_schedule_file: str = _setting(
+        str(STATE_DIR / "celerybeat-schedule"),
+        "Where beat keeps its schedule's state; the directory must exist.",
+        shown="`celerybeat-schedule` in `$AWOOOP_STATE_DIR` (default: `.awooop` in the "
+        "working directory)",
+    )
 
     @property
     def rate_limit_url(self) -> str:
@@ -284,7 +474,7 @@ class Settings:
             problems.insert(0, _missing_message(missing))
         settings = replace(cls(), **values)
         if not problems:  # relations only between values that are each valid
-            problems = _relation_problems(settings)
+            problems = config_checks.relation_problems(settings)
         if problems:
             raise ConfigError("; ".join(problems))
         return settings
@@ -314,32 +504,7 @@ API_TOKEN_VARIABLE = "AWOOOP_API_TOKEN"  # noqa: S105 - a variable name
 DEFAULT_API_URL = "http://127.0.0.1:8000"
 CLIENT_VARIABLES = (API_URL_VARIABLE, API_TOKEN_VARIABLE)
 
-# --- Checking values ----------------------------------------------------------------------
-
-# Numbers must be positive, except these (0 means "never cache" / "do not retry").
-_MAY_BE_ZERO = frozenset(
-    {"auth_cache_seconds", "write_retries", "metrics_port", "migrate_lock_retries"}
-)
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"0", "false", "no", "off"})
-_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-TRACING_MODES = ("off", "otlp", "console")
-_MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
-# The database drivers the package ships (psycopg2); SQLAlchemy reads "postgresql" as it.
-DATABASE_DRIVERS = ("postgresql+psycopg2", "postgresql")
-# Celery's broker transports for Redis (plain, TLS, Sentinel) and RabbitMQ.
-BROKER_SCHEMES = ("redis", "rediss", "sentinel", "amqp", "amqps", "pyamqp")
-# What the rate limiter can use (awooop.ratelimit).
-REDIS_SCHEMES = ("redis", "rediss", "unix")
-_URL_CHECKS = {
-    "database_url": "database",
-    "broker_url": "broker",
-    "rate_limit_redis_url": "redis",
-    "telegram_api_base": "http",
-    "line_api_base": "http",
-    "public_base_url": "http",
-}
-SECRET_SETTINGS = frozenset({"secret_key"})
+# --- Reading values -----------------------------------------------------------------------
 
 
 def _parse(env: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
@@ -352,127 +517,10 @@ def _parse(env: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
         if raw is None or raw == "":
             continue
         try:
-            values[f.name] = _parse_value(f.name, str(f.type), raw.strip())
+            values[f.name] = config_checks.parse_value(f.name, str(f.type), raw.strip())
         except ValueError as exc:
             problems.append(f"{name}{exc}")
     return values, problems
-
-
-def _parse_value(name: str, kind: str, raw: str) -> Any:
-    """The value of one setting; a ValueError's message continues ``AWOOOP_<NAME>``."""
-    if kind == "bool":
-        if raw.lower() in _TRUE:
-            return True
-        if raw.lower() in _FALSE:
-            return False
-        raise ValueError(f"={raw!r} is not a boolean (use true/false, 1/0, yes/no or on/off)")
-    if kind in ("int", "float"):
-        try:
-            number: float = int(raw) if kind == "int" else float(raw)
-        except ValueError:
-            what = "a whole number" if kind == "int" else "a number"
-            raise ValueError(f"={raw!r} is not {what}") from None
-        if not math.isfinite(number):
-            raise ValueError(f"={raw!r} is not a finite number")
-        if name == "port" and not 1 <= number <= 65535:
-            raise ValueError(f"={raw} is not a port number (1-65535)")
-        if name == "metrics_port" and not 0 <= number <= 65535:
-            raise ValueError(f"={raw} is not a port number (1-65535, or 0 for no endpoint)")
-        if name in _MAY_BE_ZERO and number < 0:
-            raise ValueError(f"={raw} must be 0 or more")
-        if name not in _MAY_BE_ZERO and number <= 0:
-            raise ValueError(f"={raw} must be positive")
-        return number
-    if name == "secret_key":
-        return _check_fernet_keys(raw)  # never echoes the value
-    elif name == "log_level":
-        if raw.upper() not in _LOG_LEVELS:
-            raise ValueError(f"={raw!r} is not a log level ({', '.join(_LOG_LEVELS)})")
-        return raw.upper()
-    elif name == "tracing":
-        if raw.lower() not in TRACING_MODES:
-            raise ValueError(f"={raw!r} is not one of {', '.join(TRACING_MODES)}")
-        return raw.lower()
-    elif name == "workflow_modules":
-        for module in (m.strip() for m in raw.split(",")):
-            if module and not _MODULE.fullmatch(module):
-                raise ValueError(f": {module!r} is not a module name (comma-separated names)")
-    elif name in _URL_CHECKS:
-        _check_url(_URL_CHECKS[name], raw)
-    return raw
-
-
-def _check_fernet_keys(raw: str) -> str:
-    """``raw`` as a comma-separated list of Fernet keys, newest first, without blanks
-    around them; the messages say which key (by position), never what it is."""
-    from cryptography.fernet import Fernet
-
-    keys = [k.strip() for k in raw.split(",")]
-    for position, key in enumerate(keys, 1):
-        which = f" key {position} of {len(keys)}" if len(keys) > 1 else ""
-        if not key:
-            raise ValueError(f":{which} is empty (comma-separated Fernet keys, newest first)")
-        try:
-            Fernet(key.encode("ascii"))
-        except (ValueError, TypeError, UnicodeEncodeError):
-            raise ValueError(
-                f"{':' if which else ''}{which} is not a Fernet key (32 url-safe "
-                "base64-encoded bytes); make one with `awooop dev key`"
-            ) from None
-        if key in keys[: position - 1]:
-            raise ValueError(f":{which} repeats key {keys.index(key) + 1}")
-    return ",".join(keys)
-
-
-def _check_url(kind: str, raw: str) -> None:
-    shown = mask_url(raw)
-    if kind == "database":
-        from sqlalchemy.engine import make_url
-        from sqlalchemy.exc import ArgumentError
-
-        example = "postgresql+psycopg2://user:password@host:5432/database"
-        # The parsers' own messages may quote part of the URL (a password), so none is shown.
-        try:
-            url = make_url(raw)
-        except ArgumentError:
-            raise ValueError(f"={shown} is not a database URL; use {example}") from None
-        except ValueError:
-            raise ValueError(f"={shown}: its port is not a number; use {example}") from None
-        if url.drivername not in DATABASE_DRIVERS:
-            raise ValueError(f"={shown}: driver {url.drivername!r} is not supported; use {example}")
-        if url.host and "@" in url.host:
-            raise ValueError(
-                f"={shown} has more than one '@' before its host: write an '@' in the user "
-                "name or password as %40"
-            )
-        if not url.database:
-            raise ValueError(f"={shown} names no database; use {example}")
-        return
-    if kind == "http":
-        from urllib.parse import urlsplit
-
-        try:
-            parts = urlsplit(raw)
-            parts.port  # noqa: B018 - parses the port, raising on a bad one
-        except ValueError:
-            raise ValueError(f"={shown} is not a URL (check its host and port)") from None
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"={shown} is not an http:// or https:// URL with a host")
-        return
-    from kombu.utils.url import url_to_parts
-
-    schemes = BROKER_SCHEMES if kind == "broker" else REDIS_SCHEMES
-    # Celery takes several broker URLs separated by ";" (fail-over).
-    for part in raw.split(";") if kind == "broker" else [raw]:
-        scheme, sep, _ = part.strip().partition("://")
-        if not sep or scheme not in schemes:
-            raise ValueError(f"={shown} is not a {' '.join(s + '://' for s in schemes)} URL")
-        try:
-            broker = url_to_parts(part.strip())
-        except ValueError:
-            raise ValueError(f"={shown}: its port is not a number") from None
-        if scheme in ("redis", "rediss") and broker.path and not broker.path.isdigit():
-            raise ValueError(f"={shown}: the path must be a Redis database number, e.g. /0")
 
 
 def _missing_message(missing: list[str]) -> str:
@@ -484,100 +532,9 @@ def _missing_message(missing: list[str]) -> str:
     )
 
 
-def _relation_problems(settings: Settings) -> list[str]:
-    """What is wrong between settings that are each valid."""
-    problems = _lease_timing_problems(settings)
-    ttl, reaper = settings.lease_ttl_seconds, settings.reaper_interval_seconds
-    if reaper >= ttl:
-        problems.append(
-            f"AWOOOP_REAPER_INTERVAL_SECONDS={reaper:g} must be less than "
-            f"AWOOOP_LEASE_TTL_SECONDS={ttl:g}: an expired lease must be found within a lease"
-        )
-    interval, lateness = settings.schedule_interval_seconds, settings.schedule_max_lateness_seconds
-    if lateness < 2 * interval:
-        problems.append(
-            f"AWOOOP_SCHEDULE_MAX_LATENESS_SECONDS={lateness:g} must be at least twice "
-            f"AWOOOP_SCHEDULE_INTERVAL_SECONDS={interval:g}: a tick must survive one late pass"
-        )
-    rate, most_rate = settings.rerun_rate_per_second, settings.rerun_max_rate_per_second
-    if rate > most_rate:
-        problems.append(
-            f"AWOOOP_RERUN_RATE_PER_SECOND={rate:g} must be at most "
-            f"AWOOOP_RERUN_MAX_RATE_PER_SECOND={most_rate:g}"
-        )
-    for prefix in ("write_retry", "outbox"):
-        base_name, max_name = (
-            ("write_retry_base_seconds", "write_retry_max_seconds")
-            if prefix == "write_retry"
-            else ("outbox_base_delay_seconds", "outbox_max_delay_seconds")
-        )
-        base, most = getattr(settings, base_name), getattr(settings, max_name)
-        if base > most:
-            problems.append(
-                f"{variable(base_name)}={base:g} must be at most {variable(max_name)}={most:g}"
-            )
-    return problems
-
-
-def _lease_timing_problems(settings: Settings) -> list[str]:
-    """A lease is renewed at least ``RENEWALS_PER_TTL`` times per TTL, so one or two failed
-    renewals (a database hiccup, a dropped connection) do not lose it; the liveness settings
-    keep the rule of :mod:`awooop.domain.timing`."""
-    problems = []
-    interval, ttl = settings.heartbeat_interval_seconds, settings.lease_ttl_seconds
-    most = ttl / timing.RENEWALS_PER_TTL
-    if not timing.renewals_fit(ttl, interval):
-        problems.append(
-            f"AWOOOP_HEARTBEAT_INTERVAL_SECONDS={interval:g} must be positive and at most a "
-            f"third of AWOOOP_LEASE_TTL_SECONDS={ttl:g} (at most {most:g}): "
-            "a lease must survive two failed renewals"
-        )
-    problems += timing.liveness_problems(
-        settings.worker_liveness_interval_seconds,
-        settings.worker_dead_after_seconds,
-        settings.worker_belief_margin_seconds,
-    )
-    return problems
-
-
-def check_lease_timing(settings: Settings) -> None:
-    """Refuse a renewal interval longer than a third of the lease TTL, or a worker judged dead
-    before three liveness intervals (:func:`_lease_timing_problems`)."""
-    problems = _lease_timing_problems(settings)
-    if problems:
-        raise ConfigError("; ".join(problems))
-
-
 # --- Masking ------------------------------------------------------------------------------
 
-MASK = "***"
-_QUERY_SECRET = re.compile(
-    r"(?i)([?&;](?:password|passwd|pwd|pass|secret|token|key|sslpassword)=)[^&;#]*"
-)
-_USERINFO_PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*://[^:@/]*:).*@")
-_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*://)?.*@")
-
-
-def mask_url(url: str) -> str:
-    """``url`` with its password, and query parameters that look like one, replaced by
-    ``***`` (several URLs separated by ``;`` each). SQLAlchemy renders a URL it can parse
-    (``hide_password=True``); one it cannot is masked from its text alone."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    masked = []
-    for part in url.split(";"):
-        try:
-            if part.count("@") > 1:  # an unescaped "@" in the password: not parsed right
-                raise ValueError(part)
-            shown = make_url(part).render_as_string(hide_password=True) if part else part
-        except (ArgumentError, ValueError):
-            # Unparsable: the user's name is kept when it can be told from the password.
-            shown, found = _USERINFO_PASSWORD.subn(rf"\g<1>{MASK}@", part)
-            if not found:
-                shown = _USERINFO.sub(lambda m: f"{m.group(1) or ''}{MASK}@", part)
-        masked.append(_QUERY_SECRET.sub(rf"\g<1>{MASK}", shown))
-    return ";".join(masked)
+SECRET_SETTINGS = frozenset({"secret_key"})
 
 
 def mask_setting(name: str, value: object) -> object:
@@ -590,7 +547,7 @@ def mask_setting(name: str, value: object) -> object:
             return f"{user}:{MASK}"
         # One mask per key: how many keys are configured shows, none of them does.
         return ",".join(MASK for _ in str(value).split(","))
-    if isinstance(value, str) and (name in _URL_CHECKS or name.endswith("_url")):
+    if isinstance(value, str) and (name in config_checks.URL_KINDS or name.endswith("_url")):
         return mask_url(value)
     return value
 

@@ -39,7 +39,8 @@ try:
 except ImportError:  # the otel extra is not installed
     INSTALLED = False
 
-from awooop.config import TRACING_MODES, ConfigError, Settings
+from awooop.config import ConfigError, Settings
+from awooop.config_checks import TRACING_MODES
 
 # AWOOOP_TRACING's values.
 OFF, OTLP, CONSOLE = TRACING_MODES

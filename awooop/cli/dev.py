@@ -59,6 +59,11 @@ def cmd_metrics_reset(args: argparse.Namespace) -> int:
 
 
 def cmd_config(args: argparse.Namespace) -> int:
+    if args.markdown:
+        from awooop import config_doc
+
+        print(config_doc.render(), end="")
+        return 0
     environment = _db.read_environment()
     report = bootstrap.describe(environment)
     if args.json:
@@ -195,6 +200,12 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help='print {"env_file", "settings": [{"variable", "value", "source"}], '
         '"problems", "notes"} instead',
+    )
+    config_cmd.add_argument(
+        "--markdown",
+        action="store_true",
+        help="print the reference of every setting instead (docs/configuration.md: what "
+        "each does, its default and its checks); reads no configuration",
     )
     config_cmd.set_defaults(func=cmd_config)
 

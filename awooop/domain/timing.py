@@ -55,28 +55,53 @@ def belief_lasts(dead_after: float, margin: float) -> float:
     return dead_after - margin
 
 
+def margin_problem(dead_after: float, margin: float) -> str | None:
+    """What is wrong with a belief margin too small for the clocks' drift (None: nothing)."""
+    if margin > least_margin(dead_after):
+        return None
+    return (
+        f"AWOOOP_WORKER_BELIEF_MARGIN_SECONDS={margin:g} must be more than "
+        f"{least_margin(dead_after):.3g} (2 x {CLOCK_RATE_BOUND:g} x "
+        f"AWOOOP_WORKER_DEAD_AFTER_SECONDS={dead_after:g}): a worker must stop believing "
+        "it holds its runs before the reaper may judge it dead, whatever the clocks' drift"
+    )
+
+
+def belief_problem(liveness_interval: float, dead_after: float, margin: float) -> str | None:
+    """What is wrong with a belief that one failed liveness beat would end (None: nothing)."""
+    least = (RENEWALS_PER_TTL - 1) * liveness_interval
+    if belief_lasts(dead_after, margin) >= least * (1 - 1e-9):
+        return None
+    return (
+        f"AWOOOP_WORKER_DEAD_AFTER_SECONDS={dead_after:g} minus "
+        f"AWOOOP_WORKER_BELIEF_MARGIN_SECONDS={margin:g} must be at least "
+        f"{RENEWALS_PER_TTL - 1} times AWOOOP_WORKER_LIVENESS_INTERVAL_SECONDS="
+        f"{liveness_interval:g} (at least {least:g}): a live worker's belief must survive "
+        "a failed liveness beat"
+    )
+
+
 def liveness_problems(liveness_interval: float, dead_after: float, margin: float) -> list[str]:
     """What breaks the rule between the liveness settings, each problem naming its variables."""
-    problems = []
     if liveness_interval <= 0:
-        problems.append(
-            f"AWOOOP_WORKER_LIVENESS_INTERVAL_SECONDS={liveness_interval:g} must be positive"
-        )
-        return problems
-    if margin <= least_margin(dead_after):
-        problems.append(
-            f"AWOOOP_WORKER_BELIEF_MARGIN_SECONDS={margin:g} must be more than "
-            f"{least_margin(dead_after):.3g} (2 x {CLOCK_RATE_BOUND:g} x "
-            f"AWOOOP_WORKER_DEAD_AFTER_SECONDS={dead_after:g}): a worker must stop believing "
-            "it holds its runs before the reaper may judge it dead, whatever the clocks' drift"
-        )
-    least = (RENEWALS_PER_TTL - 1) * liveness_interval
-    if belief_lasts(dead_after, margin) < least * (1 - 1e-9):
-        problems.append(
-            f"AWOOOP_WORKER_DEAD_AFTER_SECONDS={dead_after:g} minus "
-            f"AWOOOP_WORKER_BELIEF_MARGIN_SECONDS={margin:g} must be at least "
-            f"{RENEWALS_PER_TTL - 1} times AWOOOP_WORKER_LIVENESS_INTERVAL_SECONDS="
-            f"{liveness_interval:g} (at least {least:g}): a live worker's belief must survive "
-            "a failed liveness beat"
-        )
-    return problems
+        return [f"AWOOOP_WORKER_LIVENESS_INTERVAL_SECONDS={liveness_interval:g} must be positive"]
+    found = (
+        margin_problem(dead_after, margin),
+        belief_problem(liveness_interval, dead_after, margin),
+    )
+    return [problem for problem in found if problem]
+
+
+def takeover_within(dead_after: float, watch_interval: float) -> float:
+    """The longest a dead worker's runs wait for the reaper, counted from the worker's last
+    committed liveness beat (so at most this long after it died).
+
+    The reaper's watch passes come every ``watch_interval``. The first one after that beat
+    reads its token — within one interval — and notes when, on the reaper's own clock; the
+    worker is judged dead at the first pass at least ``dead_after`` after that note, at most
+    one interval past it, and the same pass hands its RUNNING runs back (PENDING, their
+    messages sent). A pass that starts late — the one maintenance worker busy with another
+    sweep, at most about ``AWOOOP_SWEEP_PASS_SECONDS`` — comes on top; a worker process then
+    claims the run within moments.
+    """
+    return dead_after + 2 * watch_interval

@@ -104,7 +104,7 @@ class Lease:
         """No renewal for ``ttl - interval``: the lease may expire before the next one.
 
         A lease renewed less than three times per TTL (refused at start by
-        :func:`awooop.config.check_lease_timing`; tests use it to mean "never renewed") has
+        :data:`awooop.config_checks.RELATIONS`; tests use it to mean "never renewed") has
         no such budget and is never overdue.
         """
         if not timing.renewals_fit(self.ttl, self.interval):

@@ -415,6 +415,7 @@ STEPS: dict[str, Step] = {
     "make PYTHON=python3.13 install": Step("make", make_dry_run),
     "make cluster": Step("make", make_dry_run),
     "make verify": Step("make", make_dry_run),
+    "make docs": Step("make", make_dry_run),
     "VERIFY_TRAIL=1 make verify": Step("make", make_dry_run),
     "AWOOOP_CLUSTER_SCALE=0.2 make cluster": Step("make", make_dry_run),
     "make cluster CLUSTER_ARGS='-k work_spreads'": Step("make", make_dry_run),
@@ -703,6 +704,9 @@ STEPS: dict[str, Step] = {
     "awooop dev run": Step("local", succeeds, help_only=True),
     "awooop outbox retry": Step("local", succeeds, help_only=True),
     "awooop project retention": Step("local", succeeds, help_only=True),
+    # --- docs/configuration.md ----------------------------------------------------------------
+    "awooop dev key": Step("local", succeeds),
+    "awooop project limits": Step("local", succeeds, help_only=True),
     # --- docs/client.md (its examples are ```text; the Python one and the operator's
     # commands run in tests/e2e/test_client_processes.py) ------------------------------------
     "awooop project routes": Step("local", succeeds, help_only=True),

@@ -213,6 +213,13 @@ def test_a_back_off_base_above_its_maximum_is_refused():
     )
 
 
+def test_a_default_rerun_rate_above_the_most_a_request_may_ask_is_refused():
+    assert (
+        "AWOOOP_RERUN_RATE_PER_SECOND=60 must be at most AWOOOP_RERUN_MAX_RATE_PER_SECOND=50"
+        in refused(RERUN_RATE_PER_SECOND="60")
+    )
+
+
 def test_every_problem_is_reported_at_once_on_one_line():
     message = refused(PORT="eighty", TASK_EVENTS="maybe", LOG_LEVEL="loud")
 

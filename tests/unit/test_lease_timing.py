@@ -5,7 +5,9 @@ holder's belief lapses exactly when the rule says."""
 
 from __future__ import annotations
 
+import random
 import types
+from datetime import UTC, datetime
 
 import pytest
 
@@ -13,7 +15,7 @@ from awooop import secrets
 from awooop.config import ConfigError, Settings
 from awooop.domain import timing, workflow
 from awooop.domain.workflow import Step, Workflow
-from awooop.engine import lease
+from awooop.engine import lease, watch
 
 BASE = {
     "AWOOOP_DATABASE_URL": "postgresql://x/y",
@@ -87,8 +89,55 @@ def test_the_default_rule_holds_for_clocks_one_percent_apart():
     believes_at_most = (s.worker_dead_after_seconds - s.worker_belief_margin_seconds) / (1 - rho)
     reaper_acts_at_least = s.worker_dead_after_seconds / (1 + rho)
     assert believes_at_most < reaper_acts_at_least
-    # A dead worker's runs move within about dead_after + two watch intervals.
-    assert s.worker_dead_after_seconds + 2 * s.worker_watch_interval_seconds < 90
+    # A dead worker's runs move within dead_after + two watch intervals of its last beat.
+    assert (
+        timing.takeover_within(s.worker_dead_after_seconds, s.worker_watch_interval_seconds) == 40
+    )
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_dead_workers_runs_are_judged_dead_within_takeover_within_of_its_last_beat(seed):
+    # Given the reaper's watch passes, each at most a watch interval after the one before (a
+    # pass may come early or late), and a worker whose last beat committed at time 0
+    dead_after, interval = 20.0, 10.0
+    before, last = datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 1, 0, 0, 5, tzinfo=UTC)
+    rng = random.Random(seed)
+    clock = Clock()
+    clock.now = -rng.uniform(0, 2 * interval)
+    reaper = watch.WorkerWatch(dead_after, clock)
+
+    # When the passes go on (a pass before time 0 reads the beat before the last)
+    judged_at = None
+    while judged_at is None:
+        reaper.observe("db", {"w1": before if clock.now < 0 else last})
+        if reaper.dead() == {"w1": last}:
+            judged_at = clock.now
+        clock.now += rng.uniform(0.01, interval)
+
+    # Then the pass that judges it comes at most dead_after + two intervals after the beat
+    assert dead_after <= judged_at <= timing.takeover_within(dead_after, interval)
+
+
+def test_the_takeover_bound_is_reached_when_the_passes_fall_just_short_of_their_interval():
+    # The first pass after the beat comes a whole interval later; each one after it a little
+    # less than an interval after the one before, so the second after the first sight is
+    # still short of dead_after and the third judges.
+    dead_after, interval = 20.0, 10.0
+    clock = Clock()
+    clock.now = 0.0
+    reaper = watch.WorkerWatch(dead_after, clock)
+    reaper.observe("db", {"w1": datetime(2026, 1, 1, tzinfo=UTC)})  # just before the beat
+    token = {"w1": datetime(2026, 1, 1, 0, 0, 5, tzinfo=UTC)}
+    passes = [interval, interval - 0.01, interval - 0.01, interval - 0.01]
+    judged_at = None
+    for gap in passes:
+        clock.now += gap
+        reaper.observe("db", token)
+        if reaper.dead():
+            judged_at = clock.now
+            break
+
+    assert judged_at == pytest.approx(timing.takeover_within(dead_after, interval) - 0.03)
 
 
 class Clock:
