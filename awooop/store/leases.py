@@ -44,9 +44,7 @@ WITH candidate AS (
       AND (lease_until IS NULL OR lease_until < now())
       AND available_at <= now()
       AND control_state = 'ACTIVE'
-      {filter}
-    ORDER BY available_at, created_at
-    LIMIT 1
+      {choice}
     FOR UPDATE SKIP LOCKED
 ), claimed AS (
     UPDATE awooop_run_state r
@@ -80,10 +78,17 @@ WITH candidate AS (
 )
 SELECT * FROM claimed
 """
+# The run a message names, read by its primary key. Never ordered: with ORDER BY and LIMIT the
+# planner may walk the claimable index in order, filtering for the one run — a cost that grows
+# with the backlog (planned on stale statistics, it did: ~20 ms with 2,700 runs pending).
 _CLAIM_BY_ID = PreparedStatement(
-    "awooop_claim_by_id", _CLAIM_TEMPLATE.format(filter="AND run_id = :run_id")
+    "awooop_claim_by_id", _CLAIM_TEMPLATE.format(choice="AND run_id = :run_id")
 )
-_CLAIM_OLDEST = PreparedStatement("awooop_claim_oldest", _CLAIM_TEMPLATE.format(filter=""))
+# The oldest claimable run, through the claimable index in its order.
+_CLAIM_OLDEST = PreparedStatement(
+    "awooop_claim_oldest",
+    _CLAIM_TEMPLATE.format(choice="ORDER BY available_at, created_at\n    LIMIT 1"),
+)
 
 
 @dataclass(frozen=True)

@@ -103,6 +103,11 @@ class PreparedStatement:
             self._execute = f"{_ASYNC_COMMIT}; {self._execute}"
             self._plain = f"{_ASYNC_COMMIT}; {self._plain}"
 
+    @property
+    def parameters(self) -> tuple[str, ...]:
+        """The names of the prepared statement's parameters, in ``$1, $2, …`` order."""
+        return tuple(self._order)
+
     def execute(self, conn: Connection, params: Mapping[str, Any]) -> Rows:
         if not conn.get_execution_options().get(PREPARE, True):
             return _run(conn, self._plain, dict(params))

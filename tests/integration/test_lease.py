@@ -59,6 +59,48 @@ def test_claim_takes_the_lease_and_bumps_attempt_and_epoch(engine, project):
     assert [e["trigger_id"] for e in db.events(engine, run_id)] == [None, "claim:1"]
 
 
+def test_a_claim_by_run_id_reads_the_run_by_its_primary_key_however_many_are_pending(
+    engine, project
+):
+    """A worker's message names its run: the claim finds it through the primary key, not by
+    walking the claimable runs in order until it meets it — a cost that grew with the backlog,
+    chosen by plans made before the table's first ANALYZE (a fresh database)."""
+    run_id = test_runs.admit(engine, project["project_id"])
+    with engine.begin() as conn:
+        # A table not analyzed yet, as in a fresh database, while 3,000 older runs arrive
+        conn.execute(text("ALTER TABLE awooop_run_state SET (autovacuum_enabled = false)"))
+        conn.execute(
+            text(
+                """
+                INSERT INTO awooop_run_state
+                SELECT (jsonb_populate_record(r, jsonb_build_object(
+                    'run_id', gen_random_uuid(),
+                    'available_at', r.available_at - make_interval(secs => n),
+                    'created_at', r.created_at - make_interval(secs => n)))).*
+                FROM awooop_run_state r, generate_series(1, 3000) AS n
+                WHERE r.run_id = :run_id
+                """
+            ),
+            {"run_id": run_id},
+        )
+
+    with engine.begin() as conn:
+        # The plan a session keeps once it has prepared the statement (a generic one)
+        conn.execute(text("SET LOCAL plan_cache_mode = force_generic_plan"))
+        leases.claim(conn, "warm-up", 30.0, uuid.uuid4())  # prepares it on this connection
+        values = {"run_id": run_id, "lease_ttl": 30.0, "worker_id": "w1"}
+        arguments = ", ".join(f":{name}" for name in leases._CLAIM_BY_ID.parameters)
+        plan = "\n".join(
+            conn.execute(text(f"EXPLAIN EXECUTE awooop_claim_by_id({arguments})"), values).scalars()
+        )
+
+    candidate = plan.split("CTE claimed")[0]  # the read that finds the run
+    assert "Index Cond: (run_id = " in candidate, plan
+    assert "ix_awooop_run_state_claimable" not in candidate, plan
+    c = claim(engine, "w1", run_id)
+    assert c is not None and c.run_id == run_id
+
+
 def test_a_held_run_cannot_be_claimed_again(engine, project):
     run_id = test_runs.admit(engine, project["project_id"])
     claim(engine, "w1", run_id)
