@@ -13,7 +13,7 @@ STATE := .awooop
 WITH_ENV := set -a && . $(STATE)/env && set +a &&
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help docs install browser promtool pgbouncer spin services migrate run stop test test-integration test-e2e test-wheel lint verify bench bench-capacity bench-growth bench-retention bench-peers chaos cluster clean
+.PHONY: help docs install browser promtool pgbouncer spin services migrate run stop test test-integration test-wheel lint verify bench bench-capacity bench-growth bench-retention bench-peers chaos cluster clean
 
 help:
 	@echo "make run    set everything up and start web, workers, beat and flower"
@@ -130,7 +130,7 @@ test: services
 	$(WITH_ENV) $(BIN)/pytest
 
 test-integration: services
-	$(WITH_ENV) $(BIN)/pytest tests/integration tests/e2e tests/migrations
+	$(WITH_ENV) $(BIN)/pytest tests/integration tests/migrations
 
 # The package as a user installs it: see .ci/wheel-tier (its own venv, database and Redis DB).
 test-wheel:

@@ -401,6 +401,7 @@ STEPS: dict[str, Step] = {
     "make test": Step("make", make_dry_run),
     "make stop": Step("make", make_dry_run),
     "make lint": Step("make", make_dry_run),
+    "make test-integration": Step("make", make_dry_run),
     "make bench": Step("make", make_dry_run),
     "make bench-peers": Step("make", make_dry_run),
     "make bench-capacity": Step("make", make_dry_run),
