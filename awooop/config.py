@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from awooop import config_checks
+from awooop.config_checks import variable
 from awooop.masking import MASK, mask_url
 
 # Where the embedded development services keep their data and the state file
@@ -486,11 +487,6 @@ class Settings:
     def lock_timeout(self, role: str) -> float:
         """``AWOOOP_DB_LOCK_TIMEOUT_<ROLE>_SECONDS``."""
         return float(getattr(self, f"db_lock_timeout_{role}_seconds"))
-
-
-def variable(name: str) -> str:
-    """The environment variable of the setting ``name`` (``AWOOOP_<NAME>``)."""
-    return f"AWOOOP_{name.upper()}"
 
 
 SETTING_VARIABLES = frozenset(variable(f.name) for f in fields(Settings))

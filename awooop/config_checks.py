@@ -51,6 +51,11 @@ URL_KINDS = {
 _DATABASE_EXAMPLE = "postgresql+psycopg2://user:password@host:5432/database"
 
 
+def variable(name: str) -> str:
+    """The environment variable of the setting ``name`` (``AWOOOP_<NAME>``)."""
+    return f"AWOOOP_{name.upper()}"
+
+
 def _schemes(schemes: tuple[str, ...]) -> str:
     shown = [f"`{s}://`" for s in schemes]
     return f"{', '.join(shown[:-1])} or {shown[-1]}"
@@ -259,13 +264,9 @@ def _at_most(low: str, high: str) -> Relation:
         a, b = getattr(s, low), getattr(s, high)
         if a <= b:
             return None
-        return f"{_variable(low)}={a:g} must be at most {_variable(high)}={b:g}"
+        return f"{variable(low)}={a:g} must be at most {variable(high)}={b:g}"
 
-    return Relation((low, high), f"{_variable(low)} ≤ {_variable(high)}", problem)
-
-
-def _variable(name: str) -> str:
-    return f"AWOOOP_{name.upper()}"
+    return Relation((low, high), f"{variable(low)} ≤ {variable(high)}", problem)
 
 
 def _reaper_within_a_lease(s: Settings) -> str | None:
