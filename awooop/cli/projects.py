@@ -13,7 +13,7 @@ import json
 import re
 import sys
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from awooop import db, secrets
 from awooop.cli import _db
@@ -24,6 +24,9 @@ from awooop.domain import retention as project_retention
 from awooop.models.project import API_TOKEN_ROLES, CHANNEL_TYPES, PROJECT_ID_PATTERN
 from awooop.outbound import signing
 from awooop.workflows import registry
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
 
 PROJECT_ID = re.compile(PROJECT_ID_PATTERN)
 # A token given on stdin (`project token --stdin`) is at least this long: a made one is 43.
@@ -92,14 +95,8 @@ def create_project(settings: Settings, project_id: str, name: str | None = None)
         except projects.ProjectExists:
             raise UsageError(f"project {project_id!r} already exists") from None
         projects.add_api_token(conn, project_id, "operator", secrets.sha256_hex(api_token))
-        for channel in ("telegram", "alertmanager"):  # echoed back verbatim: keep a hash
-            projects.add_channel_secret(
-                conn, project_id, channel, secret_hash=secrets.sha256_hex(channel_secrets[channel])
-            )
-        for channel in ("gitea", "line"):  # HMAC keys: must be recoverable, keep encrypted
-            projects.add_channel_secret(
-                conn, project_id, channel, secret_encrypted=box.encrypt(channel_secrets[channel])
-            )
+        for channel, (kept, _) in INBOUND_SECRETS.items():
+            _add_secret(conn, box, project_id, channel, channel_secrets[channel], kept)
     return {"project_id": project_id, "api_token": api_token, "secrets": channel_secrets}
 
 
@@ -206,9 +203,42 @@ def _parse_approvers(value: str) -> dict[str, list[str]]:
     return approvers
 
 
-def cmd_project_outbound(args: argparse.Namespace) -> int:
+def _add_secret(
+    conn: Connection,
+    box: secrets.SecretBox,
+    project_id: str,
+    channel_type: str,
+    secret: str,
+    kept: str,
+) -> None:
+    """Store a channel's credential as ``kept`` says: "hash" (a secret the provider sends
+    back verbatim, checked by its hash) or "encrypted" (a key that must be recovered)."""
     from awooop.store import projects
 
+    if kept == "hash":
+        projects.add_channel_secret(
+            conn, project_id, channel_type, secret_hash=secrets.sha256_hex(secret)
+        )
+    else:
+        projects.add_channel_secret(
+            conn, project_id, channel_type, secret_encrypted=box.encrypt(secret)
+        )
+
+
+def _store_secret(project_id: str, channel_type: str, secret: str, kept: str) -> None:
+    """Add a credential to an existing project (:func:`_add_secret`), or refuse."""
+    from awooop.store import projects
+
+    settings = _db.settings("database_url", "secret_key")
+    with db.transaction(_db.engine(settings)) as conn:
+        if not projects.project_exists(conn, project_id):
+            raise UsageError(f"no project {project_id!r}")
+        _add_secret(
+            conn, secrets.SecretBox(settings.secret_keys), project_id, channel_type, secret, kept
+        )
+
+
+def cmd_project_outbound(args: argparse.Namespace) -> int:
     _check_project_id(args.project_id)
     credential_type, _ = OUTBOUND_CREDENTIALS[args.channel]
     if args.generate and args.channel != "webhook":
@@ -218,16 +248,7 @@ def cmd_project_outbound(args: argparse.Namespace) -> int:
         raise UsageError("give the credential on standard input (never as an argument)")
     if args.channel == "webhook":
         _check_webhook_secret(secret)
-    settings = _db.settings("database_url", "secret_key")
-    with db.transaction(_db.engine(settings)) as conn:
-        if not projects.project_exists(conn, args.project_id):
-            raise UsageError(f"no project {args.project_id!r}")
-        projects.add_channel_secret(
-            conn,
-            args.project_id,
-            credential_type,
-            secret_encrypted=secrets.SecretBox(settings.secret_keys).encrypt(secret),
-        )
+    _store_secret(args.project_id, credential_type, secret, "encrypted")
     stored: dict[str, str] = {"project_id": args.project_id, "stored": credential_type}
     if args.generate:
         stored["secret"] = secret  # shown once: give it to the receiver
@@ -236,8 +257,6 @@ def cmd_project_outbound(args: argparse.Namespace) -> int:
 
 
 def cmd_project_inbound(args: argparse.Namespace) -> int:
-    from awooop.store import projects
-
     _check_project_id(args.project_id)
     secret = sys.stdin.readline().strip()
     if not secret:
@@ -248,20 +267,8 @@ def cmd_project_inbound(args: argparse.Namespace) -> int:
         raise UsageError(
             "a Telegram secret_token is at most 256 characters of A-Z, a-z, 0-9, _ and -"
         )
-    settings = _db.settings("database_url", "secret_key")
     kept, _ = INBOUND_SECRETS[args.channel]
-    with db.transaction(_db.engine(settings)) as conn:
-        if not projects.project_exists(conn, args.project_id):
-            raise UsageError(f"no project {args.project_id!r}")
-        if kept == "hash":
-            projects.add_channel_secret(
-                conn, args.project_id, args.channel, secret_hash=secrets.sha256_hex(secret)
-            )
-        else:
-            box = secrets.SecretBox(settings.secret_keys)
-            projects.add_channel_secret(
-                conn, args.project_id, args.channel, secret_encrypted=box.encrypt(secret)
-            )
+    _store_secret(args.project_id, args.channel, secret, kept)
     print(json.dumps({"project_id": args.project_id, "stored": args.channel}))
     return 0
 
