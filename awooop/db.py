@@ -36,7 +36,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event, exc
 from sqlalchemy.engine import URL
@@ -253,7 +253,48 @@ def bounded(conn: Connection, seconds: float) -> Iterator[Connection]:
         sock.close()
 
 
-def retry_on_disconnect(engine: Engine, statement: Callable[[Connection], T]) -> T:
+class Connects(Protocol):
+    """What hands out connections: an :class:`~sqlalchemy.Engine`, or a
+    :class:`HeldConnection`."""
+
+    def connect(self) -> AbstractContextManager[Connection]: ...
+
+
+class HeldConnection:
+    """One pooled connection kept for a run segment's statements, rather than a checkout and
+    a check-in around each: the pool's bookkeeping was an eighth of a worker's CPU per run.
+
+    Only for a single thread's autocommit statements. Before each use the connection is
+    looked at as a checkout would (:func:`_readable`): one the server ended meanwhile — the
+    handler of a step may run for minutes — is replaced. A statement that raises gives the
+    connection back to the pool (invalidated if the driver lost it), so a retry starts on a
+    fresh one; :meth:`close` gives it back at the end of the segment."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._conn: Connection | None = None
+
+    @contextmanager
+    def connect(self) -> Iterator[Connection]:
+        conn = self._conn
+        if conn is not None and (conn.invalidated or _readable(conn.connection.dbapi_connection)):
+            self.close()
+            conn = None
+        if conn is None:
+            conn = self._conn = self.engine.connect()
+        try:
+            yield conn
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+
+def retry_on_disconnect(engine: Connects, statement: Callable[[Connection], T]) -> T:
     """Run ``statement(conn)`` on a connection of ``engine``; when it fails because the
     server closed the connection, run it once more on a fresh one.
 

@@ -24,6 +24,7 @@ from typing import TypeVar
 from sqlalchemy import Connection, Engine, exc
 
 from awooop.config import Settings
+from awooop.db import Connects
 from awooop.store import leases
 
 log = logging.getLogger("awooop.engine.fenced")
@@ -61,15 +62,16 @@ def backoff(settings: Settings, retry: int, rng: random.Random | None = None) ->
 
 
 def run_with_retries(
-    engine: Engine,
+    engine: Connects,
     settings: Settings,
     statement: Callable[[Connection], T],
     what: str,
     abandoned: Callable[[], bool] = lambda: False,
 ) -> tuple[T, bool]:
-    """Run ``statement`` (one fenced compare-and-set) on a fresh connection, again after a
-    transient error. Returns its result and whether it was retried (then a "no row matched"
-    may mean an earlier try committed: ask :func:`awooop.store.leases.after_miss`).
+    """Run ``statement`` (one fenced compare-and-set) on a connection of ``engine``, again on
+    a fresh one after a transient error. Returns its result and whether it was retried
+    (then a "no row matched" may mean an earlier try committed: ask
+    :func:`awooop.store.leases.after_miss`).
 
     ``abandoned``: whether the write can no longer matter (the lease is known to be lost);
     then a failed try is not repeated — each try may wait out a lock timeout, and a worker

@@ -108,12 +108,32 @@ def execute(
     # the statement was sent (a slow reply must not lengthen its belief).
     claim_sent_at = time.monotonic()
     claim_sent_ns = time.time_ns()  # where the segment's span starts
+    # The claim and the segment's writes go through one connection.
+    held_conn = db.HeldConnection(engine)
+    try:
+        return _claim_and_drive(
+            engine, held_conn, settings, run_id, notify, me, claim_sent_at, claim_sent_ns
+        )
+    finally:
+        held_conn.close()
+
+
+def _claim_and_drive(
+    engine: Engine,
+    held_conn: db.HeldConnection,
+    settings: Settings,
+    run_id: uuid.UUID | str | None,
+    notify: Notify | None,
+    me: str,
+    claim_sent_at: float,
+    claim_sent_ns: int,
+) -> Outcome:
     try:
         # After a database restart the first statement may meet a connection the server
         # closed: retry the claim once on a fresh one (a claim is a compare-and-set; if the
         # first one committed, the retry finds nothing to claim and the lease expires).
         claim = db.retry_on_disconnect(
-            engine, lambda conn: leases.claim(conn, me, settings.lease_ttl_seconds, run_id)
+            held_conn, lambda conn: leases.claim(conn, me, settings.lease_ttl_seconds, run_id)
         )
     except leases.UnloadableRun as unloadable:
         with engine.connect() as conn:
@@ -153,7 +173,7 @@ def execute(
             claim.workflow_name, claim.traceparent, _span_fields(claim), claim_sent_ns
         ) as span,
     ):
-        outcome = _drive(engine, settings, claim, notify, claim_sent_at)
+        outcome = _drive(engine, held_conn, settings, claim, notify, claim_sent_at)
         span.set(outcome=outcome.value)
         return outcome
 
@@ -170,16 +190,17 @@ def _span_fields(claim: leases.Claim) -> dict[str, Any]:
 
 def _drive(
     engine: Engine,
+    held_conn: db.HeldConnection,
     settings: Settings,
     claim: leases.Claim,
     notify: Notify | None,
     claim_sent_at: float,
 ) -> Outcome:
-    fields = _fields(claim)
-    log.info(
+    # At DEBUG: a segment's one line at INFO is the one that says how it ended.
+    log.debug(
         "run claimed",
         extra={
-            **fields,
+            **_fields(claim),
             "action": "run_claimed",
             "attempt": claim.attempt_count,
             "waited_s": round(claim.waited_seconds, 3),
@@ -202,7 +223,7 @@ def _drive(
         return Outcome.LEASE_LOST
     keeper = lease.keeper()
     keeper.hold(held)
-    segment = _Segment(engine, settings, notify, held, claim)
+    segment = _Segment(engine, held_conn, settings, notify, held, claim)
     try:
         return _run_steps(workflow, segment)
     except fenced.GaveUp as gave_up:
@@ -254,24 +275,26 @@ class _Segment:
     def __init__(
         self,
         engine: Engine,
+        held_conn: db.HeldConnection,
         settings: Settings,
         notify: Notify | None,
         held: Lease,
         claim: leases.Claim,
     ) -> None:
         self.engine = engine
+        self.held_conn = held_conn  # the segment's writes
         self.settings = settings
         self.notify = notify
         self.held = held
         self.claim = claim
         # A wait step's release found its signal already there: the run wants a new message.
         self.woken = False
-        self._claimed_at = time.monotonic()
+        self.claimed_at = time.monotonic()
 
     def run_age(self) -> float:
         """Seconds since the run's admission: its age at the claim (the database's clock),
         plus the time this segment has taken since."""
-        return self.claim.age_seconds + (time.monotonic() - self._claimed_at)
+        return self.claim.age_seconds + (time.monotonic() - self.claimed_at)
 
     def commit(self, statement: Statement, what: str, ends_segment: bool) -> Committed:
         """Commit one fenced write under a fresh identity, retried on transient errors while
@@ -292,7 +315,7 @@ class _Segment:
             lease.keeper().drop(self.held)
         try:
             written, _ = fenced.run_with_retries(
-                self.engine,
+                self.held_conn,
                 self.settings,
                 lambda conn: statement(conn, claim, write_id),
                 what,
@@ -303,7 +326,7 @@ class _Segment:
                 result = leases.Applied(written)
             else:
                 result, _ = fenced.run_with_retries(
-                    self.engine,
+                    self.held_conn,
                     self.settings,
                     lambda conn: leases.after_miss(conn, claim, write_id, ends_segment),
                     "after_miss",
@@ -465,6 +488,10 @@ def _run_steps(workflow: Workflow, segment: _Segment) -> Outcome:
                         **fields,
                         "action": f"run_{outcome.value}",
                         "failure_code": decision.failure_code,
+                        "workflow": segment.claim.workflow_name,
+                        "attempt": segment.claim.attempt_count,
+                        "waited_s": round(segment.claim.waited_seconds, 3),
+                        "took_s": round(time.monotonic() - segment.claimed_at, 3),
                     },
                 )
                 return outcome

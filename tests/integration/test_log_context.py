@@ -47,8 +47,9 @@ def test_worker_log_lines_carry_the_run_ids_and_its_traceparent(
     assert spoke["project_id"] == project_id
     assert spoke["worker_id"] == db.run(engine, run_id)["worker_id"]
     assert spoke["traceparent"] == TRACEPARENT
-    assert lines["run_claimed"]["traceparent"] == TRACEPARENT
     assert lines["run_completed"]["traceparent"] == TRACEPARENT
+    assert lines["run_completed"]["workflow"] == "test-speaking"
+    assert "run_claimed" not in lines  # one line per segment at INFO: how it ended
     assert logs.context() == {}  # nothing left bound after the run
 
 
