@@ -6,14 +6,18 @@ their cost. psycopg2 has no server-side prepared statements of its own, so a
 :class:`PreparedStatement` sends ``PREPARE name AS …`` the first time a pooled connection
 runs it, then ``EXECUTE name(…)``. The SQL stays written once, with ``:name`` parameters.
 
-Every ``EXECUTE`` is sent after ``SET LOCAL enable_seqscan TO OFF`` (same round trip, this
-transaction only). These statements are point reads and writes by key, but PostgreSQL plans
+A connection makes its statements again every :data:`REPLAN_AFTER_SECONDS`. PostgreSQL plans
 an ``EXECUTE`` with the statistics of that moment and, after five executions, may keep one
-generic plan for the session: planned while the tables were empty — a fresh database, the
-first minute before autovacuum's first ANALYZE, tables analyzed while empty — that plan scans
-them sequentially, cheap then, and goes on scanning them as they grow (measured under
-``make bench``: tens of millions of rows read a minute, admission at half speed). With
-sequential scans priced out, every plan it makes or keeps uses the indexes.
+generic plan for the session. A plan made while the tables were tiny — a fresh database,
+tables analyzed while empty, the first minute before autovacuum's first ANALYZE — scans them
+sequentially, cheap then, and would go on scanning them as they grow until an ANALYZE
+happened to invalidate it (measured under ``make bench``: tens of millions of rows read a
+minute, admission at half speed). Planned again, a statement sees the tables' current size
+(the planner scales the last statistics by the relation's pages now), so once the tables
+have grown its plan reads through the indexes, ANALYZE or not. A remake costs a round trip
+and five custom plans per statement and connection: nothing, every few seconds. A planner
+switch such as ``enable_seqscan`` would keep the plans on the indexes too, but for every
+statement, always, and would hide a missing index.
 
 A prepared statement lives in one server session. Behind a pooler in transaction mode
 (PgBouncer) each transaction runs on whichever server connection is free, where the
@@ -34,6 +38,7 @@ Listeners of SQLAlchemy's statement events (a tracer) still see these statements
 from __future__ import annotations
 
 import re
+import time
 from collections import namedtuple
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -46,9 +51,10 @@ _PARAM = re.compile(r"(?<![:\w]):(\w+)")
 # so it is safe behind a pooler in transaction mode).
 _ASYNC_COMMIT = "SET LOCAL synchronous_commit TO OFF"
 
-# Sent before every EXECUTE: whatever the statistics say when the plan is made, a hot
-# statement's plan reads its rows through the indexes (see the module docstring).
-PLAN_ON_INDEXES = "SET LOCAL enable_seqscan TO OFF"
+# How long a connection keeps a statement (and the plan PostgreSQL cached for it) before it
+# makes it again (see the module docstring).
+REPLAN_AFTER_SECONDS = 10.0
+_clock = time.monotonic  # tests move it
 
 # The execution option saying whether a connection's statements are prepared (default: yes).
 PREPARE = "awooop_prepare"
@@ -98,7 +104,6 @@ class PreparedStatement:
         # The EXECUTE's placeholders: the lock statement's, then the prepared statement's.
         self._execute_order = [*self._lock_order, *self._order]
         self._plain = _pyformat(sql if lock is None else f"{lock}; {sql}")
-        self._execute = f"{PLAN_ON_INDEXES}; {self._execute}"
         if not synchronous_commit:
             self._execute = f"{_ASYNC_COMMIT}; {self._execute}"
             self._plain = f"{_ASYNC_COMMIT}; {self._plain}"
@@ -111,10 +116,20 @@ class PreparedStatement:
     def execute(self, conn: Connection, params: Mapping[str, Any]) -> Rows:
         if not conn.get_execution_options().get(PREPARE, True):
             return _run(conn, self._plain, dict(params))
-        prepared: set[str] = conn.connection.info.setdefault("awooop_prepared", set())
-        if self.name not in prepared:
-            _run(conn, self._prepare, None)
-            prepared.add(self.name)
+        # name -> when this connection prepared it (monotonic seconds)
+        prepared: dict[str, float] = conn.connection.info.setdefault("awooop_prepared", {})
+        now = _clock()
+        made_at = prepared.get(self.name)
+        if made_at is None or now - made_at >= REPLAN_AFTER_SECONDS:
+            # Forgotten first: if the remake fails half-way, the server holds no statement of
+            # this name and the next try prepares it afresh. (A PREPARE is not undone when
+            # its transaction fails, so it is not sent along with the EXECUTE.)
+            prepared.pop(self.name, None)
+            if made_at is not None:
+                _run(conn, f"DEALLOCATE {self.name}; {self._prepare}", None)
+            else:
+                _run(conn, self._prepare, None)
+            prepared[self.name] = now
         return _run(conn, self._execute, tuple(params[p] for p in self._execute_order))
 
 

@@ -1,18 +1,20 @@
-"""A hot statement's cached plan must not come from the moment its tables were empty.
+"""A hot statement's cached plan must not come from the moment its tables were tiny.
 
 PostgreSQL plans an ``EXECUTE`` of a prepared statement with the statistics of that moment and,
 after five executions, may keep one generic plan for the connection's life. On a fresh
 database (or tables that were just truncated, or analyzed while empty) that plan scans the
 tables sequentially — cheap while they are empty — and keeps doing so as they grow, until an
 ANALYZE happens to invalidate it: measured under ``make bench``, the web's connections then
-read tens of millions of rows per minute and admission ran at half its speed.
+read tens of millions of rows per minute and admission ran at half its speed. A connection
+makes its statements again every ``REPLAN_AFTER_SECONDS``, and the plan follows the tables.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import text
+import pytest
+from sqlalchemy import exc, text
 
-from awooop.store import admission
+from awooop.store import admission, prepared
 from awooop.workflows import registry
 from tests.support import runs as test_runs
 
@@ -38,28 +40,54 @@ def _plan(conn, project_id: str) -> str:
     }
     stmt = admission._ADMIT
     values = tuple(params[p] for p in stmt._order)
-    execute = stmt._execute.rsplit("; ", 1)[-1]  # the EXECUTE itself, without its prefixes
+    execute = stmt._execute
     rows = conn.exec_driver_sql(f"EXPLAIN {execute}", values).scalars().all()
     return "\n".join(rows)
 
 
-def test_an_admission_planned_on_empty_tables_uses_the_indexes_once_they_have_grown(
-    engine, project
+def test_an_admission_planned_on_tiny_tables_uses_the_indexes_once_they_have_grown(
+    engine, project, monkeypatch
 ):
+    now = [1000.0]
+    monkeypatch.setattr(prepared, "_clock", lambda: now[0])
     with engine.connect() as conn:
         conn.execute(text("ANALYZE awooop_channel_event_dedupe, awooop_run_state"))
         # This connection prepares the statement and runs it past PostgreSQL's five custom
         # plans while the tables hold a handful of rows: it keeps a plan from then on.
-        for _ in range(8):
-            admission.admit(
-                conn, test_runs.new_run(project["project_id"], registry.latest("noop-3"))
-            )
-        assert "awooop_admit" in conn.connection.info["awooop_prepared"]
+        _admit(conn, project, 8)
+        assert "Seq Scan on awooop_channel_event_dedupe" in _plan(conn, project["project_id"])
         # The tables grow (no ANALYZE, as between two autovacuum passes).
         test_runs.admit_many(engine, project["project_id"], 3000)
+        now[0] += prepared.REPLAN_AFTER_SECONDS
+        _admit(conn, project, 8)  # made again, and past five custom plans again
 
         plan = _plan(conn, project["project_id"])
 
     assert "Seq Scan on awooop_channel_event_dedupe" not in plan, plan
     assert "Seq Scan on awooop_run_state" not in plan, plan
     assert "Index Scan using uq_awooop_channel_event_dedupe_event_key" in plan, plan
+
+
+def test_a_statement_whose_execution_failed_is_made_again_on_the_same_connection(
+    engine, project, monkeypatch
+):
+    """A PREPARE outlives a failed transaction: the remake must not trip over it."""
+    now = [1000.0]
+    monkeypatch.setattr(prepared, "_clock", lambda: now[0])
+    divide = prepared.PreparedStatement("awooop_test_divide", "SELECT 1 / :d AS q")
+    with engine.connect() as conn:
+        with pytest.raises(exc.DBAPIError):
+            divide.execute(conn, {"d": 0})
+        assert divide.execute(conn, {"d": 1}).scalar_one() == 1
+        now[0] += prepared.REPLAN_AFTER_SECONDS
+        assert divide.execute(conn, {"d": 1}).scalar_one() == 1
+        made = conn.exec_driver_sql(
+            "SELECT count(*) FROM pg_prepared_statements WHERE name = 'awooop_test_divide'"
+        ).scalar_one()
+    assert made == 1
+
+
+def _admit(conn, project, n: int) -> None:
+    for _ in range(n):
+        admission.admit(conn, test_runs.new_run(project["project_id"], registry.latest("noop-3")))
+    assert "awooop_admit" in conn.connection.info["awooop_prepared"]

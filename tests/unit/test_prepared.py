@@ -8,7 +8,7 @@ def test_named_parameters_become_positional_in_order_of_first_use():
     stmt = PreparedStatement("s", "SELECT :a, CAST(:b AS jsonb), :a, x::text, 'k:' || :c")
 
     assert stmt._prepare == "PREPARE s AS SELECT $1, CAST($2 AS jsonb), $1, x::text, 'k:' || $3"
-    assert stmt._execute == "SET LOCAL enable_seqscan TO OFF; EXECUTE s(%s, %s, %s)"
+    assert stmt._execute == "EXECUTE s(%s, %s, %s)"
     assert stmt._order == ["a", "b", "c"]
 
 
@@ -16,7 +16,7 @@ def test_a_lock_statement_is_sent_in_the_same_round_trip_before_execute():
     stmt = PreparedStatement("s", "SELECT :a, :b", lock="SELECT pg_advisory_xact_lock(:n, :a)")
 
     assert stmt._execute == (
-        "SET LOCAL enable_seqscan TO OFF; SELECT pg_advisory_xact_lock(%s, %s); EXECUTE s(%s, %s)"
+        "SELECT pg_advisory_xact_lock(%s, %s); EXECUTE s(%s, %s)"
     )
     assert stmt._lock_order == ["n", "a"]
 
@@ -37,6 +37,6 @@ def test_an_asynchronous_commit_is_asked_for_in_the_same_round_trip_in_both_form
     stmt = PreparedStatement("s", "SELECT :a", synchronous_commit=False)
 
     assert stmt._execute == (
-        "SET LOCAL synchronous_commit TO OFF; SET LOCAL enable_seqscan TO OFF; EXECUTE s(%s)"
+        "SET LOCAL synchronous_commit TO OFF; EXECUTE s(%s)"
     )
     assert stmt._plain == "SET LOCAL synchronous_commit TO OFF; SELECT %(a)s"
