@@ -147,6 +147,7 @@ RUN_SEGMENTS = Counter(
     "Run messages a worker handled, by how the segment ended: completed, failed, cancelled, "
     "retry_scheduled, waiting_tool, waiting (a sleep or a wait for a signal), woken (a wait "
     "whose signal was already there), resolving, escalated, paused, lease_lost, released, "
+    "handed_back (an operator's intent or the deadline met the run's last write: sent again), "
     "not_claimed (a duplicate or stale nudge).",
     ["outcome"],
 )

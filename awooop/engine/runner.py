@@ -39,6 +39,7 @@ from awooop.domain import saga, states
 from awooop.domain import tags as run_tags
 from awooop.domain.workflow import Halt, Phase, Reject, StepContext, Unknown, Workflow
 from awooop.engine import approvals, fenced, identity, lease, unavailable
+from awooop.engine.finisher import Finisher
 from awooop.engine.lease import Lease
 from awooop.outbound import messages
 from awooop.store import approvals as approval_rows
@@ -66,6 +67,8 @@ class Outcome(enum.Enum):
     RELEASED = "released"  # this worker cannot run the workflow; handed back for another
     WAITING = "waiting"  # a wait step: released until its signal or its time
     WOKEN = "woken"  # a wait step found its signal as it began to wait: send the run again
+    FINISHING = "finishing"  # the last write is the finisher's; it reports how the run ended
+    HANDED_BACK = "handed_back"  # an intent met the finish: released at once, send it again
 
 
 # How a segment ends, by the decision that ended it.
@@ -88,6 +91,8 @@ _FINAL_STATUS = {
 
 # Sends the outbox messages a segment queued (after their statement committed).
 Notify = Callable[[list[uuid.UUID]], object]
+# The decisions a finisher may write after the task returned (they end the run).
+_FINISHES = frozenset({"complete", "compensated"})
 # One fenced segment statement: given the claim it is fenced by and its identity, where it
 # left the run, or None when it matched no row.
 Statement = Callable[[Connection, leases.Claim, uuid.UUID], leases.Position | None]
@@ -99,10 +104,12 @@ def execute(
     settings: Settings,
     run_id: uuid.UUID | str | None,
     notify: Notify | None = None,
+    finisher: Finisher | None = None,
 ) -> Outcome:
     """Claim ``run_id`` (or the oldest claimable run) and drive it as far as it goes.
     ``notify`` is given the ids of outbox messages to send now (the outbox sweep sends any
-    it misses)."""
+    it misses). With a ``finisher``, the write that ends the run is left to it
+    (:data:`Outcome.FINISHING`), and it reports the run's outcome."""
     me = identity.worker_id()
     # The lease runs from the claim statement's execution: the holder counts it from before
     # the statement was sent (a slow reply must not lengthen its belief).
@@ -112,7 +119,7 @@ def execute(
     held_conn = db.HeldConnection(engine)
     try:
         return _claim_and_drive(
-            engine, held_conn, settings, run_id, notify, me, claim_sent_at, claim_sent_ns
+            engine, held_conn, settings, run_id, notify, finisher, me, claim_sent_at, claim_sent_ns
         )
     finally:
         held_conn.close()
@@ -124,6 +131,7 @@ def _claim_and_drive(
     settings: Settings,
     run_id: uuid.UUID | str | None,
     notify: Notify | None,
+    finisher: Finisher | None,
     me: str,
     claim_sent_at: float,
     claim_sent_ns: int,
@@ -173,7 +181,7 @@ def _claim_and_drive(
             claim.workflow_name, claim.traceparent, _span_fields(claim), claim_sent_ns
         ) as span,
     ):
-        outcome = _drive(engine, held_conn, settings, claim, notify, claim_sent_at)
+        outcome = _drive(engine, held_conn, settings, claim, notify, finisher, claim_sent_at)
         span.set(outcome=outcome.value)
         return outcome
 
@@ -194,6 +202,7 @@ def _drive(
     settings: Settings,
     claim: leases.Claim,
     notify: Notify | None,
+    finisher: Finisher | None,
     claim_sent_at: float,
 ) -> Outcome:
     # At DEBUG: a segment's one line at INFO is the one that says how it ended.
@@ -223,22 +232,27 @@ def _drive(
         return Outcome.LEASE_LOST
     keeper = lease.keeper()
     keeper.hold(held)
-    segment = _Segment(engine, held_conn, settings, notify, held, claim)
+    segment = _Segment(engine, held_conn, settings, notify, held, claim, finisher)
     try:
         return _run_steps(workflow, segment)
     except fenced.GaveUp as gave_up:
-        if not held.believed():
-            log.warning(
-                "lease lost while the database refused a write",
-                extra={**_fields(claim), "action": "lease_lost", "reason": str(gave_up)},
-            )
-            # the lease may still be ours if only our belief in it expired (one try: the
-            # database has just failed this worker's write again and again)
-            fenced.hand_back(engine, settings, segment.claim, "lease_lost", retry=False)
-            return Outcome.LEASE_LOST
-        return _give_back(engine, segment.claim, gave_up)
+        return _gave_up(segment, gave_up)
     finally:
         keeper.drop(held)
+
+
+def _gave_up(segment: _Segment, gave_up: fenced.GaveUp) -> Outcome:
+    """The database kept failing a write: hand the run back."""
+    if not segment.held.believed():
+        log.warning(
+            "lease lost while the database refused a write",
+            extra={**_fields(segment.claim), "action": "lease_lost", "reason": str(gave_up)},
+        )
+        # the lease may still be ours if only our belief in it expired (one try: the
+        # database has just failed this worker's write again and again)
+        fenced.hand_back(segment.engine, segment.settings, segment.claim, "lease_lost", retry=False)
+        return Outcome.LEASE_LOST
+    return _give_back(segment.engine, segment.claim, gave_up)
 
 
 def _give_back(engine: Engine, claim: leases.Claim, gave_up: fenced.GaveUp) -> Outcome:
@@ -280,9 +294,11 @@ class _Segment:
         notify: Notify | None,
         held: Lease,
         claim: leases.Claim,
+        finisher: Finisher | None = None,
     ) -> None:
         self.engine = engine
         self.held_conn = held_conn  # the segment's writes
+        self.finisher = finisher
         self.settings = settings
         self.notify = notify
         self.held = held
@@ -445,6 +461,12 @@ def _run_steps(workflow: Workflow, segment: _Segment) -> Outcome:
                     fenced.hand_back(segment.engine, segment.settings, segment.claim, "lease_lost")
                     return Outcome.LEASE_LOST
                 decision = saga.decide(workflow, journal, nxt, entry, cancelling=cancelling)
+            if segment.finisher is not None and decision.kind in _FINISHES:
+                finish = functools.partial(
+                    _finish, workflow, segment, list(journal), nxt, decision, entry
+                )
+                segment.finisher.submit(segment.claim.run_id, finish)
+                return Outcome.FINISHING
             record = functools.partial(
                 _record_decision,
                 workflow=workflow,
@@ -469,34 +491,84 @@ def _run_steps(workflow: Workflow, segment: _Segment) -> Outcome:
                 _send_unsent_prompts(segment)
             journal += decision.entries
             if not decision.continues:
-                outcome = _SEGMENT_ENDS[decision.kind]
-                if decision.kind == "wait" and segment.woken:
-                    outcome = Outcome.WOKEN
-                if outcome is Outcome.FAILED and decision.failure_code == saga.CANCELLED:
-                    outcome = Outcome.CANCELLED
-                if outcome in _FINAL_STATUS:
-                    metrics.RUNS_FINISHED.labels(_FINAL_STATUS[outcome]).inc()
-                    metrics.run_finished(
-                        segment.claim.workflow_name,
-                        _FINAL_STATUS[outcome],
-                        decision.failure_code,
-                        segment.run_age(),
-                    )
-                log.info(
-                    "run segment ended",
-                    extra={
-                        **fields,
-                        "action": f"run_{outcome.value}",
-                        "failure_code": decision.failure_code,
-                        "workflow": segment.claim.workflow_name,
-                        "attempt": segment.claim.attempt_count,
-                        "waited_s": round(segment.claim.waited_seconds, 3),
-                        "took_s": round(time.monotonic() - segment.claimed_at, 3),
-                    },
-                )
-                return outcome
+                return _ended(segment, decision)
     except _WriteRefused as refused:
         return _escalate_refused(segment, entry, refused)
+
+
+def _ended(segment: _Segment, decision: saga.Decision) -> Outcome:
+    """The segment's decision ``decision`` committed and ended it: count and log how."""
+    outcome = _SEGMENT_ENDS[decision.kind]
+    if decision.kind == "wait" and segment.woken:
+        outcome = Outcome.WOKEN
+    if outcome is Outcome.FAILED and decision.failure_code == saga.CANCELLED:
+        outcome = Outcome.CANCELLED
+    if outcome in _FINAL_STATUS:
+        metrics.RUNS_FINISHED.labels(_FINAL_STATUS[outcome]).inc()
+        metrics.run_finished(
+            segment.claim.workflow_name,
+            _FINAL_STATUS[outcome],
+            decision.failure_code,
+            segment.run_age(),
+        )
+    log.info(
+        "run segment ended",
+        extra={
+            **_fields(segment.claim),
+            "action": f"run_{outcome.value}",
+            "failure_code": decision.failure_code,
+            "workflow": segment.claim.workflow_name,
+            "attempt": segment.claim.attempt_count,
+            "waited_s": round(segment.claim.waited_seconds, 3),
+            "took_s": round(time.monotonic() - segment.claimed_at, 3),
+        },
+    )
+    return outcome
+
+
+def _finish(
+    workflow: Workflow,
+    segment: _Segment,
+    journal: list[dict[str, Any]],
+    nxt: saga.Next | None,
+    decision: saga.Decision,
+    entry: dict[str, Any] | None,
+    conn: db.HeldConnection,
+) -> Outcome:
+    """The finisher's part of a segment: the write that ends the run, on the finisher's
+    connection and thread, after the task returned. An intent recorded meanwhile keeps the
+    step's outcome and hands the run back at once (:data:`Outcome.HANDED_BACK`)."""
+    segment.held_conn = conn
+    claim = segment.claim
+    with logs.bound(**_fields(claim), traceparent=claim.traceparent):
+        try:
+            record = functools.partial(
+                _record_decision,
+                workflow=workflow,
+                journal=journal,
+                nxt=nxt,
+                d=decision,
+                segment=segment,
+            )
+            try:
+                done = segment.commit(record, decision.kind, ends_segment=True)
+                if isinstance(done, leases.Lost):
+                    return Outcome.LEASE_LOST
+                if isinstance(done, leases.Applied):
+                    return _ended(segment, decision)
+                if entry is not None:
+                    kept = [e for e in decision.entries if e.get("phase") != saga.PLAN]
+                    if not _keep_outcome(segment, workflow, journal, kept):
+                        return Outcome.LEASE_LOST
+            except _WriteRefused as refused:
+                return _escalate_refused(segment, entry, refused)
+            lease.keeper().drop(segment.held)
+            fenced.hand_back(segment.engine, segment.settings, segment.claim, "intent_noticed")
+            return Outcome.HANDED_BACK
+        except fenced.GaveUp as gave_up:
+            return _gave_up(segment, gave_up)
+        finally:
+            lease.keeper().drop(segment.held)
 
 
 def _send_unsent_prompts(segment: _Segment) -> None:

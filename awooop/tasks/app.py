@@ -25,6 +25,9 @@ from celery.signals import (
 from awooop import bootstrap, config, db, logs, migrate, telemetry
 from awooop.tasks import observability
 
+# How long a pool process that is stopping waits for the finishes of the runs it drove.
+FINISH_DRAIN_SECONDS = 10.0
+
 
 class Loader(AppLoader):
     """Celery's loader, plus what a worker or beat does when it starts (``on_worker_init``)."""
@@ -75,7 +78,12 @@ def _after_fork(**_: object) -> None:
 
 
 @worker_process_shutdown.connect
-def _flush_spans(**_: object) -> None:
+def _finish_and_flush(**_: object) -> None:
+    from awooop.engine import finisher
+
+    # The runs whose last step ran end before the process does (or their leases recover
+    # them, if the database does not answer in time).
+    finisher.drain(FINISH_DRAIN_SECONDS)
     telemetry.shutdown()
 
 

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 
 from awooop import db, logs, metrics
 from awooop.config import get_settings
-from awooop.engine import runner
+from awooop.engine import finisher, runner
 from awooop.tasks import notifications, publish
 from awooop.tasks.app import app
 
@@ -20,18 +20,33 @@ RUNS_QUEUE = "runs"
 
 @app.task(name=EXECUTE)
 def execute(run_id: str) -> str:
-    """Claim the run and drive it; a message for a run someone else holds is a no-op."""
+    """Claim the run and drive it; a message for a run someone else holds is a no-op. The
+    write that ends the run is the process's finisher's, committed while this task returns
+    and its message is acknowledged."""
+    engine = db.get_engine(db.WORKER)
     with logs.bound(run_id=run_id):
         outcome = runner.execute(
-            db.get_engine(db.WORKER),
+            engine,
             get_settings(),
             uuid.UUID(run_id),
             notify=notifications.enqueue,
+            finisher=finisher.for_process(engine, segment_ended),
         )
-    metrics.RUN_SEGMENTS.labels(outcome.value).inc()
-    if outcome is runner.Outcome.WOKEN:
-        enqueue([run_id])
+    if outcome is not runner.Outcome.FINISHING:
+        segment_ended(run_id, outcome)
     return outcome.value
+
+
+# Segments after which the run wants a new message at once.
+_SEND_AGAIN = frozenset({runner.Outcome.WOKEN, runner.Outcome.HANDED_BACK})
+
+
+def segment_ended(run_id: uuid.UUID | str, outcome: runner.Outcome) -> None:
+    """Count how a segment ended (here, or in the finisher), and send the run again if it
+    wants to go on at once."""
+    metrics.RUN_SEGMENTS.labels(outcome.value).inc()
+    if outcome in _SEND_AGAIN:
+        enqueue([run_id])
 
 
 def enqueue(run_ids: Iterable[uuid.UUID | str]) -> int:

@@ -417,6 +417,17 @@ DEADLINE = register(
 )
 
 
+# Three no-op steps under a run deadline the sweep fires when a test asks (the finisher's).
+DEADLINE_NOOP = register(
+    Workflow(
+        "test-deadline-noop",
+        1,
+        [Step("one", _do), Step("two", _do), Step("three", _do)],
+        deadline_seconds=0.2,
+    )
+)
+
+
 TOOL_ONCE = register(
     Workflow(
         "test-tool-once",

@@ -15,9 +15,7 @@ def test_named_parameters_become_positional_in_order_of_first_use():
 def test_a_lock_statement_is_sent_in_the_same_round_trip_before_execute():
     stmt = PreparedStatement("s", "SELECT :a, :b", lock="SELECT pg_advisory_xact_lock(:n, :a)")
 
-    assert stmt._execute == (
-        "SELECT pg_advisory_xact_lock(%s, %s); EXECUTE s(%s, %s)"
-    )
+    assert stmt._execute == ("SELECT pg_advisory_xact_lock(%s, %s); EXECUTE s(%s, %s)")
     assert stmt._lock_order == ["n", "a"]
 
 
@@ -36,7 +34,5 @@ def test_the_plain_form_sends_the_lock_statement_in_the_same_round_trip():
 def test_an_asynchronous_commit_is_asked_for_in_the_same_round_trip_in_both_forms():
     stmt = PreparedStatement("s", "SELECT :a", synchronous_commit=False)
 
-    assert stmt._execute == (
-        "SET LOCAL synchronous_commit TO OFF; EXECUTE s(%s)"
-    )
+    assert stmt._execute == ("SET LOCAL synchronous_commit TO OFF; EXECUTE s(%s)")
     assert stmt._plain == "SET LOCAL synchronous_commit TO OFF; SELECT %(a)s"
