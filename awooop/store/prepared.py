@@ -3,8 +3,9 @@
 PostgreSQL plans a statement every time it is sent as text; for the data-modifying CTEs on
 the hot paths (admission, claim, step record, finish, renew) planning is about a third of
 their cost. psycopg2 has no server-side prepared statements of its own, so a
-:class:`PreparedStatement` sends ``PREPARE name AS …`` the first time a pooled connection
-runs it, then ``EXECUTE name(…)``. The SQL stays written once, with ``:name`` parameters.
+:class:`PreparedStatement` sends ``PREPARE name AS …`` with the first ``EXECUTE name(…)``
+of a pooled connection, then ``EXECUTE name(…)`` alone. The SQL stays written once, with
+``:name`` parameters.
 
 A connection makes its statements again every :data:`REPLAN_AFTER_SECONDS`. PostgreSQL plans
 an ``EXECUTE`` with the statistics of that moment and, after five executions, may keep one
@@ -14,8 +15,9 @@ sequentially, cheap then, and would go on scanning them as they grow until an AN
 happened to invalidate it (measured under ``make bench``: tens of millions of rows read a
 minute, admission at half speed). Planned again, a statement sees the tables' current size
 (the planner scales the last statistics by the relation's pages now), so once the tables
-have grown its plan reads through the indexes, ANALYZE or not. A remake costs a round trip
-and five custom plans per statement and connection: nothing, every few seconds. A planner
+have grown its plan reads through the indexes, ANALYZE or not. A remake travels with the
+EXECUTE (no round trip or transaction of its own) and costs five custom plans per statement
+and connection: nothing, every few seconds. A planner
 switch such as ``enable_seqscan`` would keep the plans on the indexes too, but for every
 statement, always, and would hide a missing index.
 
@@ -55,6 +57,10 @@ _ASYNC_COMMIT = "SET LOCAL synchronous_commit TO OFF"
 # makes it again (see the module docstring).
 REPLAN_AFTER_SECONDS = 10.0
 _clock = time.monotonic  # tests move it
+# A remake failed: the server may or may not hold the statement.
+UNSURE = float("-inf")
+# SQLSTATE invalid_sql_statement_name: no prepared statement of that name.
+_NO_SUCH_STATEMENT = "26000"
 
 # The execution option saying whether a connection's statements are prepared (default: yes).
 PREPARE = "awooop_prepare"
@@ -93,6 +99,8 @@ class PreparedStatement:
             return f"${self._order.index(param) + 1}"
 
         self._prepare = f"PREPARE {name} AS {_PARAM.sub(positional, sql)}"
+        # sent with parameters: a literal % doubled
+        self._prepare_sql = self._prepare.replace("%", "%%")
         self._execute = f"EXECUTE {name}({', '.join(['%s'] * len(self._order))})"
         if lock is not None:
 
@@ -116,21 +124,34 @@ class PreparedStatement:
     def execute(self, conn: Connection, params: Mapping[str, Any]) -> Rows:
         if not conn.get_execution_options().get(PREPARE, True):
             return _run(conn, self._plain, dict(params))
-        # name -> when this connection prepared it (monotonic seconds)
+        # name -> when this connection prepared it (monotonic seconds), or UNSURE
         prepared: dict[str, float] = conn.connection.info.setdefault("awooop_prepared", {})
+        values = tuple(params[p] for p in self._execute_order)
         now = _clock()
         made_at = prepared.get(self.name)
-        if made_at is None or now - made_at >= REPLAN_AFTER_SECONDS:
-            # Forgotten first: if the remake fails half-way, the server holds no statement of
-            # this name and the next try prepares it afresh. (A PREPARE is not undone when
-            # its transaction fails, so it is not sent along with the EXECUTE.)
-            prepared.pop(self.name, None)
-            if made_at is not None:
-                _run(conn, f"DEALLOCATE {self.name}; {self._prepare}", None)
-            else:
-                _run(conn, self._prepare, None)
-            prepared[self.name] = now
-        return _run(conn, self._execute, tuple(params[p] for p in self._execute_order))
+        if made_at is not None and made_at != UNSURE and now - made_at < REPLAN_AFTER_SECONDS:
+            return _run(conn, self._execute, values)
+        # (Re)made in the EXECUTE's round trip and transaction: no round trip or commit of
+        # its own. A PREPARE or DEALLOCATE is not undone when its transaction fails, so
+        # after a failure whether the server holds the statement is not known.
+        remake = self._prepare_sql
+        if made_at == UNSURE:
+            _forget(conn, self.name)
+        elif made_at is not None:
+            remake = f"DEALLOCATE {self.name}; {remake}"
+        prepared[self.name] = UNSURE
+        rows = _run(conn, f"{remake}; {self._execute}", values)
+        prepared[self.name] = now
+        return rows
+
+
+def _forget(conn: Connection, name: str) -> None:
+    """Drop the connection's statement ``name`` if the server holds it."""
+    try:
+        _run(conn, f"DEALLOCATE {name}", None)
+    except exc.DBAPIError as error:
+        if getattr(error.orig, "pgcode", None) != _NO_SUCH_STATEMENT:
+            raise
 
 
 class Rows:
