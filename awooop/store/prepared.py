@@ -7,7 +7,8 @@ their cost. psycopg2 has no server-side prepared statements of its own, so a
 of a pooled connection, then ``EXECUTE name(…)`` alone. The SQL stays written once, with
 ``:name`` parameters.
 
-A connection makes its statements again every :data:`REPLAN_AFTER_SECONDS`. PostgreSQL plans
+A connection makes its statements again, soon after it first made them (0.5 s), then twice
+as long each time, then every :data:`REPLAN_AFTER_SECONDS`. PostgreSQL plans
 an ``EXECUTE`` with the statistics of that moment and, after five executions, may keep one
 generic plan for the session. A plan made while the tables were tiny — a fresh database,
 tables analyzed while empty, the first minute before autovacuum's first ANALYZE — scans them
@@ -17,9 +18,9 @@ minute, admission at half speed). Planned again, a statement sees the tables' cu
 (the planner scales the last statistics by the relation's pages now), so once the tables
 have grown its plan reads through the indexes, ANALYZE or not. A remake travels with the
 EXECUTE (no round trip or transaction of its own) and costs five custom plans per statement
-and connection: nothing, every few seconds. A planner
-switch such as ``enable_seqscan`` would keep the plans on the indexes too, but for every
-statement, always, and would hide a missing index.
+and connection: nothing, every few seconds. A new connection's plans follow tables that grow
+from empty within seconds. A planner switch such as ``enable_seqscan`` would keep the plans
+on the indexes too, but for every statement, always, and would hide a missing index.
 
 A prepared statement lives in one server session. Behind a pooler in transaction mode
 (PgBouncer) each transaction runs on whichever server connection is free, where the
@@ -53,12 +54,12 @@ _PARAM = re.compile(r"(?<![:\w]):(\w+)")
 # so it is safe behind a pooler in transaction mode).
 _ASYNC_COMMIT = "SET LOCAL synchronous_commit TO OFF"
 
-# How long a connection keeps a statement (and the plan PostgreSQL cached for it) before it
-# makes it again (see the module docstring).
+# When a connection makes a statement (and the plan PostgreSQL cached for it) again: this
+# long after it first made it, then twice as long each time, up to REPLAN_AFTER_SECONDS
+# (see the module docstring).
+FIRST_REPLAN_SECONDS = 0.5
 REPLAN_AFTER_SECONDS = 10.0
 _clock = time.monotonic  # tests move it
-# A remake failed: the server may or may not hold the statement.
-UNSURE = float("-inf")
 # SQLSTATE invalid_sql_statement_name: no prepared statement of that name.
 _NO_SUCH_STATEMENT = "26000"
 
@@ -124,24 +125,27 @@ class PreparedStatement:
     def execute(self, conn: Connection, params: Mapping[str, Any]) -> Rows:
         if not conn.get_execution_options().get(PREPARE, True):
             return _run(conn, self._plain, dict(params))
-        # name -> when this connection prepared it (monotonic seconds), or UNSURE
-        prepared: dict[str, float] = conn.connection.info.setdefault("awooop_prepared", {})
+        # name -> (when to make it again, the interval that led there), or None: a remake
+        # failed, and whether the server holds the statement is not known
+        prepared: dict[str, tuple[float, float] | None]
+        prepared = conn.connection.info.setdefault("awooop_prepared", {})
         values = tuple(params[p] for p in self._execute_order)
         now = _clock()
-        made_at = prepared.get(self.name)
-        if made_at is not None and made_at != UNSURE and now - made_at < REPLAN_AFTER_SECONDS:
+        absent = self.name not in prepared
+        made = prepared.get(self.name)
+        if made is not None and now < made[0]:
             return _run(conn, self._execute, values)
         # (Re)made in the EXECUTE's round trip and transaction: no round trip or commit of
-        # its own. A PREPARE or DEALLOCATE is not undone when its transaction fails, so
-        # after a failure whether the server holds the statement is not known.
-        remake = self._prepare_sql
-        if made_at == UNSURE:
+        # its own. A PREPARE or DEALLOCATE is not undone when its transaction fails.
+        remake, interval = self._prepare_sql, FIRST_REPLAN_SECONDS
+        if made is None and not absent:
             _forget(conn, self.name)
-        elif made_at is not None:
+        elif made is not None:
             remake = f"DEALLOCATE {self.name}; {remake}"
-        prepared[self.name] = UNSURE
+            interval = min(2 * made[1], REPLAN_AFTER_SECONDS)
+        prepared[self.name] = None
         rows = _run(conn, f"{remake}; {self._execute}", values)
-        prepared[self.name] = now
+        prepared[self.name] = (now + interval, interval)
         return rows
 
 

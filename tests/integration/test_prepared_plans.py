@@ -91,3 +91,27 @@ def _admit(conn, project, n: int) -> None:
     for _ in range(n):
         admission.admit(conn, test_runs.new_run(project["project_id"], registry.latest("noop-3")))
     assert "awooop_admit" in conn.connection.info["awooop_prepared"]
+
+
+def test_a_connection_makes_a_statement_again_soon_then_less_often(engine, monkeypatch):
+    now = [1000.0]
+    monkeypatch.setattr(prepared, "_clock", lambda: now[0])
+    one = prepared.PreparedStatement("awooop_test_one", "SELECT CAST(:x AS int) AS one")
+    remade_after = []
+    with engine.connect() as conn:
+
+        def made_at():
+            return conn.exec_driver_sql(
+                "SELECT prepare_time FROM pg_prepared_statements WHERE name = 'awooop_test_one'"
+            ).scalar_one()
+
+        one.execute(conn, {"x": 1})
+        last = made_at()
+        for _ in range(120):  # 30 s in steps of a quarter of a second
+            now[0] += 0.25
+            assert one.execute(conn, {"x": 1}).scalar_one() == 1
+            if made_at() != last:
+                last = made_at()
+                remade_after.append(now[0] - 1000.0)
+
+    assert remade_after == [0.5, 1.5, 3.5, 7.5, 15.5, 25.5]
