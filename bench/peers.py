@@ -370,7 +370,7 @@ def bench_awooop(ctx: Context) -> dict[str, Any]:
         n,
         admit,
         start_worker,
-        (_AWOOOP_COUNTS, run._SPAN, {"p": project}),
+        (_AWOOOP_COUNTS, run._SPAN, {"p": project, "since": run.EPOCH}),
         ctx.noise,
         ctx.procs,
     )
