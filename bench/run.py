@@ -26,7 +26,7 @@ their metrics to a fresh ``PROMETHEUS_MULTIPROC_DIR`` under the logs folder. The
 says FAIL when PostgreSQL is not durable (``fsync`` or ``synchronous_commit`` off) and when
 more than 5 commits per run are left. Everything this starts runs in its own process group
 and is stopped (SIGTERM, then SIGKILL) on the way out; only loopback traffic. Knobs
-(environment): BENCH_DURATION (s, per measured phase, default 4), BENCH_WARMUP (1),
+(environment): BENCH_DURATION (s, per measured phase, default 3), BENCH_WARMUP (1),
 BENCH_CONNECTIONS ("16,64"), BENCH_RAW_TASKS (2000 per raw batch), BENCH_E2E_RUNS (1000 per
 AwoooP batch), BENCH_E2E_CONCURRENCY ("2,1"), BENCH_SOAK_RUNS (10000), BENCH_TIMEOUT (whole
 run, s, 720), BENCH_KEEP=1 keeps the scratch database (its
@@ -119,7 +119,7 @@ PHASES = ("admission", "e2e")
 
 @dataclass(frozen=True)
 class Knobs:
-    duration: float = field(default_factory=lambda: _env_float("BENCH_DURATION", 4.0))
+    duration: float = field(default_factory=lambda: _env_float("BENCH_DURATION", 3.0))
     warmup: float = field(default_factory=lambda: _env_float("BENCH_WARMUP", 1.0))
     connections: tuple[int, ...] = field(
         default_factory=lambda: tuple(
@@ -1887,7 +1887,7 @@ def render_markdown(
         "",
         "## Running it",
         "",
-        "`make bench` (migrations first, then `python -m bench.run`), about six minutes, on "
+        "`make bench` (migrations first, then `python -m bench.run`), six to eight minutes, on "
         "the configured PostgreSQL and Redis; run it with nothing else using that broker "
         "database, since a worker there would take the bench's messages. Knobs: "
         "`BENCH_DURATION`, `BENCH_WARMUP`, `BENCH_CONNECTIONS`, `BENCH_RAW_TASKS`, "

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 PAIRS = 3
-MAX_PAIRS = 5
+MAX_PAIRS = 4
 OTHER_CPU_MAX_PCT = 5.0
 RAW_APART_MAX_PCT = 20.0
 
