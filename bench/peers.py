@@ -32,13 +32,21 @@ The systems:
   BENCH_PEERS_DBOS_CONCURRENCY (1000) and max_executor_threads BENCH_PEERS_DBOS_THREADS
   (512), as DBOS's own queue benchmark runs its workers.
 
-Targets: AwoooP runs/s ≥ 3× DBOS's workflows/s; AwoooP steps/s (runs/s × 3) ≥
-Procrastinate's jobs/s. The figures go into docs/benchmarks.md between the peers markers
-(below the part ``make bench`` rewrites); BENCH_OUTPUT names another file. Knobs:
-BENCH_PEERS_RUNS, BENCH_PEERS_SYSTEMS ("awooop,procrastinate,dbos"; a partial run writes
-no report unless BENCH_OUTPUT is set), BENCH_PEERS_PROCRASTINATE_CONCURRENCY,
-BENCH_PEERS_DBOS_CONCURRENCY, BENCH_PEERS_DBOS_THREADS, BENCH_TIMEOUT (whole run, s, 900),
-BENCH_KEEP=1 (keep the scratch databases).
+Then latency: a fresh worker of each system, warmed by WARM_UP workflows, and an open-loop
+arrival rate of half the drain rate just measured for BENCH_PEERS_LATENCY_S (10) seconds;
+p50 and p99 from each workflow's admission (the row its admission commits) to its first
+step's start and to its completion, all from the system's own records (see
+``_*_LATENCY``).
+
+Targets: AwoooP runs/s ≥ 4× DBOS's workflows/s; AwoooP steps/s (runs/s × 3) ≥ 2×
+Procrastinate's jobs/s; AwoooP's p50 to the first step ≤ 10 ms and the lowest of the
+three. The figures go into docs/benchmarks.md between the peers markers (below the part
+``make bench`` rewrites); BENCH_OUTPUT names another file. Knobs: BENCH_PEERS_RUNS,
+BENCH_PEERS_SYSTEMS ("awooop,procrastinate,dbos"; a partial run writes no report unless
+BENCH_OUTPUT is set), BENCH_PEERS_PROCRASTINATE_CONCURRENCY, BENCH_PEERS_DBOS_CONCURRENCY,
+BENCH_PEERS_DBOS_THREADS, BENCH_PEERS_LATENCY_S, BENCH_TIMEOUT (whole run, s, 900),
+BENCH_KEEP=1 (keep the scratch databases). A short trial: ``BENCH_PEERS_RUNS=300
+BENCH_PEERS_LATENCY_S=3 BENCH_OUTPUT=/tmp/peers.md make bench-peers``.
 """
 
 from __future__ import annotations
@@ -48,6 +56,7 @@ import datetime as dt
 import importlib.metadata
 import importlib.util
 import json
+import math
 import os
 import subprocess
 import sys
@@ -74,8 +83,10 @@ SYSTEMS = ("awooop", "procrastinate", "dbos")
 LABELS = {"awooop": "AwoooP `noop-3`", "procrastinate": "Procrastinate", "dbos": "DBOS Transact"}
 STEPS = 3
 DEFAULT_RUNS = 2000
-TARGET_DBOS = 3.0  # AwoooP runs/s / DBOS workflows/s
-TARGET_PROCRASTINATE = 1.0  # AwoooP steps/s / Procrastinate jobs/s
+TARGET_DBOS = 4.0  # AwoooP runs/s / DBOS workflows/s
+TARGET_PROCRASTINATE = 2.0  # AwoooP steps/s / Procrastinate jobs/s
+TARGET_FIRST_STEP_P50_MS = 10.0  # AwoooP, admission -> first step started, at half capacity
+WARM_UP = 20  # workflows run before the latency phase's measured ones
 POLL_S = 0.1
 PACKAGES = (
     "procrastinate",
@@ -114,6 +125,7 @@ class Knobs:
         default_factory=lambda: _int("BENCH_PEERS_DBOS_CONCURRENCY", 1000)
     )
     dbos_threads: int = field(default_factory=lambda: _int("BENCH_PEERS_DBOS_THREADS", 512))
+    latency_s: int = field(default_factory=lambda: _int("BENCH_PEERS_LATENCY_S", 10))
     timeout: float = field(default_factory=lambda: float(_int("BENCH_TIMEOUT", 900)))
     keep: bool = field(default_factory=lambda: os.environ.get("BENCH_KEEP") == "1")
     output: Path = field(
@@ -197,6 +209,37 @@ FROM dbos.workflow_status WHERE name = %(wf)s AND status = 'SUCCESS'
 """
 
 
+# Per workflow admitted since %(since)s (epoch s): admitted, first step started, completed
+# (epoch s), each from the system's own records.
+_AWOOOP_LATENCY = """
+SELECT extract(epoch FROM created_at),
+       extract(epoch FROM (saga_steps->0->>'recorded_at')::timestamptz)
+         - (saga_steps->0->>'duration_ms')::float / 1000,
+       extract(epoch FROM finished_at)
+FROM awooop_run_state
+WHERE project_id = %(p)s AND status = 'COMPLETED' AND created_at >= to_timestamp(%(since)s)
+"""
+
+_PROCRASTINATE_LATENCY = """
+SELECT extract(epoch FROM d.at), extract(epoch FROM s.at), extract(epoch FROM f.at)
+FROM procrastinate_jobs j1
+JOIN procrastinate_events d ON d.job_id = j1.id AND d.type = 'deferred'
+JOIN procrastinate_events s ON s.job_id = j1.id AND s.type = 'started'
+JOIN procrastinate_jobs j3 ON j3.task_name = %(last)s AND j3.args->'run' = j1.args->'run'
+JOIN procrastinate_events f ON f.job_id = j3.id AND f.type = 'succeeded'
+WHERE j1.task_name = %(first)s AND d.at >= to_timestamp(%(since)s)
+"""
+
+_DBOS_LATENCY = """
+SELECT w.created_at / 1000.0,
+       (SELECT min(o.started_at_epoch_ms) FROM dbos.operation_outputs o
+        WHERE o.workflow_uuid = w.workflow_uuid) / 1000.0,
+       w.completed_at / 1000.0
+FROM dbos.workflow_status w
+WHERE w.name = %(wf)s AND w.status = 'SUCCESS' AND w.created_at >= %(since)s * 1000
+"""
+
+
 # --- processes -----------------------------------------------------------------------------
 
 
@@ -277,8 +320,11 @@ def measure(
     watch_sql: tuple[str, str, dict[str, Any]],
     noise: run.Noise,
     procs: list[Proc],
+    latency: tuple[int, Callable[[int, int, float], None], str] | None = None,
 ) -> dict[str, Any]:
-    """Admission, then the drain by one worker; commits counted around each."""
+    """Admission, then the drain by one worker; commits counted around each. Then, with
+    ``latency`` (seconds, the paced admission, its SQL), the latency phase at half the
+    drain rate, on a worker of its own."""
     info: dict[str, Any] = {"runs": n, "other_db_clients": run.other_clients(url)}
     c0 = commits(url)
     t0 = time.perf_counter()
@@ -306,6 +352,96 @@ def measure(
     log(
         f"{label}: PostgreSQL commits {c1 - c0} admission + {c2 - c1} drain = "
         f"{info['commits_per_run']:.2f} per workflow"
+    )
+    if latency is not None and latency[0] > 0 and info["per_s"] == info["per_s"]:
+        seconds, admit_paced, sql = latency
+        info["latency"] = latency_phase(
+            label,
+            url,
+            n,
+            info["per_s"] / 2,
+            seconds,
+            admit_paced,
+            start_worker,
+            watch_sql,
+            sql,
+            procs,
+        )
+    return info
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-quantile (0..1) of ``values``, nearest rank; NaN when empty."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def latencies(rows: list[tuple[float, float, float]]) -> dict[str, float]:
+    """p50 and p99, in ms, from admission to the first step's start and to completion."""
+    first = [(started - admitted) * 1000 for admitted, started, _ in rows]
+    done = [(completed - admitted) * 1000 for admitted, _, completed in rows]
+    return {
+        "first_p50": percentile(first, 0.50),
+        "first_p99": percentile(first, 0.99),
+        "done_p50": percentile(done, 0.50),
+        "done_p99": percentile(done, 0.99),
+    }
+
+
+def latency_phase(
+    label: str,
+    url: str,
+    drained: int,
+    rate: float,
+    seconds: int,
+    admit_paced: Callable[[int, int, float], None],
+    start_worker: Callable[[], Proc],
+    watch_sql: tuple[str, str, dict[str, Any]],
+    latency_sql: str,
+    procs: list[Proc],
+) -> dict[str, Any]:
+    """Open loop at ``rate`` a second (half the drain rate) for ``seconds`` with one worker
+    running (warmed up by WARM_UP workflows first): each workflow's admission, first step's
+    start and completion, from the system's records."""
+    n = max(20, int(rate * seconds))
+    info: dict[str, Any] = {"rate": rate, "workflows": n}
+    watch = Watch(url, *watch_sql)
+    worker = start_worker()
+    procs.append(worker)
+    try:
+
+        def until_done(total: int) -> None:
+            deadline = time.monotonic() + max(60.0, 4 * total / rate)
+            while watch.progress()[1] < total:
+                worker.check()
+                if time.monotonic() > deadline:
+                    raise BenchError(f"{label}: latency phase did not finish; {worker.log_path}")
+                time.sleep(POLL_S)
+
+        admit_paced(WARM_UP, drained, rate)
+        until_done(drained + WARM_UP)
+        since = time.time()
+        admit_paced(n, drained + WARM_UP, rate)
+        until_done(drained + WARM_UP + n)
+        with watch.conn.cursor() as cur:
+            cur.execute(latency_sql, {**watch_sql[2], "since": since})
+            rows = [(float(a), float(b), float(c)) for a, b, c in cur.fetchall()]
+    finally:
+        watch.close()
+        worker.stop()
+        procs.remove(worker)
+    if len(rows) != n:
+        raise BenchError(f"{label}: {len(rows)} of the latency phase's {n} workflows found")
+    info.update(latencies(rows))
+    admitted = [a for a, _, _ in rows]
+    # The arrival rate achieved, from the admissions' own times.
+    info["admit_per_s"] = (n - 1) / (max(admitted) - min(admitted)) if n > 1 else float("nan")
+    log(
+        f"{label}: {n} workflows at {rate:.1f}/s (admitted at {info['admit_per_s']:.1f}/s): "
+        f"to the first step p50 {info['first_p50']:.1f} ms p99 {info['first_p99']:.1f} ms; "
+        f"to completion p50 {info['done_p50']:.1f} ms p99 {info['done_p99']:.1f} ms"
     )
     return info
 
@@ -354,6 +490,17 @@ def bench_awooop(ctx: Context) -> dict[str, Any]:
         if sent != n:
             raise BenchError(f"AwoooP: {sent}/{n} run messages sent to the broker")
 
+    def admit_paced(count: int, first: int, rate: float) -> None:
+        store = retention.Store(url, settings)
+        try:
+            t0 = time.monotonic()
+            for i in range(count):
+                time.sleep(max(0.0, t0 + i / rate - time.monotonic()))
+                run_id = store.admit(project, f"peers-{first + i}")
+                run_tasks.enqueue([run_id])
+        finally:
+            store.close()
+
     def start_worker() -> Proc:
         return run.start_worker(
             "worker-awooop",
@@ -370,9 +517,10 @@ def bench_awooop(ctx: Context) -> dict[str, Any]:
         n,
         admit,
         start_worker,
-        (_AWOOOP_COUNTS, run._SPAN, {"p": project}),
+        (_AWOOOP_COUNTS, run._SPAN, {"p": project, "since": run.EPOCH}),
         ctx.noise,
         ctx.procs,
+        (ctx.knobs.latency_s, admit_paced, _AWOOOP_LATENCY),
     )
 
 
@@ -395,6 +543,11 @@ def bench_procrastinate(ctx: Context) -> dict[str, Any]:
         argv = [sys.executable, "-c", code, "admit", str(n)]
         run_to_end("procrastinate-admit", argv, env, ctx.logdir, max(120.0, n / 10))
 
+    def admit_paced(count: int, first: int, rate: float) -> None:
+        code = "import sys; from bench import peers_procrastinate as p; p.main(sys.argv[1:])"
+        argv = [sys.executable, "-c", code, "admit", str(count), str(first), str(rate)]
+        run_to_end("procrastinate-admit-paced", argv, env, ctx.logdir, 60 + count / rate)
+
     def start_worker() -> Proc:
         argv = [cli, app, "worker", f"--concurrency={c}", "--name=bench-peers"]
         return Proc("worker-procrastinate", argv, env, ctx.logdir)
@@ -405,9 +558,14 @@ def bench_procrastinate(ctx: Context) -> dict[str, Any]:
         n,
         admit,
         start_worker,
-        (_PROCRASTINATE_COUNTS, _PROCRASTINATE_SPAN, {"last": names.STEPS[-1]}),
+        (
+            _PROCRASTINATE_COUNTS,
+            _PROCRASTINATE_SPAN,
+            {"first": names.STEPS[0], "last": names.STEPS[-1]},
+        ),
         ctx.noise,
         ctx.procs,
+        (ctx.knobs.latency_s, admit_paced, _PROCRASTINATE_LATENCY),
     )
     info["concurrency"] = c
     return info
@@ -430,6 +588,10 @@ def bench_dbos(ctx: Context) -> dict[str, Any]:
     def admit() -> None:
         run_to_end("dbos-admit", [*module, "admit", str(n)], env, ctx.logdir, max(120.0, n / 10))
 
+    def admit_paced(count: int, first: int, rate: float) -> None:
+        argv = [*module, "admit", str(count), str(first), str(rate)]
+        run_to_end("dbos-admit-paced", argv, env, ctx.logdir, 60 + count / rate)
+
     def start_worker() -> Proc:
         return Proc("worker-dbos", [*module, "worker"], env, ctx.logdir)
 
@@ -442,6 +604,7 @@ def bench_dbos(ctx: Context) -> dict[str, Any]:
         (_DBOS_COUNTS, _DBOS_SPAN, {"wf": names.WORKFLOW}),
         ctx.noise,
         ctx.procs,
+        (ctx.knobs.latency_s, admit_paced, _DBOS_LATENCY),
     )
     info["concurrency"], info["threads"] = c, threads
     return info
@@ -479,6 +642,20 @@ def targets(results: dict[str, dict[str, Any]]) -> list[tuple[str, float, str, s
             run._verdict(value, TARGET_PROCRASTINATE, True),
         )
     )
+    p50 = {k: r["latency"]["first_p50"] for k, r in results.items() if "latency" in r}
+    value = p50.get("awooop", float("nan"))
+    lowest = all(value <= v for k, v in p50.items() if k != "awooop")
+    verdict = run._verdict(value, TARGET_FIRST_STEP_P50_MS, False)
+    if verdict == "met" and not lowest:
+        verdict = "MISSED"
+    rows.append(
+        (
+            "AwoooP p50 ms, admission to first step, half capacity",
+            value,
+            f"<= {TARGET_FIRST_STEP_P50_MS:.0f}, lowest",
+            verdict,
+        )
+    )
     return rows
 
 
@@ -507,9 +684,22 @@ def render_table(
             f"{f'{admit:.2f} + {drain_:.2f}':>17}{r['worker_cpu_ms']:>18.2f}"
             f"{r['other_cpu_pct']:>10.0f}%"
         )
-    out += ["", f"  {'ratio':<52}{'measured':>10}  {'target':<9}verdict"]
+    out += [
+        "",
+        "Latency at half capacity (open loop at half the drain rate), ms: to the first step "
+        "p50 / p99, to completion p50 / p99",
+    ]
+    for system in SYSTEMS:
+        lat = results.get(system, {}).get("latency")
+        if lat:
+            out.append(
+                f"  {LABELS[system].replace('`', ''):<18}{lat['rate']:>7.1f}/s"
+                f"{lat['first_p50']:>10.1f}{lat['first_p99']:>10.1f}"
+                f"{lat['done_p50']:>10.1f}{lat['done_p99']:>10.1f}"
+            )
+    out += ["", f"  {'ratio':<56}{'measured':>10}  {'target':<14}verdict"]
     for what, value, target, verdict in rows:
-        out.append(f"  {what:<52}{_f(value, 2):>10}  {target:<9}{verdict}")
+        out.append(f"  {what:<56}{_f(value, 2):>10}  {target:<14}{verdict}")
     return "\n".join(out)
 
 
@@ -565,9 +755,24 @@ def render_markdown(
             f"{r['commits_admission'] / n:.2f} | {r['commits_drain'] / n:.2f} | "
             f"{r['worker_cpu_ms']:.2f} | {r['other_cpu_pct']:.0f}% |"
         )
+    lines += [
+        "",
+        "| latency at half capacity | arrivals/s (achieved) | workflows | to first step p50 ms "
+        "| p99 ms | to completion p50 ms | p99 ms |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for system in SYSTEMS:
+        lat = results.get(system, {}).get("latency")
+        if lat:
+            lines.append(
+                f"| {LABELS[system]} | {lat['rate']:.1f} ({lat['admit_per_s']:.1f}) | "
+                f"{lat['workflows']:,} | "
+                f"{lat['first_p50']:.1f} | {lat['first_p99']:.1f} | {lat['done_p50']:.1f} | "
+                f"{lat['done_p99']:.1f} |"
+            )
     lines += ["", "| target | measured | target | |", "|---|---:|---|---|"]
     for what, value, target, verdict in rows:
-        shown = target.replace(">=", "≥")
+        shown = target.replace(">=", "≥").replace("<=", "≤")
         lines.append(f"| {what.replace(' x ', ' × ')} | {_f(value, 2)} | {shown} | {verdict} |")
     pc = results.get("procrastinate", {}).get("concurrency", knobs.procrastinate_concurrency)
     dc = results.get("dbos", {}).get("concurrency", knobs.dbos_concurrency)
@@ -590,11 +795,24 @@ def render_markdown(
         "after the drain, everything that committed in it included; worker CPU: the worker's "
         "process tree over the drain. Why each setting: [bench/NOTES.md](../bench/NOTES.md).",
         "",
+        "Latency: after the drain, a worker of the same kind is started again, "
+        f"{WARM_UP} workflows are run to warm it, then workflows arrive on a fixed schedule "
+        "(open loop, one library call each, as in admission) at half the drain rate just "
+        f"measured, for {knobs.latency_s} s. From each system's own records: admitted = the "
+        "row its admission commits (AwoooP `created_at`, Procrastinate the first job's "
+        "`deferred` event, DBOS `workflow_status.created_at`); first step started = AwoooP "
+        "the journal's first entry (`recorded_at` less its `duration_ms`), Procrastinate the "
+        "first job's `started` event, DBOS the first step's `started_at_epoch_ms`; completed "
+        "= AwoooP `finished_at`, Procrastinate the third job's `succeeded` event, DBOS "
+        "`completed_at`. The target: AwoooP's p50 to the first step at most "
+        f"{TARGET_FIRST_STEP_P50_MS:.0f} ms and the lowest of the three.",
+        "",
         "`make bench-peers` installs the `bench` extra (procrastinate and dbos, pinned in "
         "`constraints.txt`, never runtime dependencies) and runs `python -m bench.peers`. "
         "Knobs: `BENCH_PEERS_RUNS` (2000), `BENCH_PEERS_SYSTEMS`, "
         "`BENCH_PEERS_PROCRASTINATE_CONCURRENCY` (30), `BENCH_PEERS_DBOS_CONCURRENCY` "
-        "(1000), `BENCH_PEERS_DBOS_THREADS` (512), `BENCH_TIMEOUT`, `BENCH_KEEP=1`.",
+        "(1000), `BENCH_PEERS_DBOS_THREADS` (512), `BENCH_PEERS_LATENCY_S` (10; 0 leaves the "
+        "latency phase out), `BENCH_TIMEOUT`, `BENCH_KEEP=1`.",
         "",
         END,
     ]

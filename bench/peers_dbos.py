@@ -13,7 +13,8 @@ Used three ways, each in a process of its own that ``bench.peers`` starts:
 
 - ``python -m bench.peers_dbos setup``: creates DBOS's system tables (launch runs the
   migrations) and registers the queue;
-- ``python -m bench.peers_dbos admit N``: N workflows enqueued with a ``DBOSClient``;
+- ``python -m bench.peers_dbos admit N [FIRST RATE]``: N workflows enqueued with a
+  ``DBOSClient``, at RATE a second when given;
 - ``python -m bench.peers_dbos worker``: one process that dequeues and runs them until
   SIGTERM.
 
@@ -27,6 +28,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 from dbos import DBOS, DBOSClient, DBOSConfig, EnqueueOptions
 
@@ -77,8 +79,9 @@ def setup() -> None:
     DBOS.destroy()
 
 
-def admit(n: int) -> None:
-    """Enqueue n workflows, one after the other, one call each."""
+def admit(n: int, first: int = 0, rate: float = 0.0) -> None:
+    """Enqueue n workflows (numbered from ``first``), one call each: one after the other, or
+    ``rate`` a second on a fixed schedule (open loop) when given."""
     client = DBOSClient(
         system_database_url=os.environ["BENCH_PEERS_DBOS_URL"], application_name=APP_NAME
     )
@@ -88,8 +91,11 @@ def admit(n: int) -> None:
         "app_version": APP_VERSION,
     }
     try:
-        for run in range(n):
-            client.enqueue(options, run)
+        t0 = time.monotonic()
+        for i in range(n):
+            if rate > 0:
+                time.sleep(max(0.0, t0 + i / rate - time.monotonic()))
+            client.enqueue(options, first + i)
     finally:
         client.destroy()
 
@@ -107,9 +113,9 @@ if __name__ == "__main__":
     command = sys.argv[1:2]
     if command == ["setup"]:
         setup()
-    elif command == ["admit"] and len(sys.argv) == 3:
-        admit(int(sys.argv[2]))
+    elif command == ["admit"] and len(sys.argv) in (3, 5):
+        admit(int(sys.argv[2]), *((int(sys.argv[3]), float(sys.argv[4])) if sys.argv[4:] else ()))
     elif command == ["worker"]:
         worker()
     else:
-        sys.exit("usage: python -m bench.peers_dbos setup | admit N | worker")
+        sys.exit("usage: python -m bench.peers_dbos setup | admit N [FIRST RATE] | worker")

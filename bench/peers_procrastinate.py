@@ -9,7 +9,8 @@ where a sync task would take a thread each.
 Used three ways, each in a process of its own that ``bench.peers`` starts:
 
 - ``procrastinate --app=bench.peers_procrastinate.app schema --apply`` (the schema);
-- ``bench.peers_procrastinate.main(["admit", N])``: defers N first steps, one call each;
+- ``bench.peers_procrastinate.main(["admit", N, FIRST, RATE])``: defers N first steps, one
+  call each, at RATE a second when given;
 - ``procrastinate --app=bench.peers_procrastinate.app worker --concurrency C`` (the worker).
 
 Environment: BENCH_PEERS_PROCRASTINATE_DSN (libpq connection string of the scratch
@@ -23,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import time
 
 import procrastinate
 
@@ -54,16 +56,21 @@ async def step_one(run: int) -> None:
     await step_two.defer_async(run=run)
 
 
-async def admit(n: int) -> None:
-    """Defer n workflows' first steps, one after the other, one call each."""
+async def admit(n: int, first: int = 0, rate: float = 0.0) -> None:
+    """Defer n workflows' first steps (numbered from ``first``), one call each: one after the
+    other, or ``rate`` a second on a fixed schedule (open loop) when given."""
     async with app.open_async():
-        for run in range(n):
-            await step_one.defer_async(run=run)
+        t0 = time.monotonic()
+        for i in range(n):
+            if rate > 0:
+                await asyncio.sleep(max(0.0, t0 + i / rate - time.monotonic()))
+            await step_one.defer_async(run=first + i)
 
 
 def main(argv: list[str]) -> None:
-    """``admit N``. Called as ``python -c "…; main(sys.argv[1:])" admit N``, not with
-    ``python -m``: Procrastinate warns about an App instantiated in ``__main__``."""
-    if len(argv) != 2 or argv[0] != "admit":
-        sys.exit("usage: admit N")
-    asyncio.run(admit(int(argv[1])))
+    """``admit N [FIRST RATE]``. Called as ``python -c "…; main(sys.argv[1:])" admit N``,
+    not with ``python -m``: Procrastinate warns about an App instantiated in ``__main__``."""
+    if len(argv) not in (2, 4) or argv[0] != "admit":
+        sys.exit("usage: admit N [FIRST RATE]")
+    rest = (int(argv[2]), float(argv[3])) if len(argv) == 4 else ()
+    asyncio.run(admit(int(argv[1]), *rest))

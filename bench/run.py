@@ -1,20 +1,23 @@
 """``make bench``: AwoooP against its baselines; prints a table, writes ``docs/benchmarks.md``
 (down to :data:`MARKER`; the other benches' sections below it are kept).
 
+Every ratio is the median of three interleaved pairs; a noisy pair is measured again
+(``bench.verdicts``).
+
 (a) Admission over real HTTP: the real app and ``bench.baseline_app`` under the same
     ``gunicorn.conf.py``; new events (unique ``Idempotency-Key``) and duplicates (the same keys
-    again) at 16 and 64 keep-alive connections. No worker runs; the queued messages are purged.
+    again) at 16 and 64 keep-alive connections, a pair being AwoooP's new events, the
+    baseline's, then AwoooP's duplicates. No worker runs; the queued messages are purged.
 (b) End to end: raw Celery no-op tasks/s (``bench.raw_celery``) vs AwoooP ``noop-3`` runs/s,
-    one prefork worker process each, the queue filled first; raw Celery runs just before and
-    again just after AwoooP's batch, and the ratio is taken against the mean of the two, so a
-    drift of the machine's speed across the phase cancels (a large gap between them is
-    reported: the ratio is then uncertain); PostgreSQL commits per run over
+    one prefork worker process each at the same concurrency, the queue filled first; raw
+    Celery, AwoooP, raw Celery, AwoooP, …, each AwoooP batch over the mean of the raw rates
+    either side of it; PostgreSQL commits per run over
     the whole lifecycle (admission included), counted exactly (``bench.commits``): the
     delta of the scratch database's ``xact_commit`` less the worker's liveness upserts, the
     web's project-auth loads and the harness's own transactions, each counted where it
     happens; a window with nothing running must count 0 (checked before the e2e phase).
 (c) Memory: resident size of the web (gunicorn master + workers) and worker (celery parent +
-    child) processes over the end-to-end batch and over a further soak of runs.
+    child) processes over the last end-to-end batch and over a further soak of runs.
 
 Everything runs in a scratch database of its own on the server of ``AWOOOP_DATABASE_URL``
 (``awooop_bench_<yyyymmddhhmmss>_<hex>``, migrated to head, autovacuum off on its tables,
@@ -23,9 +26,10 @@ their metrics to a fresh ``PROMETHEUS_MULTIPROC_DIR`` under the logs folder. The
 says FAIL when PostgreSQL is not durable (``fsync`` or ``synchronous_commit`` off) and when
 more than 5 commits per run are left. Everything this starts runs in its own process group
 and is stopped (SIGTERM, then SIGKILL) on the way out; only loopback traffic. Knobs
-(environment): BENCH_DURATION (s, per measured phase, default 6), BENCH_WARMUP (1.5),
-BENCH_CONNECTIONS ("16,64"), BENCH_RAW_TASKS (3000), BENCH_E2E_RUNS (2000), BENCH_SOAK_RUNS
-(10000), BENCH_TIMEOUT (whole run, s, 420), BENCH_KEEP=1 keeps the scratch database (its
+(environment): BENCH_DURATION (s, per measured phase, default 3), BENCH_WARMUP (1),
+BENCH_CONNECTIONS ("16,64"), BENCH_RAW_TASKS (2000 per raw batch), BENCH_E2E_RUNS (1000 per
+AwoooP batch), BENCH_E2E_CONCURRENCY ("2,1"), BENCH_SOAK_RUNS (10000), BENCH_TIMEOUT (whole
+run, s, 720), BENCH_KEEP=1 keeps the scratch database (its
 name is logged), BENCH_OUTPUT (default docs/benchmarks.md),
 BENCH_PHASES ("admission,e2e"; a partial run writes no report unless BENCH_OUTPUT is set),
 BENCH_SPREAD=0 leaves connections where gunicorn puts them (see ``bench.load.Spread``).
@@ -42,6 +46,7 @@ import platform
 import secrets
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -57,10 +62,11 @@ import redis
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from bench import commits, load, scratch
+from bench import commits, load, scratch, verdicts
 from bench.baseline_app import RUN_LIST
 
 ROOT = Path(__file__).resolve().parent.parent
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 BIN = Path(sys.executable).parent
 MARKER = "<!-- Everything below this line is kept when `make bench` rewrites this file. -->"
 
@@ -70,9 +76,22 @@ TARGETS = {
     # baseline's rate of new events
     "duplicate_vs_baseline": 1.00,  # AwoooP duplicates / baseline new events, req/s
     "p99_ratio": 1.20,  # AwoooP p99 / baseline p99 at 64 connections
-    "e2e_ratio": 0.40,  # AwoooP noop-3 runs/s / raw Celery no-op tasks/s
+    # AwoooP noop-3 runs/s / raw Celery no-op tasks/s, one worker process each
+    "e2e_ratio": 0.40,  # at the Procfile's concurrency (-c 2)
+    "e2e_ratio_c1": 0.33,  # at -c 1, where Celery's hand-over is serial with every run
+    "e2e_stretch_c1": 0.40,
+    # web + worker + PostgreSQL + Redis CPU per run / the producer + worker + Redis per task
+    "cpu_ratio": 4.0,
     "commits_per_run": 5.0,
+    "wal_flushes_per_run": 3.0,
     "memory_growth_pct": 10.0,
+}
+
+
+# The end-to-end rows per worker concurrency: (target, suffix of the row's label).
+E2E_TARGETS: dict[int, tuple[tuple[str, str], ...]] = {
+    1: (("e2e_ratio_c1", ""), ("e2e_stretch_c1", " (stretch)")),
+    2: (("e2e_ratio", ""),),
 }
 
 
@@ -100,17 +119,24 @@ PHASES = ("admission", "e2e")
 
 @dataclass(frozen=True)
 class Knobs:
-    duration: float = field(default_factory=lambda: _env_float("BENCH_DURATION", 6.0))
-    warmup: float = field(default_factory=lambda: _env_float("BENCH_WARMUP", 1.5))
+    duration: float = field(default_factory=lambda: _env_float("BENCH_DURATION", 3.0))
+    warmup: float = field(default_factory=lambda: _env_float("BENCH_WARMUP", 1.0))
     connections: tuple[int, ...] = field(
         default_factory=lambda: tuple(
             int(c) for c in os.environ.get("BENCH_CONNECTIONS", "16,64").split(",") if c.strip()
         )
     )
-    raw_tasks: int = field(default_factory=lambda: _env_int("BENCH_RAW_TASKS", 3000))
-    e2e_runs: int = field(default_factory=lambda: _env_int("BENCH_E2E_RUNS", 2000))
+    raw_tasks: int = field(default_factory=lambda: _env_int("BENCH_RAW_TASKS", 2000))
+    e2e_runs: int = field(default_factory=lambda: _env_int("BENCH_E2E_RUNS", 1000))
     soak_runs: int = field(default_factory=lambda: _env_int("BENCH_SOAK_RUNS", 10000))
-    timeout: float = field(default_factory=lambda: _env_float("BENCH_TIMEOUT", 420))
+    # One end-to-end series per worker concurrency, in this order; the last one's worker
+    # runs the soak.
+    e2e_concurrency: tuple[int, ...] = field(
+        default_factory=lambda: tuple(
+            int(c) for c in os.environ.get("BENCH_E2E_CONCURRENCY", "2,1").split(",") if c.strip()
+        )
+    )
+    timeout: float = field(default_factory=lambda: _env_float("BENCH_TIMEOUT", 720))
     phases: tuple[str, ...] = field(
         default_factory=lambda: tuple(
             p.strip()
@@ -511,6 +537,70 @@ def other_clients(url: str, database: str | None = None) -> int:
         return int(cur.fetchone()[0])
 
 
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def postgres_pids(url: str, database: str) -> list[int]:
+    """The server's processes that work for ``database``: its client backends (less this
+    harness's own sessions), the postmaster and the server's background processes (WAL
+    writer, checkpointer…, shared with the server's other databases). Empty when the server
+    is not on this machine."""
+    with _pg(url) as conn, conn.cursor() as cur:
+        cur.execute(
+            "SELECT pid, datname, backend_type, client_port FROM pg_stat_activity"
+            " WHERE pid <> pg_backend_pid()"
+        )
+        rows = cur.fetchall()
+        cur.execute("SELECT pg_backend_pid()")
+        me = int(cur.fetchone()[0])
+        port = conn.info.port
+    try:
+        with open(f"/proc/{me}/stat") as f:
+            postmaster = int(f.read().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return []
+    pids = [postmaster]
+    for pid, datname, backend_type, client_port in rows:
+        if backend_type != "client backend":
+            if backend_type != "autovacuum worker" or datname == database:
+                pids.append(pid)
+        elif datname == database and not (
+            client_port and _local_port_owned([os.getpid()], client_port, port)
+        ):
+            pids.append(pid)
+    return [p for p in pids if _comm(p) == "postgres"]
+
+
+def redis_pids(r: redis.Redis) -> list[int]:
+    """The broker's process when it runs on this machine (it serves every database of it)."""
+    with contextlib.suppress(redis.RedisError, KeyError, ValueError):
+        pid = int(r.info("server")["process_id"])
+        if _comm(pid).startswith("redis"):
+            return [pid]
+    return []
+
+
+def cpu_by_pid(pids: list[int]) -> dict[int, float]:
+    return {p: _cpu_seconds(p) for p in pids}
+
+
+def cpu_delta(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds used between two samples by the processes alive at the second."""
+    return sum(max(0.0, cpu - before.get(p, 0.0)) for p, cpu in after.items())
+
+
+def wal_syncs(url: str) -> int:
+    """``pg_stat_wal.wal_sync``: WAL flushes to disk so far, server-wide."""
+    with _pg(url) as conn, conn.cursor() as cur:
+        cur.execute("SELECT wal_sync FROM pg_stat_wal")
+        return int(cur.fetchone()[0])
+
+
 def create_projects(settings: Any, ids: list[str]) -> dict[str, str]:
     """Each project with an API token, its ``api`` channel routed to ``noop-3``."""
     from awooop import cli, db
@@ -674,51 +764,80 @@ def bench_admission(
     r: redis.Redis,
     noise: Noise,
     procs: list[Proc],
-) -> list[dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], dict[int, list[verdicts.Pair]]]:
+    """Admission at each connection count, in interleaved pairs (``bench.verdicts``)."""
     real, real_port = start_web("web-awooop", "awooop.web.app:create_app()", logdir)
     base, base_port = start_web("web-baseline", "bench.baseline_app:create_app()", logdir)
     procs += [real, base]
     try:
         wait_http(real, real_port)
         wait_http(base, base_port)
-        results = []
+        results: list[dict[str, Any]] = []
+        pairs: dict[int, list[verdicts.Pair]] = {}
         for conns in knobs.connections:
-            # Interleaved, so a burst of outside load hits both sides alike.
-            prefix = f"a{conns}-{secrets.token_hex(4)}"
-            unique = _phase(
-                "AwoooP new events",
-                real,
-                real_port,
-                _requests(real_id, projects_[real_id], load.unique_keys(prefix)),
-                conns,
-                knobs,
-                noise,
-            )
-            results.append({**unique, "app": "awooop", "kind": "new"})
-            baseline = _phase(
-                "baseline new events",
-                base,
-                base_port,
-                _requests(
-                    base_id,
-                    projects_[base_id],
-                    load.unique_keys(f"b{conns}-{secrets.token_hex(4)}"),
-                ),
-                conns,
-                knobs,
-                noise,
-            )
-            results.append({**baseline, "app": "baseline", "kind": "new"})
-            duplicates = _phase(
-                "AwoooP duplicates",
-                real,
-                real_port,
-                _requests(real_id, projects_[real_id], load.replay_keys(prefix, unique["issued"])),
-                conns,
-                knobs,
-                noise,
-            )
-            results.append({**duplicates, "app": "awooop", "kind": "duplicate"})
+            series = pairs[conns] = []
+            while verdicts.need_more(series):
+                # A pair: AwoooP, the baseline, AwoooP's duplicates, one right after the other,
+                # so a burst of outside load hits both sides alike.
+                k = len(series) + 1
+                prefix = f"a{conns}-{secrets.token_hex(4)}"
+                unique = _phase(
+                    f"AwoooP new events #{k}",
+                    real,
+                    real_port,
+                    _requests(real_id, projects_[real_id], load.unique_keys(prefix)),
+                    conns,
+                    knobs,
+                    noise,
+                )
+                baseline = _phase(
+                    f"baseline new events #{k}",
+                    base,
+                    base_port,
+                    _requests(
+                        base_id,
+                        projects_[base_id],
+                        load.unique_keys(f"b{conns}-{secrets.token_hex(4)}"),
+                    ),
+                    conns,
+                    knobs,
+                    noise,
+                )
+                duplicates = _phase(
+                    f"AwoooP duplicates #{k}",
+                    real,
+                    real_port,
+                    _requests(
+                        real_id, projects_[real_id], load.replay_keys(prefix, unique["issued"])
+                    ),
+                    conns,
+                    knobs,
+                    noise,
+                )
+                results += [
+                    {**unique, "app": "awooop", "kind": "new", "pair": k},
+                    {**baseline, "app": "baseline", "kind": "new", "pair": k},
+                    {**duplicates, "app": "awooop", "kind": "duplicate", "pair": k},
+                ]
+                pair = verdicts.Pair(
+                    {
+                        "new": _ratio(unique["rps"], baseline["rps"]),
+                        "duplicate": _ratio(duplicates["rps"], baseline["rps"]),
+                        "duplicate_own": _ratio(duplicates["rps"], unique["rps"]),
+                        "p99": _ratio(unique["p99"], baseline["p99"]),
+                    },
+                    verdicts.noise_reasons(
+                        {
+                            "AwoooP new events": unique["other_cpu_pct"],
+                            "the baseline": baseline["other_cpu_pct"],
+                            "AwoooP duplicates": duplicates["other_cpu_pct"],
+                        }
+                    ),
+                )
+                series.append(pair)
+                if pair.noisy:
+                    log(f"admission @{conns}, pair {k} is noisy: {'; '.join(pair.reasons)}")
+            verdicts.choose(series)
     finally:
         for proc in (real, base):
             proc.stop()
@@ -726,7 +845,7 @@ def bench_admission(
     dropped = purge_queue(r, "runs") + int(r.llen(RUN_LIST))
     r.delete(RUN_LIST)
     log(f"purged {dropped} queued messages (no worker ran during admission)")
-    return results
+    return results, pairs
 
 
 # --- (b) end to end, (c) memory -------------------------------------------------------------
@@ -739,28 +858,34 @@ def bench_raw_celery(
     procs: list[Proc],
     noise: Noise,
     name: str = "worker-raw-celery",
+    concurrency: int = 1,
 ) -> dict[str, Any]:
     from bench import raw_celery
 
     n = knobs.raw_tasks
     r.delete(*raw_celery.KEYS)
     purge_queue(r, raw_celery.QUEUE)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     with raw_celery.app.producer_or_acquire() as producer:
         for _ in range(n):
             raw_celery.noop.apply_async((n,), queue=raw_celery.QUEUE, producer=producer)
     enqueue_s = time.perf_counter() - t0
+    enqueue_cpu = time.process_time() - c0
     queued = int(r.llen(raw_celery.QUEUE))
     if queued != n:
         raise BenchError(f"raw Celery: {queued} messages in {raw_celery.QUEUE}, expected {n}")
     info: dict[str, Any] = {"tasks": n, "enqueue_per_s": n / enqueue_s}
-    worker = start_worker(name, "bench.raw_celery", raw_celery.QUEUE, logdir)
+    worker = start_worker(name, "bench.raw_celery", raw_celery.QUEUE, logdir, concurrency)
     procs.append(worker)
     started = time.perf_counter()
     deadline = started + max(60.0, n / 100)
+    broker = redis_pids(r)
+    first: tuple[int, dict[int, float]] | None = None  # tasks done, CPU, once the first is
     try:
         with noise.measure(info):
-            while int(r.get(raw_celery.COUNTER) or 0) < n:
+            while (done := int(r.get(raw_celery.COUNTER) or 0)) < n:
+                if first is None and done:
+                    first = (done, cpu_by_pid(worker.pids() + broker))
                 worker.check()
                 if time.perf_counter() > deadline:
                     raise BenchError(
@@ -771,16 +896,22 @@ def bench_raw_celery(
                 time.sleep(0.02)
         info["wall_s"] = time.perf_counter() - started
         info["worker_cpu_ms"] = worker.cpu_seconds() * 1000 / n
+        if first is not None and first[0] < n:
+            # The producer's (this process) + the worker's + Redis's, per task; the worker's
+            # start-up before its first task left out.
+            warm = cpu_delta(first[1], cpu_by_pid(worker.pids() + broker))
+            info["cpu_ms"] = (enqueue_cpu / n + warm / (n - first[0])) * 1000
     finally:
         worker.stop()
         procs.remove(worker)
-    first, last = float(r.get(raw_celery.FIRST) or 0), float(r.get(raw_celery.LAST) or 0)
-    info["seconds"] = last - first
-    info["per_s"] = n / (last - first) if last > first else float("nan")
+    t_first, last = float(r.get(raw_celery.FIRST) or 0), float(r.get(raw_celery.LAST) or 0)
+    info["seconds"] = last - t_first
+    info["per_s"] = n / (last - t_first) if last > t_first else float("nan")
     info["left_in_queue"] = int(r.llen(raw_celery.QUEUE))
     r.delete(*raw_celery.KEYS)
     log(
-        f"raw Celery: {n} no-op tasks in {info['seconds']:.2f} s = {info['per_s']:.0f} "
+        f"raw Celery -c {concurrency}: {n} no-op tasks in {info['seconds']:.2f} s = "
+        f"{info['per_s']:.0f} "
         f"tasks/s (worker start to drained {info['wall_s']:.1f} s)  other CPU "
         f"{info['other_cpu_pct']:.0f}%"
     )
@@ -796,38 +927,11 @@ FROM awooop_run_state WHERE project_id = %s
 
 _SPAN = """
 SELECT (SELECT min(e.at) FROM awooop_run_event e JOIN awooop_run_state r USING (run_id)
-        WHERE r.project_id = %(p)s AND e.kind = 'lease' AND e.trigger_id LIKE 'claim:%%'),
-       (SELECT max(finished_at) FROM awooop_run_state WHERE project_id = %(p)s)
+        WHERE r.project_id = %(p)s AND e.kind = 'lease' AND e.trigger_id LIKE 'claim:%%'
+          AND e.at >= %(since)s),
+       (SELECT max(finished_at) FROM awooop_run_state
+        WHERE project_id = %(p)s AND finished_at >= %(since)s)
 """
-
-
-# Raw Celery's two rates further apart than this (% of their mean): the machine's speed changed
-# during the end-to-end phase, and the summary says the ratio is uncertain.
-RAW_DRIFT_WARN_PCT = 20.0
-
-
-def bracket_raw(before: dict[str, Any], after: dict[str, Any] | None) -> dict[str, Any]:
-    """Raw Celery's figures from before AwoooP's batch, with the run after it: ``after``,
-    the mean of the two rates (``bracket_per_s``, what the ratio divides by) and how far apart
-    they were (``drift_pct``, of that mean). Without ``after``, ``before`` as it is."""
-    if not after:
-        return before
-    a, b = before.get("per_s", float("nan")), after.get("per_s", float("nan"))
-    mean = (a + b) / 2
-    return {**before, "after": after, "bracket_per_s": mean, "drift_pct": abs(b - a) / mean * 100}
-
-
-def drift_note(raw: dict[str, Any]) -> str | None:
-    """A line for the summary when raw Celery's two rates are far apart, else None."""
-    drift = raw.get("drift_pct")
-    # Compared as printed, so a note never says "20 % apart" against a limit of 20 %.
-    if drift is None or not round(drift) > RAW_DRIFT_WARN_PCT:
-        return None
-    return (
-        f"note: raw Celery ran at {raw['per_s']:.0f} tasks/s before AwoooP's batch and "
-        f"{raw['after']['per_s']:.0f} after it ({drift:.0f} % apart): the machine's speed "
-        "changed during the phase, so the end-to-end ratio is uncertain; run the bench again"
-    )
 
 
 def _local_port_owned(pids: list[int], local_port: int, remote_port: int) -> bool:
@@ -904,9 +1008,20 @@ class Progress:
             done, failed, total = cur.fetchone()
         return int(done), int(failed), int(total)
 
-    def span(self) -> float:
+    def clock(self) -> dt.datetime:
+        """The database's clock now (not the transaction's start)."""
         with self.conn.cursor() as cur:
-            cur.execute(_SPAN, {"p": self.project_id})
+            cur.execute("SELECT clock_timestamp()")
+            return cur.fetchone()[0]
+
+    def span(self) -> float:
+        """First claim to last completion of the project's runs."""
+        return self.span_since(EPOCH)
+
+    def span_since(self, since: dt.datetime) -> float:
+        """First claim to last completion of the runs claimed since ``since``."""
+        with self.conn.cursor() as cur:
+            cur.execute(_SPAN, {"p": self.project_id, "since": since})
             first, last = cur.fetchone()
         return (last - first).total_seconds() if first and last else float("nan")
 
@@ -948,14 +1063,16 @@ def _wait_runs(
     expected: int,
     timeout: float,
     on_first: Callable[[], None] | None = None,
+    done_before: int = 0,
 ) -> None:
-    """Until ``expected`` runs of the project are COMPLETED; fails early on a stall."""
+    """Until ``expected`` runs of the project are COMPLETED; fails early on a stall.
+    ``on_first`` is called once more than ``done_before`` are."""
     deadline = time.monotonic() + timeout
     first_seen = False
     last_done, last_change = -1, time.monotonic()
     while True:
         done, failed, total = progress.counts()
-        if not first_seen and done > 0:
+        if not first_seen and done > done_before:
             first_seen = True
             if on_first:
                 on_first()
@@ -981,7 +1098,147 @@ def _wait_runs(
         time.sleep(0.1)
 
 
-def bench_awooop_e2e(
+def awooop_batch(
+    knobs: Knobs,
+    logdir: Path,
+    web: Proc,
+    port: int,
+    progress: Progress,
+    token: str,
+    r: redis.Redis,
+    procs: list[Proc],
+    noise: Noise,
+    concurrency: int,
+    label: str,
+    into: dict[str, Any],
+    on_first: Callable[[Proc], None] | None = None,
+) -> tuple[dict[str, Any], Proc]:
+    """``knobs.e2e_runs`` runs admitted over HTTP with no worker running, then one worker
+    process (``-c concurrency``) drains them; its figures, and the worker (still running)."""
+    n = knobs.e2e_runs
+    info: dict[str, Any] = {"runs": n, "concurrency": concurrency}
+    done0, _, total0 = progress.counts()
+    result = _admit(label, web, port, progress.project_id, token, n, 16, max(60.0, n / 50), into)
+    info["admit_per_s"] = result.rps
+    _, _, total = progress.counts()
+    if total != total0 + n:
+        raise BenchError(
+            f"{label}: {total - total0} runs admitted, expected {n}; "
+            f"log {web.log_path}:\n{web.log_tail()}"
+        )
+    since = progress.clock()
+    # Like for like with raw Celery, which sends no task events (see the report text).
+    worker = start_worker(
+        f"worker-{label.replace(' ', '-').replace('#', '')}",
+        "awooop.tasks.app",
+        "runs",
+        logdir,
+        concurrency,
+        AWOOOP_TASK_EVENTS="0",
+    )
+    procs.append(worker)
+    started = time.perf_counter()
+    with noise.measure(info):
+        _wait_runs(
+            progress,
+            worker,
+            web,
+            r,
+            total,
+            timeout=max(90.0, n / 20),
+            on_first=(lambda: on_first(worker)) if on_first else None,
+            done_before=done0,
+        )
+    info["wall_s"] = time.perf_counter() - started
+    info["worker_cpu_ms"] = worker.cpu_seconds() * 1000 / n
+    info["seconds"] = progress.span_since(since)
+    info["per_s"] = n / info["seconds"]
+    log(
+        f"{label}: {n} noop-3 runs, first claim to last completion {info['seconds']:.2f} s"
+        f" = {info['per_s']:.0f} runs/s (worker start to done {info['wall_s']:.1f} s)"
+        f"  other CPU {info['other_cpu_pct']:.0f}%"
+    )
+    return info, worker
+
+
+def e2e_series(
+    knobs: Knobs,
+    logdir: Path,
+    web: Proc,
+    port: int,
+    progress: Progress,
+    token: str,
+    r: redis.Redis,
+    procs: list[Proc],
+    noise: Noise,
+    concurrency: int,
+    into: dict[str, Any],
+    keep_last: bool,
+    on_first: Callable[[Proc], None] | None = None,
+) -> tuple[dict[str, Any], Proc | None]:
+    """Raw Celery, AwoooP, raw Celery, AwoooP, … at ``-c concurrency`` until three clean
+    pairs (``bench.verdicts``); pair k is AwoooP's batch k over the mean of the raw rates
+    either side of it. AwoooP's worker idles while the raw run after its batch is measured,
+    and is then stopped, except the last one when ``keep_last`` (returned)."""
+    c = concurrency
+    raws = [bench_raw_celery(knobs, logdir, r, procs, noise, f"worker-raw-c{c}-1", c)]
+    batches: list[dict[str, Any]] = []
+    pairs: list[verdicts.Pair] = []
+    worker: Proc | None = None
+    while verdicts.need_more(pairs):
+        k = len(pairs) + 1
+        if worker is not None:
+            worker.stop()
+            procs.remove(worker)
+        batch, worker = awooop_batch(
+            knobs,
+            logdir,
+            web,
+            port,
+            progress,
+            token,
+            r,
+            procs,
+            noise,
+            c,
+            f"AwoooP -c {c} #{k}",
+            into,
+            on_first,
+        )
+        batches.append(batch)
+        raws.append(bench_raw_celery(knobs, logdir, r, procs, noise, f"worker-raw-c{c}-{k + 1}", c))
+        before, after = raws[-2], raws[-1]
+        pair = verdicts.Pair(
+            {"e2e": _ratio(batch["per_s"], (before["per_s"] + after["per_s"]) / 2)},
+            verdicts.noise_reasons(
+                {
+                    "raw Celery before": before["other_cpu_pct"],
+                    "AwoooP's batch": batch["other_cpu_pct"],
+                    "raw Celery after": after["other_cpu_pct"],
+                },
+                (before["per_s"], after["per_s"]),
+            ),
+        )
+        pairs.append(pair)
+        if pair.noisy:
+            log(f"end to end -c {c}, pair {k} is noisy: {'; '.join(pair.reasons)}")
+    verdicts.choose(pairs)
+    if worker is not None and not keep_last:
+        worker.stop()
+        procs.remove(worker)
+        worker = None
+    series = {
+        "concurrency": c,
+        "raw": raws,
+        "batches": batches,
+        "pairs": pairs,
+        "ratio": verdicts.median(pairs, "e2e"),
+    }
+    log(f"end to end -c {c}: ratio {series['ratio']:.2f} (median of the counted pairs)")
+    return series, worker
+
+
+def bench_e2e(
     knobs: Knobs,
     logdir: Path,
     meter: commits.Meter,
@@ -990,13 +1247,12 @@ def bench_awooop_e2e(
     r: redis.Redis,
     procs: list[Proc],
     noise: Noise,
-    raw_again: Callable[[], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """``raw_again``: measures raw Celery once more, right after the batch (before the soak),
-    while AwoooP's web and worker idle; its figures are returned under ``raw_after``."""
-    n, soak = knobs.e2e_runs, knobs.soak_runs
+    """The end-to-end series at each concurrency (the last one's worker then runs the soak),
+    commits per run and memory over the soak."""
+    soak = knobs.soak_runs
     url = meter.url
-    info: dict[str, Any] = {"runs": n, "soak_runs": soak, "database": meter.database}
+    info: dict[str, Any] = {"runs": knobs.e2e_runs, "soak_runs": soak, "database": meter.database}
     purge_queue(r, "runs")
     idle = idle_window(meter)
     info["idle_commits"] = idle.runs
@@ -1014,8 +1270,10 @@ def bench_awooop_e2e(
     worker: Proc | None = None
     progress: Progress | None = None
     watch: SessionWatch | None = None
+    last_series: dict[str, Any] = {"raw": []}
     warm_before: commits.Reading | None = None
     warm_after: commits.Reading | None = None
+    admitted = 0
     try:
         watch = SessionWatch(
             meter.maintenance_url,
@@ -1025,47 +1283,32 @@ def bench_awooop_e2e(
         watch.start()
         wait_http(web, port)
         mem: dict[str, dict[str, float]] = {"web": {"start": web.rss_mib()}, "worker": {}}
-
-        result = _admit("e2e batch", web, port, e2e_id, token, n, 16, max(60.0, n / 50), info)
-        info["admit_per_s"] = result.rps
         progress = Progress(url, e2e_id, meter.tally)
-        _, _, total = progress.counts()
-        if total != n:
-            raise BenchError(
-                f"e2e batch: {total} runs admitted, expected {n}; "
-                f"log {web.log_path}:\n{web.log_tail()}"
-            )
-
-        # Like for like with raw Celery, which sends no task events (see the report text).
-        worker = start_worker(
-            "worker-awooop", "awooop.tasks.app", "runs", logdir, AWOOOP_TASK_EVENTS="0"
-        )
-        procs.append(worker)
-        w = worker
-        started = time.perf_counter()
-        with noise.measure(info):
-            _wait_runs(
-                progress,
-                w,
+        info["series"] = {}
+        for i, c in enumerate(knobs.e2e_concurrency):
+            last = i == len(knobs.e2e_concurrency) - 1
+            series, worker = e2e_series(
+                knobs,
+                logdir,
                 web,
+                port,
+                progress,
+                token,
                 r,
-                n,
-                timeout=max(90.0, n / 20),
-                on_first=lambda: mem["worker"].__setitem__("start", w.rss_mib()),
+                procs,
+                noise,
+                c,
+                info,
+                keep_last=last,
+                on_first=lambda w: mem["worker"].__setitem__("start", w.rss_mib()),
             )
-        info["wall_s"] = time.perf_counter() - started
-        info["worker_cpu_ms"] = worker.cpu_seconds() * 1000 / n
-        info["seconds"] = progress.span()
-        info["per_s"] = n / info["seconds"]
-        log(
-            f"AwoooP: {n} noop-3 runs, first claim to last completion {info['seconds']:.2f} s"
-            f" = {info['per_s']:.0f} runs/s (worker start to done {info['wall_s']:.1f} s)"
-            f"  other CPU {info['other_cpu_pct']:.0f}%"
-        )
+            info["series"][c] = series
+            admitted += len(series["batches"]) * knobs.e2e_runs
+        assert worker is not None
+        last_series = info["series"][knobs.e2e_concurrency[-1]]
+        info["per_s"] = last_series["batches"][-1]["per_s"]
         mem["web"]["after_e2e"] = web.rss_mib()
         mem["worker"]["after_e2e"] = worker.rss_mib()
-        if raw_again is not None:
-            info["raw_after"] = raw_again()
 
         if soak > 0 and info["per_s"] == info["per_s"]:
             # Bounded in time: at most ~SOAK_BUDGET_S of work at the measured rate.
@@ -1083,6 +1326,14 @@ def bench_awooop_e2e(
             # PGSTAT_IDLE_INTERVAL (10 s), so the window opens once that has passed.
             time.sleep(STATS_IDLE_FLUSH_S)
             warm_before = meter.read()
+            wal0 = wal_syncs(meter.maintenance_url)
+            groups = {
+                "web": web.pids,
+                "worker": worker.pids,
+                "PostgreSQL": lambda: postgres_pids(meter.maintenance_url, meter.database),
+                "Redis": lambda: redis_pids(r),
+            }
+            cpu0 = {name: cpu_by_pid(pids()) for name, pids in groups.items()}
             t0 = time.perf_counter()
             soak_result = _admit(
                 "soak", web, port, e2e_id, token, soak, 8, max(120.0, soak / 50), info
@@ -1097,15 +1348,20 @@ def bench_awooop_e2e(
                 worker,
                 web,
                 r,
-                n + soak,
+                admitted + soak,
                 timeout=max(60.0, 2 * soak / max(info["per_s"], 1.0)),
             )
             info["soak_wall_s"] = time.perf_counter() - t0
+            info["cpu_ms_per_run"] = {
+                name: cpu_delta(cpu0[name], cpu_by_pid(pids())) * 1000 / soak
+                for name, pids in groups.items()
+            }
             log(f"soak: {soak} more runs admitted and completed in {info['soak_wall_s']:.1f} s")
             # The window closes the same way it opened: processes idle, statistics flushed
             # (their shutdown is not the soak's work).
             time.sleep(STATS_IDLE_FLUSH_S)
             warm_after = meter.read()
+            info["wal_syncs"] = wal_syncs(meter.maintenance_url) - wal0
             mem["web"]["after_soak"] = web.rss_mib()
             mem["worker"]["after_soak"] = worker.rss_mib()
         info["memory"] = mem
@@ -1118,14 +1374,24 @@ def bench_awooop_e2e(
             progress.close()
         # Stopping closes every session, which flushes its statistics before we read them.
         for proc in (worker, web):
-            if proc is not None:
+            if proc is not None and proc in procs:
                 proc.stop()
                 procs.remove(proc)
     after = meter.read()
+    raw_cpu = [m["cpu_ms"] for m in last_series["raw"] if "cpu_ms" in m]
+    info["raw_cpu_ms"] = statistics.median(raw_cpu) if raw_cpu else float("nan")
+    if "cpu_ms_per_run" in info:
+        info["cpu_ms"] = sum(info["cpu_ms_per_run"].values())
+        info["cpu_ratio"] = _ratio(info["cpu_ms"], info["raw_cpu_ms"])
+        log(
+            f"CPU per run over the soak {info['cpu_ms']:.2f} ms ("
+            + ", ".join(f"{k} {v:.2f}" for k, v in info["cpu_ms_per_run"].items())
+            + f"); raw Celery {info['raw_cpu_ms']:.2f} ms per task: {info['cpu_ratio']:.2f}"
+        )
     whole = commits.Count.between(before, after)
-    info["commits_whole_window"] = {"total": whole.runs, "runs": n + soak}
+    info["commits_whole_window"] = {"total": whole.runs, "runs": admitted + soak}
     # Over the soak (warm processes) when there was one; else over everything, set-up included.
-    counted = soak if warm_after is not None else n + soak
+    counted = soak if warm_after is not None else admitted + soak
     count = (
         commits.Count.between(warm_before, warm_after)
         if warm_before is not None and warm_after is not None
@@ -1143,6 +1409,8 @@ def bench_awooop_e2e(
     }
     info["background_text"] = count.background_text()
     info["commits_per_run"] = count.per_run(counted)
+    if "wal_syncs" in info:
+        info["wal_flushes_per_run"] = info["wal_syncs"] / soak
     info["foreign_sessions"] = sorted(set(watch.foreign.values()))
     info["foreign_session_count"] = len(watch.foreign)
     log(
@@ -1150,7 +1418,7 @@ def bench_awooop_e2e(
         f"{info['commits_per_run']:.3f} per run ({count.total} in {meter.database}, "
         f"{count.background_text()}; sessions started meanwhile: {count.sessions}); "
         f"over the whole e2e window, processes' start-up included: {whole.runs} for "
-        f"{n + soak} runs; other sessions on the database meanwhile: "
+        f"{admitted + soak} runs; other sessions on the database meanwhile: "
         f"{len(watch.foreign)} {info['foreign_sessions'] or ''}"
     )
     if count.runs > TARGETS["commits_per_run"] * counted:
@@ -1207,61 +1475,53 @@ def _verdict(value: float, target: float, higher_is_better: bool) -> str:
 
 
 def ratios(
-    results: list[dict[str, Any]], raw: dict[str, Any], e2e: dict[str, Any], conns: tuple[int, ...]
+    results: list[dict[str, Any]],
+    pairs: dict[int, list[verdicts.Pair]],
+    e2e: dict[str, Any],
+    conns: tuple[int, ...],
 ) -> list[tuple[str, float, str, str]]:
-    """(what, measured, target text, verdict)."""
+    """(what, measured, target text, verdict); each ratio the median of its counted pairs."""
     rows = []
-    # (label, (app, kind) measured, (app, kind) it is divided by, target) per connection count
     throughput = (
-        ("AwoooP new events / baseline", ("awooop", "new"), ("baseline", "new"), "admission_ratio"),
-        (
-            "AwoooP duplicates / baseline new events",
-            ("awooop", "duplicate"),
-            ("baseline", "new"),
-            "duplicate_vs_baseline",
-        ),
+        ("AwoooP new events / baseline", "new", "admission_ratio"),
+        ("AwoooP duplicates / baseline new events", "duplicate", "duplicate_vs_baseline"),
         # Beside it, what a duplicate costs against AwoooP's own new event: no target.
-        ("AwoooP duplicates / new events", ("awooop", "duplicate"), ("awooop", "new"), None),
+        ("AwoooP duplicates / new events", "duplicate_own", None),
     )
-    for label, measured, against, target in throughput:
+    for label, key, target in throughput:
         for c in conns:
-            value = _ratio(
-                _find(results, *measured, c).get("rps"), _find(results, *against, c).get("rps")
-            )
+            value = verdicts.median(pairs.get(c, []), key)
             if target is None:
                 rows.append((f"{label}, req/s @{c}", value, "(none)", "-"))
                 continue
             t = TARGETS[target]
             rows.append((f"{label}, req/s @{c}", value, f">= {t:.2f}", _verdict(value, t, True)))
-    c = max(conns)
-    value = _ratio(
-        _find(results, "awooop", "new", c).get("p99"),
-        _find(results, "baseline", "new", c).get("p99"),
-    )
+    c = max(conns) if conns else 0
+    value = verdicts.median(pairs.get(c, []), "p99")
     t = TARGETS["p99_ratio"]
     rows.append(
         (f"p99 AwoooP new events / baseline @{c}", value, f"<= {t:.2f}", _verdict(value, t, False))
     )
-    value = _ratio(e2e.get("per_s"), raw.get("bracket_per_s", raw.get("per_s")))
-    t = TARGETS["e2e_ratio"]
-    rows.append(
-        (
-            "AwoooP noop-3 runs/s / raw Celery tasks/s",
-            value,
-            f">= {t:.2f}",
-            _verdict(value, t, True),
-        )
-    )
-    value = e2e.get("commits_per_run", float("nan"))
-    t = TARGETS["commits_per_run"]
-    rows.append(
-        (
-            "PostgreSQL commits per run (admission included)",
-            value,
-            f"<= {t:.0f}",
-            _verdict(value, t, False),
-        )
-    )
+    for conc, series in sorted(e2e.get("series", {}).items()):
+        value = series["ratio"]
+        for key, suffix in E2E_TARGETS.get(conc, (("e2e_ratio", ""),)):
+            t = TARGETS[key]
+            rows.append(
+                (
+                    f"AwoooP noop-3 runs/s / raw Celery tasks/s, -c {conc}{suffix}",
+                    value,
+                    f">= {t:.2f}",
+                    _verdict(value, t, True),
+                )
+            )
+    for what, key, digits in (
+        ("CPU per run (web + worker + PostgreSQL + Redis) / raw Celery's per task", "cpu_ratio", 1),
+        ("PostgreSQL commits per run (admission included)", "commits_per_run", 0),
+        ("of which waited for a WAL flush (WAL flushes per run)", "wal_flushes_per_run", 0),
+    ):
+        value = e2e.get(key, float("nan"))
+        t = TARGETS[key]
+        rows.append((what, value, f"<= {t:.{digits}f}", _verdict(value, t, False)))
     value = float(failed_answers(results, e2e))
     rows.append(
         ("non-2xx answers and dropped connections", value, "= 0", _verdict(value, 0, False))
@@ -1276,6 +1536,16 @@ def ratios(
     return rows
 
 
+def noise_lines(pairs: dict[int, list[verdicts.Pair]], e2e: dict[str, Any]) -> list[str]:
+    """Which pairs were measured again, or counted although noisy, and why."""
+    lines = []
+    for c, series in sorted(pairs.items()):
+        lines += verdicts.describe(series, f"admission @{c}")
+    for c, series in sorted(e2e.get("series", {}).items()):
+        lines += verdicts.describe(series["pairs"], f"end to end -c {c}")
+    return lines
+
+
 def _fmt(value: Any, digits: int = 0) -> str:
     if isinstance(value, float):
         return "n/a" if value != value else f"{value:,.{digits}f}"
@@ -1283,20 +1553,48 @@ def _fmt(value: Any, digits: int = 0) -> str:
 
 
 def _digits(what: str) -> int:
-    return 3 if "commits" in what else 1 if "%" in what else 0 if "non-2xx" in what else 2
+    return (
+        3
+        if "commits" in what or "WAL" in what
+        else 1
+        if "%" in what
+        else 0
+        if "non-2xx" in what
+        else 2
+    )
+
+
+def _chain(series: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """A series' measurements in the order taken: raw Celery, AwoooP, raw Celery, …"""
+    c = f"-c {series['concurrency']}"
+    out = [(f"raw Celery {c}, batch 1", series["raw"][0])]
+    for k, batch in enumerate(series["batches"], 1):
+        out += [
+            (f"AwoooP noop-3 {c}, batch {k}", batch),
+            (f"raw Celery {c}, batch {k + 1}", series["raw"][k]),
+        ]
+    return out
+
+
+def _pair_mark(p: verdicts.Pair, last: bool) -> str:
+    if not p.noisy:
+        return "counted" if p.counted else "not needed"
+    if p.counted:
+        return "counted, NOISY"
+    return "not counted" if last else "measured again"
 
 
 def render_table(
     results: list[dict[str, Any]],
-    raw: dict[str, Any],
+    pairs: dict[int, list[verdicts.Pair]],
     e2e: dict[str, Any],
     rows: list[tuple[str, float, str, str]],
     failed_targets: list[str],
 ) -> str:
     out = [
         "",
-        "Admission, POST /v1/projects/{p}/runs (API channel)",
-        f"  {'':<22}{'conns':>6}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'non-2xx':>9}"
+        "Admission, POST /v1/projects/{p}/runs (API channel), in interleaved pairs",
+        f"  {'':<22}{'pair':>5}{'conns':>6}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'non-2xx':>9}"
         f"{'web CPU ms/req':>16}{'other CPU':>11}",
     ]
     for res in results:
@@ -1304,32 +1602,46 @@ def render_table(
             "new events" if res["kind"] == "new" else "duplicates"
         )
         out.append(
-            f"  {name:<22}{res['connections']:>6}{res['rps']:>9.0f}{res['p50']:>9.1f}"
-            f"{res['p99']:>9.1f}{res['non_2xx']:>9}{res['web_cpu_ms']:>16.2f}"
+            f"  {name:<22}{res.get('pair', 1):>5}{res['connections']:>6}{res['rps']:>9.0f}"
+            f"{res['p50']:>9.1f}{res['p99']:>9.1f}{res['non_2xx']:>9}{res['web_cpu_ms']:>16.2f}"
             f"{res['other_cpu_pct']:>10.0f}%"
         )
+    for c, series in sorted(pairs.items()):
+        out.append(
+            f"  pairs @{c}: "
+            + ", ".join(
+                f"{_fmt(p.ratios['new'], 2)} ({_pair_mark(p, p is series[-1])})" for p in series
+            )
+        )
+    for c, series in sorted(e2e.get("series", {}).items()):
+        out += ["", f"End to end, one prefork worker process at -c {c}, queue filled first"]
+        for label, m in _chain(series):
+            unit = "tasks/s" if label.startswith("raw") else "runs/s "
+            out.append(
+                f"  {label:<22}{m.get('per_s', float('nan')):>8.0f} {unit}"
+                f"  worker CPU {m.get('worker_cpu_ms', 0):.2f} ms/item,"
+                f" other CPU {m.get('other_cpu_pct', 0):.0f}%"
+            )
+        out.append(
+            "  pairs: "
+            + ", ".join(
+                f"{_fmt(p.ratios['e2e'], 2)} ({_pair_mark(p, p is series['pairs'][-1])})"
+                for p in series["pairs"]
+            )
+        )
     out += [
-        "",
-        "End to end (one prefork worker process, queue filled first)",
-        f"  raw Celery no-op        {raw.get('per_s', float('nan')):>8.0f} tasks/s"
-        f"  ({raw.get('tasks')} tasks, worker CPU {raw.get('worker_cpu_ms', 0):.2f} ms/task)",
-    ]
-    after = raw.get("after")
-    if after:
-        out += [
-            f"  raw Celery, after       {after.get('per_s', float('nan')):>8.0f} tasks/s"
-            f"  (after AwoooP's batch; worker CPU {after.get('worker_cpu_ms', 0):.2f} ms/task)",
-            f"  raw Celery, mean        {raw['bracket_per_s']:>8.0f} tasks/s"
-            f"  (what the ratio divides by; the two {raw['drift_pct']:.0f} % apart)",
-        ]
-    out += [
-        f"  AwoooP noop-3           {e2e.get('per_s', float('nan')):>8.0f} runs/s "
-        f"  ({e2e.get('runs')} runs, worker CPU {e2e.get('worker_cpu_ms', 0):.2f} ms/run)",
         f"  commits                 {e2e.get('commits_runs', 'n/a'):>8} "
         f"  for {e2e.get('commits_counted_runs', 'n/a')} runs"
         f" = {_fmt(e2e.get('commits_per_run', float('nan')), 3)} per run",
         f"  background, subtracted  {e2e.get('background_text', 'n/a')}"
         f" (of {e2e.get('commits', 'n/a')} in the scratch database)",
+    ]
+    out += [
+        f"  WAL flushes             {e2e.get('wal_syncs', 'n/a'):>8} "
+        f"  = {_fmt(e2e.get('wal_flushes_per_run', float('nan')), 3)} per run (server-wide)",
+        f"  CPU per run, ms         {_fmt(e2e.get('cpu_ms', float('nan')), 2):>8} "
+        f"  ({', '.join(f'{k} {v:.2f}' for k, v in e2e.get('cpu_ms_per_run', {}).items())});"
+        f" raw Celery per task {_fmt(e2e.get('raw_cpu_ms', float('nan')), 2)}",
     ]
     mem = e2e.get("memory", {})
     out += ["", "Memory, RSS MiB (start / after e2e batch / after soak)"]
@@ -1341,35 +1653,30 @@ def render_table(
                 _fmt(m.get(k, float("nan")), 1) for k in ("start", "after_e2e", "after_soak")
             )
         )
-    out += ["", f"  {'ratio':<52}{'measured':>10}  {'target':<9}verdict"]
+    out += ["", f"  {'ratio':<72}{'measured':>10}  {'target':<9}verdict"]
     for what, value, target, verdict in rows:
-        out.append(f"  {what:<52}{_fmt(value, _digits(what)):>10}  {target:<9}{verdict}")
+        out.append(f"  {what:<72}{_fmt(value, _digits(what)):>10}  {target:<9}{verdict}")
     out += [""] + [f"  {line}" for line in failure_summary(all_failures(results, e2e))]
-    note = drift_note(raw)
-    if note:
-        out.append(f"  {note}")
+    out += [f"  note: {line}" for line in noise_lines(pairs, e2e)]
     out += [f"  FAIL {line}" for line in failed_targets]
     return "\n".join(out)
 
 
-def _raw_rows(raw: dict[str, Any]) -> list[str]:
-    """The raw Celery rows of the end-to-end table: before, after and their mean."""
-
-    def row(label: str, r: dict[str, Any]) -> str:
-        return (
-            f"| {label} | {r.get('tasks')} | {_fmt(r.get('per_s'), 0)} | "
-            f"{_fmt(r.get('seconds'), 2)} | {_fmt(r.get('worker_cpu_ms'), 2)} | "
-            f"{_fmt(r.get('other_cpu_pct'), 0)}% |"
-        )
-
-    after = raw.get("after")
-    if not after:
-        return [row("raw Celery no-op task", raw)]
+def _e2e_rows(series: dict[str, Any]) -> list[str]:
+    """The rows of one end-to-end series, in the order measured."""
     return [
-        row("raw Celery no-op task, before AwoooP's batch", raw),
-        row("raw Celery no-op task, after it", after),
-        f"| raw Celery, mean of the two (the ratio's divisor) | | "
-        f"{_fmt(raw.get('bracket_per_s'), 0)} | | | |",
+        f"| {label} | {m.get('tasks', m.get('runs'))} | {_fmt(m.get('per_s'), 0)} | "
+        f"{_fmt(m.get('seconds'), 2)} | {_fmt(m.get('worker_cpu_ms'), 2)} | "
+        f"{_fmt(m.get('other_cpu_pct'), 0)}% |"
+        for label, m in _chain(series)
+    ]
+
+
+def _pair_rows(pairs: list[verdicts.Pair], key: str, label: str) -> list[str]:
+    return [
+        f"| {label} | {i} | {_fmt(p.ratios[key], 2)} | {_pair_mark(p, i == len(pairs))} | "
+        f"{'; '.join(p.reasons) or '-'} |"
+        for i, p in enumerate(pairs, 1)
     ]
 
 
@@ -1377,7 +1684,7 @@ def render_markdown(
     machine: dict[str, str],
     knobs: Knobs,
     results: list[dict[str, Any]],
-    raw: dict[str, Any],
+    pairs: dict[int, list[verdicts.Pair]],
     e2e: dict[str, Any],
     rows: list[tuple[str, float, str, str]],
     kept: str,
@@ -1425,23 +1732,42 @@ def render_markdown(
     failures = all_failures(results, e2e) + target_failures(machine, e2e)
     if failures:
         lines += [""] + [f"- **FAIL** {line}" for line in failures]
-    note = drift_note(raw)
-    if note:
-        lines += ["", f"- {note[0].upper()}{note[1:]}."]
+    noisy = noise_lines(pairs, e2e)
+    lines += [
+        "",
+        f"Each ratio is the median of {verdicts.PAIRS} interleaved pairs. A pair measured while "
+        f"processes outside the benchmark used more than {verdicts.OTHER_CPU_MAX_PCT:.0f} % of "
+        "the CPUs, or (end to end) whose raw Celery rates either side of AwoooP's batch are "
+        f"more than {verdicts.RAW_APART_MAX_PCT:.0f} % apart, is measured again rather than "
+        f"counted, up to {verdicts.MAX_PAIRS} pairs; when fewer than {verdicts.PAIRS} were "
+        "clean, noisy ones are counted and marked (`bench/verdicts.py`). "
+        + ("Pairs measured again or counted noisy:" if noisy else "Every counted pair was clean."),
+    ]
+    if noisy:
+        lines += [""] + [f"- {line}" for line in noisy]
     lines += [
         "",
         "## (a) Admission over HTTP",
         "",
-        "| app | events | conns | req/s | p50 ms | p99 ms | non-2xx | web CPU ms/req | other CPU |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| app | events | pair | conns | req/s | p50 ms | p99 ms | non-2xx | web CPU ms/req "
+        "| other CPU |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for res in results:
         lines.append(
             f"| {'AwoooP' if res['app'] == 'awooop' else 'baseline'} | "
-            f"{'new' if res['kind'] == 'new' else 'duplicate'} | {res['connections']} | "
+            f"{'new' if res['kind'] == 'new' else 'duplicate'} | {res.get('pair', 1)} | "
+            f"{res['connections']} | "
             f"{res['rps']:,.0f} | {res['p50']:.1f} | {res['p99']:.1f} | {res['non_2xx']} | "
             f"{res['web_cpu_ms']:.2f} | {res['other_cpu_pct']:.0f}% |"
         )
+    lines += [
+        "",
+        "| pairs | pair | AwoooP new events / baseline | | noisy because |",
+        "|---|---:|---:|---|---|",
+    ]
+    for c, series in sorted(pairs.items()):
+        lines += _pair_rows(series, "new", f"@{c}")
     mem = e2e.get("memory", {})
     whole = e2e.get("commits_whole_window") or {}
     lines += [
@@ -1450,8 +1776,9 @@ def render_markdown(
         "an `Idempotency-Key`: new keys (answered 202), or the new-event row's keys sent again "
         "(duplicates, answered 200 `E-IDEMPOTENT-001`). N keep-alive connections, one request "
         "in flight each, spread evenly over the 4 gunicorn workers; "
-        f"{knobs.warmup:g} s warm-up, then {knobs.duration:g} s measured per row, the rows "
-        "interleaved. AwoooP (`gunicorn.conf.py`, access log off) does its whole admission: "
+        f"{knobs.warmup:g} s warm-up, then {knobs.duration:g} s measured per row; a pair is "
+        "AwoooP's new events, the baseline's, then AwoooP's duplicates, one after the other. "
+        "AwoooP (`gunicorn.conf.py`, access log off) does its whole admission: "
         "token check, validation, routing, the dedupe + run + history statement, the run's "
         "message to Redis. The baseline (`bench/baseline_app.py`, the same gunicorn settings) "
         "does one transaction inserting a dedupe row and a run row, and one Redis `LPUSH`: no "
@@ -1463,10 +1790,23 @@ def render_markdown(
         "",
         "| | count | per second | seconds | worker CPU ms/item | other CPU |",
         "|---|---:|---:|---:|---:|---:|",
-        *_raw_rows(raw),
-        f"| AwoooP `noop-3` run (3 steps) | {e2e.get('runs')} | {_fmt(e2e.get('per_s'), 0)} "
-        f"| {_fmt(e2e.get('seconds'), 2)} | {_fmt(e2e.get('worker_cpu_ms'), 2)} | "
-        f"{_fmt(e2e.get('other_cpu_pct'), 0)}% |",
+        *[row for _, series in sorted(e2e.get("series", {}).items()) for row in _e2e_rows(series)],
+        "",
+        "| pairs | pair | AwoooP / mean of the raw rates either side | | noisy because |",
+        "|---|---:|---:|---|---|",
+        *[
+            row
+            for c, series in sorted(e2e.get("series", {}).items())
+            for row in _pair_rows(series["pairs"], "e2e", f"-c {c}")
+        ],
+        "",
+        "| CPU over the soak, ms per run | |",
+        "|---|---:|",
+        *[f"| {k} | {v:.2f} |" for k, v in e2e.get("cpu_ms_per_run", {}).items()],
+        f"| AwoooP, all four | {_fmt(e2e.get('cpu_ms', float('nan')), 2)} |",
+        f"| raw Celery per task: producer + worker + Redis (median of the -c "
+        f"{knobs.e2e_concurrency[-1]} raw batches) | "
+        f"{_fmt(e2e.get('raw_cpu_ms', float('nan')), 2)} |",
         "",
         "| PostgreSQL commits, counted over the soak | |",
         "|---|---|",
@@ -1476,6 +1816,9 @@ def render_markdown(
         f"(admission included) | {e2e.get('commits_runs', 'n/a')} |",
         f"| over the whole phase, the processes' start-up included | "
         f"{whole.get('total', 'n/a')} for {whole.get('runs', 'n/a')} runs |",
+        f"| WAL flushes meanwhile, server-wide (`pg_stat_wal.wal_sync`) | "
+        f"{e2e.get('wal_syncs', 'n/a')} = {_fmt(e2e.get('wal_flushes_per_run', float('nan')), 3)}"
+        " per run |",
         f"| an idle window of 2 s before it (must be 0) | {e2e.get('idle_commits', 'n/a')} |",
         f"| sessions started in the counted window (must be 0) | "
         f"{e2e.get('commits_sessions', 'n/a')} |",
@@ -1484,25 +1827,34 @@ def render_markdown(
         + (f": {', '.join(e2e['foreign_sessions'])}" if e2e.get("foreign_sessions") else "")
         + " |",
         "",
-        f"Raw Celery (`bench/raw_celery.py`): {raw.get('tasks')} no-op tasks queued on the "
+        f"Raw Celery (`bench/raw_celery.py`): {knobs.raw_tasks} no-op tasks queued on the "
         "same broker (JSON, acks late, prefetch 1, results ignored), then ONE prefork worker "
-        "process drains them; tasks / (last − first). It runs just before AwoooP's batch and "
-        "again just after it, and the ratio divides by the mean of the two, so a drift of the "
-        f"machine's speed across the phase cancels (more than {RAW_DRIFT_WARN_PCT:.0f} % apart: "
-        "the ratio is called uncertain"
-        + (f"; here {raw['drift_pct']:.0f} %" if "drift_pct" in raw else "")
-        + f"). AwoooP: {e2e.get('runs')} `noop-3` runs admitted over HTTP "
-        f"({_fmt(e2e.get('admit_per_s'), 0)} req/s, 16 connections) with no worker running, "
-        "then ONE worker process (`-Q runs`, the same flags) drains them; runs / (first "
-        "claim → last `finished_at`), on the database's clock. Both run without task events "
-        "(production keeps them on for Flower, at about 0.8 ms of worker CPU per run). Worker "
-        f"start to all COMPLETED: {_fmt(e2e.get('wall_s'), 1)} s (raw Celery "
-        f"{_fmt(raw.get('wall_s'), 1)} s), start-up included. Commits: `xact_commit` of the "
+        "process drains them; tasks / (last − first). AwoooP: "
+        f"{knobs.e2e_runs} `noop-3` runs admitted over HTTP (16 connections) with no worker "
+        "running, then ONE worker process (`-Q runs`, the same flags) drains them; runs / "
+        "(first claim → last `finished_at`), on the database's clock. At each worker "
+        "concurrency (`-c`, the same for both) they alternate: raw Celery, AwoooP, raw Celery, "
+        "…; a pair is an AwoooP batch over the mean of the raw rates just before and just "
+        "after it (AwoooP's worker idling meanwhile), so a drift of the machine's speed "
+        "cancels. Both run without task events (production keeps them on for Flower, at about "
+        "0.8 ms of worker CPU per run); worker CPU per item includes the worker's start-up. "
+        "Commits: `xact_commit` of the "
         f"bench's own database (`{e2e.get('database', 'awooop_bench_…')}`, migrated, "
         "autovacuum off on its tables, vacuumed between phases, dropped at the end) over the "
         "soak's runs on warm processes, read once they have been idle for 11 s; what is not "
         "run work is counted where it happens and subtracted (`bench/commits.py`). More than 5 "
-        "per run left fails the target.",
+        "per run left fails the target. Commits that waited for a WAL flush: the server's "
+        "`pg_stat_wal.wal_sync` over the same window, per run. It counts every fsync of the WAL "
+        "by any process, so it is an upper bound when other databases of the server commit "
+        "meanwhile and includes the WAL writer's flushes of asynchronous commits (statements "
+        "run with `synchronous_commit` off do not wait); commits that share one flush count "
+        "once. CPU over the soak: utime + stime from `/proc/<pid>/stat` of the web's and the "
+        "worker's process trees, of the PostgreSQL processes that serve the bench's database "
+        "(its client backends less the harness's own sessions, the postmaster and the "
+        "server's background processes) and of `redis-server`, from when the soak's admission "
+        "starts to its last run's completion; raw Celery's per task is the producer's enqueue "
+        "CPU plus the worker's and Redis's from its first task to its last (the worker's "
+        "start-up left out).",
         "",
         "## (c) Memory",
         "",
@@ -1526,19 +1878,21 @@ def render_markdown(
     lines += [
         "",
         "VmRSS from `/proc/<pid>/status`, summed over each process tree: the web just after "
-        "its first answer, the worker at its first completed run, both after the end-to-end "
-        f"batch, and after a soak of {e2e.get('soak_runs')} more runs admitted (8 connections) "
-        "while the worker runs them (cut to what fits in about 75 s). The target (flat: < 10 % "
+        "its first answer, the worker at its first completed run, both after the last "
+        f"end-to-end batch, and after a soak of {e2e.get('soak_runs')} more runs admitted "
+        "(8 connections) while the last series' worker runs them (cut to what fits in about "
+        "75 s). The target (flat: < 10 % "
         "over 10,000 runs) is judged over the soak, on warm processes; the growth over the "
         "batch is mostly warm-up (imports on first use, pooled connections, statement caches).",
         "",
         "## Running it",
         "",
-        "`make bench` (migrations first, then `python -m bench.run`), about three minutes, on "
+        "`make bench` (migrations first, then `python -m bench.run`), six to eight minutes, on "
         "the configured PostgreSQL and Redis; run it with nothing else using that broker "
         "database, since a worker there would take the bench's messages. Knobs: "
         "`BENCH_DURATION`, `BENCH_WARMUP`, `BENCH_CONNECTIONS`, `BENCH_RAW_TASKS`, "
-        "`BENCH_E2E_RUNS`, `BENCH_SOAK_RUNS`, `BENCH_TIMEOUT`, `BENCH_PHASES` (`admission`, "
+        "`BENCH_E2E_RUNS`, `BENCH_E2E_CONCURRENCY`, `BENCH_SOAK_RUNS`, `BENCH_TIMEOUT`, "
+        "`BENCH_PHASES` (`admission`, "
         "`e2e`; a partial run leaves this file alone unless `BENCH_OUTPUT` is set), "
         "`BENCH_SPREAD=0` (connections where gunicorn puts them), `BENCH_KEEP=1` (keep the "
         "scratch database). `make bench` rewrites this file down to here and keeps the other "
@@ -1664,40 +2018,28 @@ def main() -> int:
         scratch.vacuum_analyze(meter.url, meter.maintenance_url)  # out of every window
 
         results: list[dict[str, Any]] = []
-        raw: dict[str, Any] = {}
+        pairs: dict[int, list[verdicts.Pair]] = {}
         e2e: dict[str, Any] = {}
         if "admission" in knobs.phases:
-            results = bench_admission(knobs, logdir, tokens, real_id, base_id, r, noise, procs)
-        if "e2e" in knobs.phases:
-            raw = bench_raw_celery(knobs, logdir, r, procs, noise)
-            scratch.vacuum_analyze(meter.url, meter.maintenance_url)  # admission dead rows
-            e2e = bench_awooop_e2e(
-                knobs,
-                logdir,
-                meter,
-                e2e_id,
-                tokens[e2e_id],
-                r,
-                procs,
-                noise,
-                raw_again=lambda: bench_raw_celery(
-                    knobs, logdir, r, procs, noise, name="worker-raw-celery-after"
-                ),
+            results, pairs = bench_admission(
+                knobs, logdir, tokens, real_id, base_id, r, noise, procs
             )
-            raw = bracket_raw(raw, e2e.pop("raw_after", None))
+        if "e2e" in knobs.phases:
+            scratch.vacuum_analyze(meter.url, meter.maintenance_url)  # admission dead rows
+            e2e = bench_e2e(knobs, logdir, meter, e2e_id, tokens[e2e_id], r, procs, noise)
 
-        rows = ratios(results, raw, e2e, knobs.connections)
-        print(render_table(results, raw, e2e, rows, target_failures(machine, e2e)), flush=True)
+        rows = ratios(results, pairs, e2e, knobs.connections)
+        print(render_table(results, pairs, e2e, rows, target_failures(machine, e2e)), flush=True)
         if set(knobs.phases) != set(PHASES) and "BENCH_OUTPUT" not in os.environ:
             log(f"only {','.join(knobs.phases)} ran: {knobs.output} left as it was")
             return 0
         knobs.output.parent.mkdir(parents=True, exist_ok=True)
         knobs.output.write_text(
-            render_markdown(machine, knobs, results, raw, e2e, rows, _kept_notes(knobs.output))
+            render_markdown(machine, knobs, results, pairs, e2e, rows, _kept_notes(knobs.output))
         )
         (logdir / "results.json").write_text(
             json.dumps(
-                {"machine": machine, "admission": results, "raw_celery": raw, "awooop_e2e": e2e},
+                {"machine": machine, "admission": results, "pairs": pairs, "e2e": e2e},
                 indent=2,
                 default=str,
             )
