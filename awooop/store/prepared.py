@@ -60,8 +60,6 @@ _ASYNC_COMMIT = "SET LOCAL synchronous_commit TO OFF"
 FIRST_REPLAN_SECONDS = 0.5
 REPLAN_AFTER_SECONDS = 10.0
 _clock = time.monotonic  # tests move it
-# SQLSTATE invalid_sql_statement_name: no prepared statement of that name.
-_NO_SUCH_STATEMENT = "26000"
 
 # The execution option saying whether a connection's statements are prepared (default: yes).
 PREPARE = "awooop_prepare"
@@ -150,12 +148,11 @@ class PreparedStatement:
 
 
 def _forget(conn: Connection, name: str) -> None:
-    """Drop the connection's statement ``name`` if the server holds it."""
-    try:
+    """Drop the connection's statement ``name`` if the server holds it (looked up first, so
+    that nothing fails inside a caller's transaction)."""
+    held = _run(conn, "SELECT 1 FROM pg_prepared_statements WHERE name = %s", (name,))
+    if held.first() is not None:
         _run(conn, f"DEALLOCATE {name}", None)
-    except exc.DBAPIError as error:
-        if getattr(error.orig, "pgcode", None) != _NO_SUCH_STATEMENT:
-            raise
 
 
 class Rows:
