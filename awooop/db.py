@@ -277,9 +277,12 @@ class HeldConnection:
     @contextmanager
     def connect(self) -> Iterator[Connection]:
         conn = self._conn
-        if conn is not None and (conn.invalidated or _readable(conn.connection.dbapi_connection)):
-            self.close()
-            conn = None
+        if conn is not None:
+            if not conn.invalidated and _readable(conn.connection.dbapi_connection):
+                conn.invalidate()  # ended by the server: not given back to the pool
+            if conn.invalidated:
+                self.close()
+                conn = None
         if conn is None:
             conn = self._conn = self.engine.connect()
         try:
