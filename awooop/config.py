@@ -367,8 +367,9 @@ class Settings:
     )
     database_prepared_statements: bool = _setting(
         True,
-        "Prepare the hot statements (admission, claim, step record, finish, renew) once per "
-        "connection with SQL `PREPARE`. False behind a pooler in transaction mode, which moves "
+        "Prepare the hot statements (admission, claim, step record, finish, renew) on each "
+        "connection with SQL `PREPARE`, made again every few seconds so that their plans "
+        "follow the tables' size. False behind a pooler in transaction mode, which moves "
         "each transaction to whichever server connection is free ([Behind PgBouncer]"
         "(operations.md#behind-pgbouncer)).",
     )
