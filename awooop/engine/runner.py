@@ -467,23 +467,16 @@ def _run_steps(workflow: Workflow, segment: _Segment) -> Outcome:
                 )
                 segment.finisher.submit(segment.claim.run_id, finish)
                 return Outcome.FINISHING
-            record = functools.partial(
-                _record_decision,
-                workflow=workflow,
-                journal=journal,
-                nxt=nxt,
-                d=decision,
-                segment=segment,
+            done = _commit_decision(
+                workflow, segment, journal, nxt, decision, ends_segment=not decision.continues
             )
-            done = segment.commit(record, decision.kind, ends_segment=not decision.continues)
             if isinstance(done, leases.Lost):
                 return Outcome.LEASE_LOST
             if isinstance(done, leases.Intent):
                 if entry is not None:
-                    # The step ran: keep what it did (not the plan it led to), then act on
-                    # the new intent.
-                    kept = [e for e in decision.entries if e.get("phase") != saga.PLAN]
-                    if not _keep_outcome(segment, workflow, journal, kept):
+                    # The step ran: keep what it did, then act on the new intent.
+                    kept = _keep_step(segment, workflow, journal, decision)
+                    if kept is None:
                         return Outcome.LEASE_LOST
                     journal += kept
                 continue
@@ -494,6 +487,33 @@ def _run_steps(workflow: Workflow, segment: _Segment) -> Outcome:
                 return _ended(segment, decision)
     except _WriteRefused as refused:
         return _escalate_refused(segment, entry, refused)
+
+
+def _commit_decision(
+    workflow: Workflow,
+    segment: _Segment,
+    journal: list[dict[str, Any]],
+    nxt: saga.Next | None,
+    decision: saga.Decision,
+    ends_segment: bool,
+) -> Committed:
+    """Write ``decision`` (the step's outcome and what it leads to) under the fence."""
+    record = functools.partial(
+        _record_decision, workflow=workflow, journal=journal, nxt=nxt, d=decision, segment=segment
+    )
+    return segment.commit(record, decision.kind, ends_segment=ends_segment)
+
+
+def _keep_step(
+    segment: _Segment,
+    workflow: Workflow,
+    journal: list[dict[str, Any]],
+    decision: saga.Decision,
+) -> list[dict[str, Any]] | None:
+    """An intent kept ``decision`` from being written: record what the step did (not the plan
+    it led to). The entries kept, or None: the lease is gone."""
+    kept = [e for e in decision.entries if e.get("phase") != saga.PLAN]
+    return kept if _keep_outcome(segment, workflow, journal, kept) else None
 
 
 def _ended(segment: _Segment, decision: saga.Decision) -> Outcome:
@@ -542,24 +562,16 @@ def _finish(
     claim = segment.claim
     with logs.bound(**_fields(claim), traceparent=claim.traceparent):
         try:
-            record = functools.partial(
-                _record_decision,
-                workflow=workflow,
-                journal=journal,
-                nxt=nxt,
-                d=decision,
-                segment=segment,
-            )
             try:
-                done = segment.commit(record, decision.kind, ends_segment=True)
+                done = _commit_decision(
+                    workflow, segment, journal, nxt, decision, ends_segment=True
+                )
                 if isinstance(done, leases.Lost):
                     return Outcome.LEASE_LOST
                 if isinstance(done, leases.Applied):
                     return _ended(segment, decision)
-                if entry is not None:
-                    kept = [e for e in decision.entries if e.get("phase") != saga.PLAN]
-                    if not _keep_outcome(segment, workflow, journal, kept):
-                        return Outcome.LEASE_LOST
+                if entry is not None and _keep_step(segment, workflow, journal, decision) is None:
+                    return Outcome.LEASE_LOST
             except _WriteRefused as refused:
                 return _escalate_refused(segment, entry, refused)
             lease.keeper().drop(segment.held)
