@@ -46,9 +46,9 @@ def create_app(
     telemetry.start(settings, "web")  # spans, when AWOOOP_TRACING is on
     registry.import_modules(settings.workflow_module_list)
     if enqueue is None:
-        from awooop.tasks import runs  # the Celery app is only needed to send messages
+        from awooop.tasks import handoff  # the Celery app is only needed to send messages
 
-        enqueue = runs.enqueue
+        enqueue = handoff.submit  # sent from a thread of the process, after the answer
     if notify is None:
         from awooop.tasks import notifications
 

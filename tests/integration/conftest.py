@@ -5,6 +5,7 @@ from flask.testing import FlaskClient
 from sqlalchemy import Engine
 
 from awooop.config import Settings
+from awooop.tasks import handoff
 from awooop.web.app import create_app
 
 
@@ -16,5 +17,7 @@ def client(settings: Settings, engine: Engine, redis_client) -> FlaskClient:
 
 
 def queued_messages(redis_client) -> int:
-    """Celery messages waiting in the `runs` queue of the test broker."""
+    """Celery messages waiting in the `runs` queue of the test broker, once the app's sender
+    thread has sent what it was given."""
+    assert handoff.flush(timeout=10), "the run sender did not send within 10 s"
     return int(redis_client.llen("runs"))

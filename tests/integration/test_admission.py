@@ -3,7 +3,9 @@ provider event id) admits one run per event."""
 
 from __future__ import annotations
 
+import base64
 import json
+import threading
 import time
 
 from tests.integration.conftest import queued_messages
@@ -269,3 +271,31 @@ def test_route_changes_reach_a_web_process_within_the_auth_cache_time(
 
     assert cached.status_code == 202
     assert (refreshed.status_code, refreshed.json["status"]) == (200, "ignored")
+
+
+def test_the_answer_does_not_wait_for_the_broker_push(
+    client, engine, project, redis_client, monkeypatch
+):
+    """The run is committed and answered 202 while its message waits in the web process's
+    sender; the sender then pushes it."""
+    from awooop.tasks import handoff, runs
+
+    pushing = threading.Event()
+    release = threading.Event()
+
+    def held_enqueue(ids: list[str]) -> int:
+        pushing.set()
+        assert release.wait(timeout=10)
+        return runs.enqueue(ids)
+
+    monkeypatch.setattr(handoff, "_sender", handoff.Sender(held_enqueue))
+    response = post(client, requests.telegram(project, update_id=11))
+
+    assert response.status_code == 202
+    assert db.run(engine, response.json["run_id"])["status"] == "PENDING"
+    assert pushing.wait(timeout=10)
+    assert redis_client.llen("runs") == 0  # answered while the push is held
+    release.set()
+    assert queued_messages(redis_client) == 1
+    body = json.loads(redis_client.lindex("runs", 0))["body"]
+    assert json.loads(base64.b64decode(body))[0] == [response.json["run_id"]]

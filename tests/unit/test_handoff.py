@@ -1,0 +1,152 @@
+"""The web process's run sender: ids submitted while a send is under way go out together in
+the next one, a failed send does not stop the thread, and a forked child starts afresh."""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+
+import pytest
+
+from awooop.tasks.handoff import Sender
+
+
+class GatedSend:
+    """A ``send`` that records each batch and, while ``gate`` is clear, waits on it."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[str]] = []
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def __call__(self, ids: list[str]) -> int:
+        self.batches.append(list(ids))
+        self.entered.set()
+        assert self.gate.wait(timeout=10)
+        return len(ids)
+
+
+def test_submit_returns_before_the_send_and_flush_waits_for_it() -> None:
+    send = GatedSend()
+    send.gate.clear()
+    sender = Sender(send)
+    run_id = uuid.uuid4()
+
+    assert sender.submit([run_id]) == 1  # returns while the send is held
+    assert send.entered.wait(timeout=10)
+    assert not sender.flush(timeout=0.05)  # still sending
+
+    send.gate.set()
+    assert sender.flush(timeout=10)
+    assert send.batches == [[str(run_id)]]
+
+
+def test_ids_submitted_during_a_send_go_out_together_in_the_next_one() -> None:
+    send = GatedSend()
+    send.gate.clear()
+    sender = Sender(send)
+    sender.submit(["first"])
+    assert send.entered.wait(timeout=10)
+
+    for i in range(7):  # while the first send is held
+        sender.submit([f"r{i}"])
+    send.gate.set()
+
+    assert sender.flush(timeout=10)
+    assert send.batches == [["first"], [f"r{i}" for i in range(7)]]
+
+
+def test_a_send_carries_at_most_a_batch() -> None:
+    send = GatedSend()
+    send.gate.clear()
+    sender = Sender(send, batch=3)
+    sender.submit(["held"])
+    assert send.entered.wait(timeout=10)
+    sender.submit([str(i) for i in range(7)])
+    send.gate.set()
+
+    assert sender.flush(timeout=10)
+    assert send.batches == [["held"], ["0", "1", "2"], ["3", "4", "5"], ["6"]]
+
+
+def test_a_failed_send_is_logged_and_the_next_ids_are_still_sent(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    sent: list[list[str]] = []
+
+    def send(ids: list[str]) -> int:
+        if ids == ["bad"]:
+            raise RuntimeError("broker exploded")
+        sent.append(ids)
+        return len(ids)
+
+    sender = Sender(send)
+    sender.submit(["bad"])
+    assert sender.flush(timeout=10)
+    sender.submit(["good"])
+    assert sender.flush(timeout=10)
+
+    assert sent == [["good"]]
+    failed = [r for r in caplog.records if getattr(r, "action", None) == "enqueue_failed"]
+    assert [r.run_ids for r in failed] == [["bad"]]  # type: ignore[attr-defined]
+
+
+def test_nothing_submitted_starts_no_thread() -> None:
+    sender = Sender(GatedSend())
+    assert sender.submit([]) == 0
+    assert sender.flush(timeout=0)
+    assert sender._thread is None
+
+
+# Python 3.12+ warns that a fork of a multi-threaded process may deadlock: surviving that
+# fork is what the pid check is for.
+@pytest.mark.filterwarnings("ignore:.*multi-threaded.*:DeprecationWarning")
+def test_a_forked_child_sends_its_own_ids_not_its_parents() -> None:
+    send = GatedSend()
+    send.gate.clear()
+    sender = Sender(send)
+    sender.submit(["parent-held"])
+    assert send.entered.wait(timeout=10)
+    sender.submit(["parent-pending"])  # pending in the parent when it forks
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's thread is not here; the sender starts afresh
+        try:
+            got: list[list[str]] = []
+            sender._send = lambda ids: got.append(ids) or len(ids)  # type: ignore[method-assign]
+            sender.submit(["child"])
+            ok = sender.flush(timeout=10)
+            os.write(write, repr((ok, got)).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    with os.fdopen(read) as child:
+        assert child.read() == repr((True, [["child"]]))
+
+    send.gate.set()
+    assert sender.flush(timeout=10)
+    assert send.batches == [["parent-held"], ["parent-pending"]]
+
+
+def test_beyond_max_pending_ids_are_left_to_the_orphan_sweep(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    send = GatedSend()
+    send.gate.clear()
+    sender = Sender(send, max_pending=3)
+    sender.submit(["held"])
+    assert send.entered.wait(timeout=10)
+
+    assert sender.submit(["a", "b"]) == 2
+    assert sender.submit(["c", "d"]) == 0  # would make 4 waiting
+    assert sender.submit(["c"]) == 1
+    send.gate.set()
+
+    assert sender.flush(timeout=10)
+    assert send.batches == [["held"], ["a", "b", "c"]]
+    skipped = [r for r in caplog.records if getattr(r, "action", None) == "enqueue_skipped"]
+    assert [r.run_ids for r in skipped] == [["c", "d"]]  # type: ignore[attr-defined]
