@@ -363,6 +363,9 @@ class Decision:
     failure_code: str | None = None
     failure_reason: str | None = None
     output: Any = None
+    # ``record`` after a forward step succeeded: the step after ``entries``, worked out while
+    # deciding (it is what told ``record`` from ``complete``), so nobody works it out again.
+    upcoming: Next | None = None
 
     @property
     def continues(self) -> bool:
@@ -412,9 +415,10 @@ def decide(
     if nxt.phase == COMPENSATE:
         return _decide_compensation(journal, nxt, entry, after, rng)
     if status == SUCCEEDED:
-        if next_step(workflow, after) is None:
+        upcoming = next_step(workflow, after)
+        if upcoming is None:
             return Decision("complete", [entry], output=entry.get("output"))
-        return Decision("record", [entry])
+        return Decision("record", [entry], upcoming=upcoming)
     if status == HALTED:
         return Decision(
             "escalate",

@@ -395,9 +395,12 @@ def _run_steps(workflow: Workflow, segment: _Segment) -> Outcome:
     fields = _fields(segment.claim)
     journal = list(segment.claim.saga_steps)
     entry: dict[str, Any] | None = None
+    # The step after the last decision's entries, when deciding worked it out.
+    planned: saga.Next | None = None
     try:
         while True:
             entry = None
+            upcoming, planned = planned, None
             claim = segment.claim
             # An operator cancelled, or the deadline passed: settle a step in doubt (poll
             # its resolver, wait for its tool result, or ask a person), then turn back over
@@ -418,7 +421,7 @@ def _run_steps(workflow: Workflow, segment: _Segment) -> Outcome:
                 log.info("run paused at a step boundary", extra={**fields, "action": "run_paused"})
                 return Outcome.PAUSED
             else:
-                nxt = settling or saga.next_step(workflow, journal)
+                nxt = settling or upcoming or saga.next_step(workflow, journal)
                 if nxt is None:
                     # Finishing statements record the last outcome themselves, so a claimed
                     # run always has something left to do.
@@ -483,6 +486,7 @@ def _run_steps(workflow: Workflow, segment: _Segment) -> Outcome:
             if decision.kind == "wait_approval" and done.after_lost_reply:
                 _send_unsent_prompts(segment)
             journal += decision.entries
+            planned = decision.upcoming
             if not decision.continues:
                 return _ended(segment, decision)
     except _WriteRefused as refused:
@@ -880,7 +884,7 @@ def _record_decision(
     """Record ``d`` in one fenced statement of identity ``write_id``: where it left the run,
     or None when it matched no row."""
     after = [*journal, *d.entries]
-    upcoming = saga.next_step(workflow, after)
+    upcoming = d.upcoming or saga.next_step(workflow, after)
     if d.kind == "record":
         return segments.record_step(
             conn,

@@ -203,3 +203,20 @@ def test_a_deadline_keeps_its_own_failure_code_through_the_settling():
 
     assert (decision.kind, decision.failure_code) == ("compensated", saga.DEADLINE)
     assert decision.failure_reason == "the run deadline passed"
+
+
+def test_a_succeeded_forward_step_decides_the_step_after_it_once():
+    """The runner takes the next step from the decision instead of working it out again."""
+    workflow = _workflow()
+    journal = [A_DONE]
+    nxt = saga.next_step(workflow, journal)
+    assert nxt is not None and nxt.step.name == "restart"
+    entry = _entry("restart", saga.SUCCEEDED)
+
+    decision = saga.decide(workflow, journal, nxt, entry)
+
+    assert decision.kind == "record"
+    assert decision.upcoming == saga.next_step(workflow, [*journal, entry])
+    assert decision.upcoming is not None and decision.upcoming.step.name == "c"
+    last = saga.decide(workflow, [*journal, entry], decision.upcoming, _entry("c", saga.SUCCEEDED))
+    assert (last.kind, last.upcoming) == ("complete", None)
