@@ -190,3 +190,13 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 
 # Workflows only the tests use register on import.
 import tests.support.workflows  # noqa: E402, F401
+
+
+@pytest.fixture
+def own_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The workflow registry as it is now, restored afterwards: what a test registers (a
+    page's examples, say) stays its own."""
+    from awooop.workflows import registry
+
+    registry.load()
+    monkeypatch.setattr(registry, "_WORKFLOWS", dict(registry._WORKFLOWS))

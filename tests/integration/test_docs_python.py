@@ -123,13 +123,6 @@ def deployment(settings: Settings, engine: Engine, redis_client) -> Iterator[Dep
 
 
 @pytest.fixture
-def own_registry(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The registry as it is now, restored afterwards: what a page registers stays its own."""
-    registry.load()
-    monkeypatch.setattr(registry, "_WORKFLOWS", dict(registry._WORKFLOWS))
-
-
-@pytest.fixture
 def saved_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A directory on ``sys.path`` for the files a page saves; their modules forgotten
     afterwards."""

@@ -7,8 +7,13 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from awooop.domain.workflow import StepContext
 from awooop.workflows import registry
+
+# The examples register restart-service v1 and v2; other pages register their own v1.
+pytestmark = pytest.mark.usefixtures("own_registry")
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "versions.md"
 PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
