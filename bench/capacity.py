@@ -596,62 +596,16 @@ def measure_commit_ceiling(url: str, seconds: float, logdir: Path) -> dict[str, 
 # --- report ------------------------------------------------------------------------------------
 
 
-def _ms(value: float | None, digits: int = 2) -> str:
-    return fmt(value, digits)
+def cpu(r: dict[str, Any], side: str) -> str:
+    return " | ".join(fmt(r[f"{n}_cpu_ms"], 2) for n in (side, "postgres", "redis", "rabbitmq"))
 
 
-def render_console(results: dict[str, Any]) -> str:
-    out = ["", "Admission, per request (16 connections, no worker)"]
-    out.append(
-        f"  {'broker':<10}{'req/s':>8}{'web ms':>9}{'PG ms':>8}{'Redis ms':>10}{'Rabbit ms':>11}"
-        f"{'commits':>9}{'other CPU':>11}{'I/O CPU':>9}"
-    )
-    for r in results["admission"]:
-        out.append(
-            f"  {r['broker']:<10}{r['req_per_s']:>8.0f}{_ms(r['web_cpu_ms']):>9}"
-            f"{_ms(r['postgres_cpu_ms']):>8}{_ms(r['redis_cpu_ms']):>10}"
-            f"{_ms(r['rabbitmq_cpu_ms']):>11}{r['commits_per_request']:>9.2f}"
-            f"{r['other_cpu_pct']:>10.0f}%{r['io_cpu_pct']:>8.0f}%"
-        )
-    out += ["", "Execution of a noop-3 run, per run (queue filled first)"]
-    out.append(
-        f"  {'broker':<10}{'procs':>6}{'runs/s':>8}{'worker ms':>11}{'PG ms':>8}{'Redis ms':>10}"
-        f"{'Rabbit ms':>11}{'commits':>9}{'other CPU':>11}{'I/O CPU':>9}"
-    )
-    for r in results["execution"]:
-        out.append(
-            f"  {r['broker']:<10}{r['worker_processes']:>6}{r['runs_per_s']:>8.0f}"
-            f"{_ms(r['worker_cpu_ms']):>11}{_ms(r['postgres_cpu_ms']):>8}"
-            f"{_ms(r['redis_cpu_ms']):>10}{_ms(r['rabbitmq_cpu_ms']):>11}"
-            f"{r['commits_per_run']:>9.2f}{r['other_cpu_pct']:>10.0f}%{r['io_cpu_pct']:>8.0f}%"
-        )
-    out += ["", f"Lease keeping (heartbeat {HEARTBEAT_S:g} s; projected to the default)"]
-    out.append(
-        f"  {'runs':>5}{'renew/run/hb':>14}{'commits/s':>11}{'xids/s':>8}{'PG ms/s':>9}"
-        f"{'worker ms/s':>13}   at default: {'writes/s':>9}{'commits/s':>11}{'PG ms/s':>9}"
-    )
-    for r in results["lease_keeping"]:
-        d = r["default"]
-        out.append(
-            f"  {r['runs']:>5}{r['renewals_per_run_per_heartbeat']:>14.2f}"
-            f"{r['commits_per_s']:>11.1f}{r['write_transactions_per_s']:>8.1f}"
-            f"{_ms(r['postgres_cpu_ms_per_s'], 1):>9}{_ms(r['worker_cpu_ms_per_s'], 1):>13}"
-            f"   {'':>11}{d['renewals_per_s'] + d['liveness_writes_per_s']:>9.2f}"
-            f"{d['commits_per_s']:>11.2f}{_ms(d['postgres_cpu_ms_per_s'], 1):>9}"
-        )
-    if ceiling := results.get("commit_ceiling"):
-        out += [
-            "",
-            f"PostgreSQL commit ceiling: {ceiling['commits_per_s']:,.0f} commits/s "
-            f"(pgbench, {ceiling['clients']} clients, one-row INSERT per transaction, "
-            f"fsync={ceiling['fsync']}, synchronous_commit={ceiling['synchronous_commit']})",
-        ]
-    out += [f"  note: {line}" for line in results.get("notes", [])]
-    return "\n".join(out)
+def noise(r: dict[str, Any]) -> str:
+    return f"{r['other_cpu_pct']:.0f}% | {r['io_cpu_pct']:.0f}%"
 
 
 def render_block(results: dict[str, Any]) -> str:
-    """The markdown written between the capacity markers."""
+    """The markdown written between the capacity markers (and printed)."""
     m, k = results["machine"], results["knobs"]
     lines = [
         f"Measured by `{results['command']}` on {m['date']}: {m['cpus']} × {m['cpu_model']}, "
@@ -674,14 +628,8 @@ def render_block(results: dict[str, Any]) -> str:
             "broker | req/s | web CPU ms | PostgreSQL CPU ms | Redis CPU ms | RabbitMQ CPU ms "
             "| commits | other CPU | I/O CPU",
             [
-                (
-                    r["broker"],
-                    f"{r['req_per_s']:,.0f}",
-                    *(_ms(r[f"{n}_cpu_ms"]) for n in ("web", "postgres", "redis", "rabbitmq")),
-                    f"{r['commits_per_request']:.2f}",
-                    f"{r['other_cpu_pct']:.0f}%",
-                    f"{r['io_cpu_pct']:.0f}%",
-                )
+                f"{r['broker']} | {r['req_per_s']:,.0f} | {cpu(r, 'web')} | "
+                f"{r['commits_per_request']:.2f} | {noise(r)}"
                 for r in results["admission"]
             ],
         ),
@@ -696,15 +644,8 @@ def render_block(results: dict[str, Any]) -> str:
             "broker | worker processes | runs/s | worker CPU ms | PostgreSQL CPU ms | Redis CPU ms "
             "| RabbitMQ CPU ms | commits | other CPU | I/O CPU",
             [
-                (
-                    r["broker"],
-                    r["worker_processes"],
-                    f"{r['runs_per_s']:,.0f}",
-                    *(_ms(r[f"{n}_cpu_ms"]) for n in ("worker", "postgres", "redis", "rabbitmq")),
-                    f"{r['commits_per_run']:.2f}",
-                    f"{r['other_cpu_pct']:.0f}%",
-                    f"{r['io_cpu_pct']:.0f}%",
-                )
+                f"{r['broker']} | {r['worker_processes']} | {r['runs_per_s']:,.0f} | "
+                f"{cpu(r, 'worker')} | {r['commits_per_run']:.2f} | {noise(r)}"
                 for r in results["execution"]
             ],
         ),
@@ -720,18 +661,13 @@ def render_block(results: dict[str, Any]) -> str:
             "| worker CPU ms/s | default: writes/s | default: commits/s | default: PostgreSQL CPU "
             "ms/s",
             [
-                (
-                    r["runs"],
-                    f"{r['renewals_per_run_per_heartbeat']:.2f}",
-                    f"{r['commits_per_s']:.1f}",
-                    f"{r['write_transactions_per_s']:.1f}",
-                    _ms(r["postgres_cpu_ms_per_s"], 1),
-                    _ms(r["worker_cpu_ms_per_s"], 1),
-                    f"{r['default']['renewals_per_s'] + r['default']['liveness_writes_per_s']:.2f}",
-                    f"{r['default']['commits_per_s']:.2f}",
-                    _ms(r["default"]["postgres_cpu_ms_per_s"], 1),
-                )
+                f"{r['runs']} | {r['renewals_per_run_per_heartbeat']:.2f} | "
+                f"{r['commits_per_s']:.1f} | {r['write_transactions_per_s']:.1f} | "
+                f"{fmt(r['postgres_cpu_ms_per_s'], 1)} | {fmt(r['worker_cpu_ms_per_s'], 1)} | "
+                f"{d['renewals_per_s'] + d['liveness_writes_per_s']:.2f} | "
+                f"{d['commits_per_s']:.2f} | {fmt(d['postgres_cpu_ms_per_s'], 1)}"
                 for r in results["lease_keeping"]
+                if (d := r["default"])
             ],
             "r" * 9,
         ),
@@ -929,7 +865,7 @@ def main(argv: list[str] | None = None) -> None:
                 },
                 notes=notes + contention_notes(results),
             )
-            print(render_console(results), flush=True)
+            print(render_block(results), flush=True)
             knobs.json_path.parent.mkdir(parents=True, exist_ok=True)
             knobs.json_path.write_text(json.dumps(results, indent=2, default=str) + "\n")
             log(f"wrote {knobs.json_path}")

@@ -253,6 +253,10 @@ def _scaling(res: dict[str, Any]) -> str:
     return "" if res.get("scaling") is None else fmt(res["scaling"], 2)
 
 
+def noise(r: dict[str, Any]) -> str:
+    return f"{r['other_cpu_pct']:.0f}% | {r['io_cpu_pct']:.0f}%"
+
+
 def failures(results: dict[str, Any]) -> list[str]:
     return [
         line
@@ -260,42 +264,6 @@ def failures(results: dict[str, Any]) -> list[str]:
         for r in results[part]
         for line in r.get("failures", [])
     ]
-
-
-def render_console(results: dict[str, Any]) -> str:
-    out = [
-        "",
-        "Admission, POST /v1/projects/{p}/runs (API channel, new events)",
-        f"  {'':<28}{'conns':>6}{'req/s':>9}{'vs 1':>7}{'p50 ms':>9}{'p99 ms':>9}"
-        f"{'non-2xx':>9}{'web CPU ms/req':>16}{'auth misses':>13}{'other CPU':>11}{'I/O CPU':>9}",
-    ]
-    for r in results["admission"]:
-        out.append(
-            f"  {r['label']:<28}{r['connections']:>6}{r['rps']:>9.0f}{fmt(r['ratio'], 2):>7}"
-            f"{r['p50']:>9.1f}{r['p99']:>9.1f}{r['non_2xx']:>9}{r['web_cpu_ms']:>16.2f}"
-            f"{r['auth_miss_share'] * 100:>12.0f}%{r['other_cpu_pct']:>10.0f}%"
-            f"{r['io_cpu_pct']:>8.0f}%"
-        )
-    out += [
-        "",
-        "End to end, noop-3 (queue filled first, then one prefork worker)",
-        f"  {'':<28}{'-c':>4}{'runs':>7}{'runs/s':>9}{'vs 1':>7}{'vs -c 1':>9}"
-        f"{'worker CPU ms/run':>19}{'non-2xx':>9}{'other CPU':>11}{'I/O CPU':>9}",
-    ]
-    for r in results["e2e"]:
-        name = f"{_projects(r['projects'])}, {_size(r['body_bytes'])}"
-        out.append(
-            f"  {name:<28}{r['concurrency']:>4}{r['runs']:>7}{fmt(r['per_s'], 0):>9}"
-            f"{fmt(r['ratio'], 2):>7}{_scaling(r):>9}{fmt(r['worker_cpu_ms'], 2):>19}"
-            f"{r['non_2xx']:>9}{r['other_cpu_pct']:>10.0f}%{r['io_cpu_pct']:>8.0f}%"
-        )
-    out += [
-        "",
-        f"  projects created: {results['projects_created']:,} in "
-        f"{results['create_seconds']:.1f} s (one transaction)",
-    ]
-    out += [f"  {line}" for line in report.failure_summary(failures(results))]
-    return "\n".join(out)
 
 
 def render_block(results: dict[str, Any]) -> str:
@@ -316,19 +284,9 @@ def render_block(results: dict[str, Any]) -> str:
             "events | conns | req/s | vs 1 project | p50 ms | p99 ms | non-2xx | web CPU ms/req "
             "| auth misses (model) | other CPU | I/O CPU",
             [
-                (
-                    r["label"],
-                    r["connections"],
-                    f"{r['rps']:,.0f}",
-                    fmt(r["ratio"], 2),
-                    f"{r['p50']:.1f}",
-                    f"{r['p99']:.1f}",
-                    r["non_2xx"],
-                    f"{r['web_cpu_ms']:.2f}",
-                    f"{r['auth_miss_share'] * 100:.0f}%",
-                    f"{r['other_cpu_pct']:.0f}%",
-                    f"{r['io_cpu_pct']:.0f}%",
-                )
+                f"{r['label']} | {r['connections']} | {r['rps']:,.0f} | {fmt(r['ratio'], 2)} | "
+                f"{r['p50']:.1f} | {r['p99']:.1f} | {r['non_2xx']} | {r['web_cpu_ms']:.2f} | "
+                f"{r['auth_miss_share'] * 100:.0f}% | {noise(r)}"
                 for r in results["admission"]
             ],
         ),
@@ -339,19 +297,9 @@ def render_block(results: dict[str, Any]) -> str:
             "projects | event body | worker processes | runs | runs/s | vs 1 project | vs `-c 1` "
             "| worker CPU ms/run | non-2xx | other CPU | I/O CPU",
             [
-                (
-                    f"{r['projects']:,}",
-                    _size(r["body_bytes"]),
-                    r["concurrency"],
-                    f"{r['runs']:,}",
-                    fmt(r["per_s"], 0),
-                    fmt(r["ratio"], 2),
-                    _scaling(r),
-                    fmt(r["worker_cpu_ms"], 2),
-                    r["non_2xx"],
-                    f"{r['other_cpu_pct']:.0f}%",
-                    f"{r['io_cpu_pct']:.0f}%",
-                )
+                f"{r['projects']:,} | {_size(r['body_bytes'])} | {r['concurrency']} | "
+                f"{r['runs']:,} | {fmt(r['per_s'], 0)} | {fmt(r['ratio'], 2)} | {_scaling(r)} | "
+                f"{fmt(r['worker_cpu_ms'], 2)} | {r['non_2xx']} | {noise(r)}"
                 for r in results["e2e"]
             ],
             "ll",
@@ -484,12 +432,13 @@ def main() -> None:
                 "admission": admission,
                 "e2e": e2e,
             }
-            print(render_console(results), flush=True)
+            block = render_block(results)
+            print(block, *report.failure_summary(failures(results)), sep="\n", flush=True)
             (logdir / "results.json").write_text(json.dumps(results, indent=2, default=str))
             if knobs.output is None:
                 log(f"quick mode: no markdown written (raw figures: {logdir}/results.json)")
             else:
-                write_block(knobs.output, render_block(results))
+                write_block(knobs.output, block)
     finally:
         if ids:
             database.purge_queue(broker)

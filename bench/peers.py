@@ -425,39 +425,6 @@ def _f(value: Any, digits: int = 0) -> str:
     return fmt(float(value) if isinstance(value, int) else value, digits)
 
 
-def render_table(results: dict[str, dict[str, Any]], rows: list[report.Row], n: int) -> str:
-    out = [
-        "",
-        f"Peers: {n} three-step no-op workflows per system, admitted first, then drained by "
-        "one worker process",
-        f"  {'':<18}{'drain s':>9}{'wf/s':>8}{'steps/s':>9}{'commits/wf':>12}"
-        f"{'(admit + drain)':>17}{'worker CPU ms/wf':>18}{'other CPU':>11}{'I/O CPU':>9}",
-    ]
-    for system, r in results.items():
-        admit, drain_ = r["commits_admission"] / n, r["commits_drain"] / n
-        out.append(
-            f"  {LABELS[system].replace('`', ''):<18}{r['seconds']:>9.2f}{r['per_s']:>8.0f}"
-            f"{r['per_s'] * STEPS:>9.0f}{r['commits_per_run']:>12.2f}"
-            f"{f'{admit:.2f} + {drain_:.2f}':>17}{r['worker_cpu_ms']:>18.2f}"
-            f"{r['other_cpu_pct']:>10.0f}%{r['io_cpu_pct']:>8.0f}%"
-        )
-    out += [
-        "",
-        "Latency at half capacity (open loop at half the drain rate), ms: to the first step "
-        "p50 / p99, to completion p50 / p99",
-    ]
-    for system, r in results.items():
-        if lat := r.get("latency"):
-            out.append(
-                f"  {LABELS[system].replace('`', ''):<18}{lat['rate']:>7.1f}/s"
-                f"{lat['first_p50']:>10.1f}{lat['first_p99']:>10.1f}"
-                f"{lat['done_p50']:>10.1f}{lat['done_p99']:>10.1f}"
-            )
-    out += ["", f"  {'ratio':<56}{'measured':>10}  {'target':<14}verdict"]
-    out += [f"  {w:<56}{_f(v, 2):>10}  {t:<14}{vd}" for w, v, t, vd in rows]
-    return "\n".join(out)
-
-
 def render_markdown(
     machine: dict[str, str],
     knobs: Knobs,
@@ -487,19 +454,10 @@ def render_markdown(
         "system | workflows | drain s | workflows/s | steps/s | commits / workflow | "
         "of which admission | of which drain | worker CPU ms / workflow | other CPU | I/O CPU",
         [
-            (
-                LABELS[system],
-                f"{n:,}",
-                f"{r['seconds']:.2f}",
-                f"{r['per_s']:,.0f}",
-                f"{r['per_s'] * STEPS:,.0f}",
-                f"{r['commits_per_run']:.2f}",
-                f"{r['commits_admission'] / n:.2f}",
-                f"{r['commits_drain'] / n:.2f}",
-                f"{r['worker_cpu_ms']:.2f}",
-                f"{r['other_cpu_pct']:.0f}%",
-                f"{r['io_cpu_pct']:.0f}%",
-            )
+            f"{LABELS[system]} | {n:,} | {r['seconds']:.2f} | {r['per_s']:,.0f} | "
+            f"{r['per_s'] * STEPS:,.0f} | {r['commits_per_run']:.2f} | "
+            f"{r['commits_admission'] / n:.2f} | {r['commits_drain'] / n:.2f} | "
+            f"{r['worker_cpu_ms']:.2f} | {r['other_cpu_pct']:.0f}% | {r['io_cpu_pct']:.0f}%"
             for system, r in results.items()
         ],
     )
@@ -507,12 +465,9 @@ def render_markdown(
         "latency at half capacity | arrivals/s (achieved) | workflows | to first step p50 ms "
         "| p99 ms | to completion p50 ms | p99 ms",
         [
-            (
-                LABELS[system],
-                f"{lat['rate']:.1f} ({lat['admit_per_s']:.1f})",
-                f"{lat['workflows']:,}",
-                *(f"{lat[k]:.1f}" for k in ("first_p50", "first_p99", "done_p50", "done_p99")),
-            )
+            f"{LABELS[system]} | {lat['rate']:.1f} ({lat['admit_per_s']:.1f}) | "
+            f"{lat['workflows']:,} | {lat['first_p50']:.1f} | {lat['first_p99']:.1f} | "
+            f"{lat['done_p50']:.1f} | {lat['done_p99']:.1f}"
             for system, r in results.items()
             if (lat := r.get("latency"))
         ],
@@ -611,13 +566,13 @@ def main() -> None:
                     system = SETUPS[key](knobs, scratch, broker, logdir)
                     results[key] = measure(system, knobs.runs, noise, knobs.latency_s)
             rows = targets(results)
-            print(render_table(results, rows, knobs.runs), flush=True)
+            markdown = render_markdown(machine, knobs, results, rows, packages)
+            print(markdown, flush=True)
             raw = {"machine": machine, "packages": packages, "results": results}
             (logdir / "results.json").write_text(json.dumps(raw, indent=2, default=str))
             if set(knobs.systems) != set(SYSTEMS) and "BENCH_OUTPUT" not in os.environ:
                 log(f"only {','.join(knobs.systems)} ran: {out} left as it was")
                 return
-            markdown = render_markdown(machine, knobs, results, rows, packages)
             report.write_between(out, markdown, BEGIN, END, after=MARKER)
     finally:
         with contextlib.suppress(redis.RedisError):

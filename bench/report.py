@@ -241,16 +241,18 @@ def md_target(target: str) -> str:
     return target.replace(">=", "≥").replace("<=", "≤")
 
 
-def table(header: str, rows: Sequence[Sequence[Any]], align: str = "") -> list[str]:
-    """A markdown table: ``header`` is its cells joined by ``|``; ``align`` one letter per
-    column (``l`` left, ``r`` right; right for the missing ones after the first)."""
+def table(header: str, rows: Sequence[str | Sequence[Any]], align: str = "") -> list[str]:
+    """A markdown table: ``header`` and each row its cells joined by ``|`` (or a row the
+    sequence of its cells); ``align`` one letter per column (``l`` left, ``r`` right; by
+    default the first left, the others right)."""
     cells = header.split("|")
     align = align or "l" + "r" * (len(cells) - 1)
     out = [
         "|" + "|".join(f" {c.strip()} " if c.strip() else " " for c in cells) + "|",
         "|" + "|".join("---" if a == "l" else "---:" for a in align) + "|",
     ]
-    return out + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    cells_of = (r.split(" | ") if isinstance(r, str) else [str(c) for c in r] for r in rows)
+    return out + ["| " + " | ".join(cells) + " |" for cells in cells_of]
 
 
 def report_failures(label: str, result: Any) -> list[str]:

@@ -649,8 +649,8 @@ def _pair_mark(p: verdicts.Pair, last: bool) -> str:
     return "not counted" if last else "measured again"
 
 
-def _marks(series: list[verdicts.Pair], key: str) -> str:
-    return ", ".join(f"{fmt(p.ratios[key], 2)} ({_pair_mark(p, p is series[-1])})" for p in series)
+def e(info: dict[str, Any], key: str) -> Any:
+    return info.get(key, "n/a")
 
 
 def _name(res: dict[str, Any]) -> tuple[str, str]:
@@ -662,68 +662,6 @@ def _name(res: dict[str, Any]) -> tuple[str, str]:
 # --- report ----------------------------------------------------------------------------------
 
 
-def render_table(
-    results: list[dict[str, Any]],
-    pairs: dict[int, list[verdicts.Pair]],
-    e2e: dict[str, Any],
-    rows: list[tuple[str, float, str, str]],
-    failed_targets: list[str],
-) -> str:
-    out = [
-        "",
-        "Admission, POST /v1/projects/{p}/runs (API channel), in interleaved pairs",
-        f"  {'':<22}{'pair':>5}{'conns':>6}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'non-2xx':>9}"
-        f"{'web CPU ms/req':>16}{'other CPU':>11}{'I/O CPU':>9}",
-    ]
-    for res in results:
-        app, kind = _name(res)
-        name = f"{app} {'new events' if kind == 'new' else 'duplicates'}"
-        out.append(
-            f"  {name:<22}{res.get('pair', 1):>5}{res['connections']:>6}{res['rps']:>9.0f}"
-            f"{res['p50']:>9.1f}{res['p99']:>9.1f}{res['non_2xx']:>9}{res['web_cpu_ms']:>16.2f}"
-            f"{res['other_cpu_pct']:>10.0f}%{res['io_cpu_pct']:>8.0f}%"
-        )
-    out += [f"  pairs @{c}: " + _marks(series, "new") for c, series in sorted(pairs.items())]
-    for c, series in sorted(e2e.get("series", {}).items()):
-        out += ["", f"End to end, one prefork worker process at -c {c}, queue filled first"]
-        for label, m in _chain(series):
-            unit = "tasks/s" if label.startswith("raw") else "runs/s "
-            out.append(
-                f"  {label:<22}{m.get('per_s', float('nan')):>8.0f} {unit}"
-                f"  worker CPU {m.get('worker_cpu_ms', 0):.2f} ms/item,"
-                f" other CPU {m.get('other_cpu_pct', 0):.0f}%,"
-                f" I/O CPU {m.get('io_cpu_pct', 0):.0f}%"
-            )
-        out.append("  pairs: " + _marks(series["pairs"], "e2e"))
-    nan = float("nan")
-    out += [
-        f"  commits                 {e2e.get('commits_runs', 'n/a'):>8} "
-        f"  for {e2e.get('commits_counted_runs', 'n/a')} runs"
-        f" = {fmt(e2e.get('commits_per_run', nan), 3)} per run",
-        f"  background, subtracted  {e2e.get('background_text', 'n/a')}"
-        f" (of {e2e.get('commits', 'n/a')} in the scratch database)",
-        f"  WAL flushes             {e2e.get('wal_syncs', 'n/a'):>8} "
-        f"  = {fmt(e2e.get('wal_flushes_per_run', nan), 3)} per run (server-wide)",
-        f"  CPU per run, ms         {fmt(e2e.get('cpu_ms', nan), 2):>8} "
-        f"  ({', '.join(f'{k} {v:.2f}' for k, v in e2e.get('cpu_ms_per_run', {}).items())});"
-        f" raw Celery per task {fmt(e2e.get('raw_cpu_ms', nan), 2)}",
-        "",
-        "Memory, RSS MiB (start / after e2e batch / after soak)",
-    ]
-    for side in ("web", "worker"):
-        m = e2e.get("memory", {}).get(side, {})
-        out.append(
-            f"  {side:<8}"
-            + " / ".join(fmt(m.get(k, nan), 1) for k in ("start", "after_e2e", "after_soak"))
-        )
-    out += ["", f"  {'ratio':<72}{'measured':>10}  {'target':<9}verdict"]
-    out += [f"  {w:<72}{fmt(v, _digits(w)):>10}  {t:<9}{vd}" for w, v, t, vd in rows]
-    out += [""] + [f"  {line}" for line in failure_summary(all_failures(results, e2e))]
-    out += [f"  note: {line}" for line in noise_lines(pairs, e2e)]
-    out += [f"  FAIL {line}" for line in failed_targets]
-    return "\n".join(out)
-
-
 def render_markdown(
     machine: dict[str, str],
     knobs: Knobs,
@@ -731,8 +669,8 @@ def render_markdown(
     pairs: dict[int, list[verdicts.Pair]],
     e2e: dict[str, Any],
     rows: list[tuple[str, float, str, str]],
-    kept: str,
 ) -> str:
+    """The page down to MARKER (printed, and written above the other benches' sections)."""
     m, nan = machine, float("nan")
     lines = [
         "# Benchmarks",
@@ -751,15 +689,12 @@ def render_markdown(
         *table(
             " | ",
             [
-                ("date", m["date"]),
-                ("CPUs (`nproc`)", f"{m['cpus']} × {m['cpu_model']}"),
-                ("memory", m["memory"]),
-                ("kernel", m["kernel"]),
-                ("Python", m["python"]),
-                ("PostgreSQL", m["postgresql"]),
-                ("Redis", m["redis"]),
-                ("load average at start", m["load_before"]),
-                ("code measured", m["code"]),
+                f"date | {m['date']}",
+                f"CPUs (`nproc`) | {m['cpus']} × {m['cpu_model']}",
+                *(f"{k} | {m[k.lower()]}" for k in ("memory", "kernel", "Python", "PostgreSQL")),
+                f"Redis | {m['redis']}",
+                f"load average at start | {m['load_before']}",
+                f"code measured | {m['code']}",
             ],
             "ll",
         ),
@@ -818,18 +753,9 @@ def render_markdown(
             "app | events | pair | conns | req/s | p50 ms | p99 ms | non-2xx | web CPU ms/req "
             "| other CPU | I/O CPU",
             [
-                (
-                    *_name(r),
-                    r.get("pair", 1),
-                    r["connections"],
-                    f"{r['rps']:,.0f}",
-                    f"{r['p50']:.1f}",
-                    f"{r['p99']:.1f}",
-                    r["non_2xx"],
-                    f"{r['web_cpu_ms']:.2f}",
-                    f"{r['other_cpu_pct']:.0f}%",
-                    f"{r['io_cpu_pct']:.0f}%",
-                )
+                f"{' | '.join(_name(r))} | {r.get('pair', 1)} | {r['connections']} | "
+                f"{r['rps']:,.0f} | {r['p50']:.1f} | {r['p99']:.1f} | {r['non_2xx']} | "
+                f"{r['web_cpu_ms']:.2f} | {r['other_cpu_pct']:.0f}% | {r['io_cpu_pct']:.0f}%"
                 for r in results
             ],
             "ll",
@@ -860,15 +786,9 @@ def render_markdown(
         *table(
             " | count | per second | seconds | worker CPU ms/item | other CPU | I/O CPU",
             [
-                (
-                    label,
-                    m.get("tasks", m.get("runs")),
-                    fmt(m.get("per_s"), 0),
-                    fmt(m.get("seconds"), 2),
-                    fmt(m.get("worker_cpu_ms"), 2),
-                    f"{fmt(m.get('other_cpu_pct'), 0)}%",
-                    f"{fmt(m.get('io_cpu_pct'), 0)}%",
-                )
+                f"{label} | {m.get('tasks', m.get('runs'))} | {fmt(m.get('per_s'), 0)} | "
+                f"{fmt(m.get('seconds'), 2)} | {fmt(m.get('worker_cpu_ms'), 2)} | "
+                f"{fmt(m.get('other_cpu_pct'), 0)}% | {fmt(m.get('io_cpu_pct'), 0)}%"
                 for _, series in all_series
                 for label, m in _chain(series)
             ],
@@ -883,49 +803,30 @@ def render_markdown(
         *table(
             "CPU over the soak, ms per run | ",
             [
-                *[(k, f"{v:.2f}") for k, v in e2e.get("cpu_ms_per_run", {}).items()],
-                ("AwoooP, all four", fmt(e2e.get("cpu_ms", nan), 2)),
-                (
-                    "raw Celery per task: producer + worker + Redis (median of the -c "
-                    f"{knobs.e2e_concurrency[-1]} raw batches)",
-                    fmt(e2e.get("raw_cpu_ms", nan), 2),
-                ),
+                *[f"{k} | {v:.2f}" for k, v in e2e.get("cpu_ms_per_run", {}).items()],
+                f"AwoooP, all four | {fmt(e2e.get('cpu_ms', nan), 2)}",
+                "raw Celery per task: producer + worker + Redis (median of the -c "
+                f"{knobs.e2e_concurrency[-1]} raw batches) | {fmt(e2e.get('raw_cpu_ms', nan), 2)}",
             ],
         ),
         "",
         *table(
             "PostgreSQL commits, counted over the soak | ",
             [
-                ("committed in the bench's database", e2e.get("commits", "n/a")),
-                ("not run work, subtracted", e2e.get("background_text", "n/a")),
-                (
-                    f"left, for the {e2e.get('commits_counted_runs', 'n/a')} runs of the soak "
-                    "(admission included)",
-                    e2e.get("commits_runs", "n/a"),
-                ),
-                (
-                    "over the whole phase, the processes' start-up included",
-                    f"{whole.get('total', 'n/a')} for {whole.get('runs', 'n/a')} runs",
-                ),
-                (
-                    "WAL flushes meanwhile, server-wide (`pg_stat_wal.wal_sync`)",
-                    f"{e2e.get('wal_syncs', 'n/a')} = "
-                    f"{fmt(e2e.get('wal_flushes_per_run', nan), 3)} per run",
-                ),
-                ("an idle window of 2 s before it (must be 0)", e2e.get("idle_commits", "n/a")),
-                (
-                    "sessions started in the counted window (must be 0)",
-                    e2e.get("commits_sessions", "n/a"),
-                ),
-                (
-                    "sessions not of the benchmark seen on its database",
-                    f"{e2e.get('foreign_session_count', 'n/a')}"
-                    + (
-                        f": {', '.join(e2e['foreign_sessions'])}"
-                        if e2e.get("foreign_sessions")
-                        else ""
-                    ),
-                ),
+                f"committed in the bench's database | {e(e2e, 'commits')}",
+                f"not run work, subtracted | {e(e2e, 'background_text')}",
+                f"left, for the {e(e2e, 'commits_counted_runs')} runs of the soak (admission "
+                f"included) | {e(e2e, 'commits_runs')}",
+                "over the whole phase, the processes' start-up included | "
+                f"{e(whole, 'total')} for {e(whole, 'runs')} runs",
+                "WAL flushes meanwhile, server-wide (`pg_stat_wal.wal_sync`) | "
+                f"{e(e2e, 'wal_syncs')} = {fmt(e2e.get('wal_flushes_per_run', nan), 3)} per run",
+                f"an idle window of 2 s before it (must be 0) | {e(e2e, 'idle_commits')}",
+                "sessions started in the counted window (must be 0) | "
+                f"{e(e2e, 'commits_sessions')}",
+                "sessions not of the benchmark seen on its database | "
+                f"{e(e2e, 'foreign_session_count')}"
+                + "".join(f": {', '.join(f)}" for f in [e2e.get("foreign_sessions")] if f),
             ],
             "ll",
         ),
@@ -1008,7 +909,7 @@ def render_markdown(
         "",
         MARKER,
     ]
-    return "\n".join(lines) + "\n" + kept
+    return "\n".join(lines) + "\n"
 
 
 def _kept_notes(path: Path) -> str:
@@ -1061,17 +962,15 @@ def main() -> None:
                 bench_e2e(b, e2e_id)
             e2e = b.e2e
             rows = ratios(results, pairs, e2e, knobs.connections)
-            print(
-                render_table(results, pairs, e2e, rows, target_failures(machine, e2e)), flush=True
-            )
+            markdown = render_markdown(machine, knobs, results, pairs, e2e, rows)
+            print(markdown, *failure_summary(all_failures(results, e2e)), sep="\n", flush=True)
             raw = {"machine": machine, "admission": results, "pairs": pairs, "e2e": e2e}
             (logdir / "results.json").write_text(json.dumps(raw, indent=2, default=str))
             if set(knobs.phases) != set(PHASES) and "BENCH_OUTPUT" not in os.environ:
                 log(f"only {','.join(knobs.phases)} ran: {out} left as it was")
                 return
-            markdown = render_markdown(machine, knobs, results, pairs, e2e, rows, _kept_notes(out))
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(markdown)
+            out.write_text(markdown + _kept_notes(out))
             log(f"wrote {out} (raw figures: {logdir}/results.json)")
     finally:
         from bench import raw_celery
