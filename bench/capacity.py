@@ -175,7 +175,7 @@ def redis_broker(url: str) -> Broker:
         {},
         lambda: database.purge_queue(client),
         version,
-        lambda: procs.blocked_consumers(client),
+        lambda: sum(1 for c in client.client_list() if c.get("cmd") in ("brpop", "blpop")),
     )
 
 
@@ -361,26 +361,18 @@ def measure_execution(
     database.vacuum_runs(b.url)
     counts0 = counts(b.url)
     progress = database.Progress.runs(b.url, [project_id])
-    warm_at = max(1, n // 10)  # CPU once the worker is warm: from a tenth of the runs done
-    marks: dict[str, tuple[Snapshot, int]] = {}
     worker = procs.start_worker(f"worker-{label}", b.logdir, concurrency, **broker.env)
     try:
         sources = b.sources(broker, worker=worker)
-
-        def mark(done: int) -> None:
-            if "warm" not in marks and done >= warm_at:
-                marks["warm"] = (b.snapshot(sources), done)
-            if "end" not in marks and done >= n:
-                marks["end"] = (b.snapshot(sources), done)
-
-        progress.wait(n, [worker], max(90.0, n / 10), mark, POLL_S)
+        # CPU once the worker is warm: from a tenth of the runs done to the last.
+        marks = progress.drain(n, worker, lambda: b.snapshot(sources), POLL_S)
         seconds = progress.span()
     finally:
         progress.close()
         worker.stop(DRAINED_STOP_S)
     time.sleep(FLUSH_S)
     delta = counts(b.url) - counts0
-    (warm, done0), (end, done1) = marks["warm"], marks["end"]
+    (warm, done0), (end, done1) = marks
     measured = done1 - done0
     interval = b.between(warm, end)
     info: dict[str, Any] = {

@@ -338,6 +338,18 @@ class Progress:
                 )
             time.sleep(poll)
 
+    def drain(self, n: int, worker: Any, sample: Any, poll: float = 0.2) -> list[tuple[Any, int]]:
+        """:meth:`wait` for ``n`` done by ``worker``; ``sample()`` once a tenth are done (the
+        worker is warm) and once all are: [(warm sample, done), (end sample, done)]."""
+        marks: list[tuple[Any, int]] = []
+
+        def mark(done: int) -> None:
+            while len(marks) < 2 and done >= (max(1, n // 10), n)[len(marks)]:
+                marks.append((sample(), done))
+
+        self.wait(n, [worker], max(90.0, n / 10), mark, poll)
+        return marks
+
     def close(self) -> None:
         self.conn.rollback()
         self._cm.__exit__(None, None, None)

@@ -189,29 +189,19 @@ def bench_e2e(
     )
     progress = database.Progress.runs(b.url, ids)
     worker: procs.Proc | None = None
-    marks: dict[str, tuple[float, int]] = {}
     try:
         if (total := progress.counts()[2]) != n:
             raise web.failure(f"{label}: {total} runs admitted, expected {n}")
         worker = procs.start_worker(f"worker-growth-{key}", b.logdir, concurrency)
-        w, warm_at = worker, max(1, n // 10)
-
-        def mark(done: int) -> None:
-            if "warm" not in marks and done >= warm_at:
-                marks["warm"] = (w.cpu_seconds(), done)
-            if "end" not in marks and done >= n:
-                marks["end"] = (w.cpu_seconds(), done)
-
         started = time.perf_counter()
         with b.noise.measure(info):
-            progress.wait(n, [worker], max(90.0, n / 10), mark, 0.2)
+            (cpu0, done0), (cpu1, done1) = progress.drain(n, worker, worker.cpu_seconds)
         info["wall_s"] = time.perf_counter() - started
         info["seconds"] = progress.span()
     finally:
         progress.close()
         if worker is not None:
             worker.stop(3.0)
-    (cpu0, done0), (cpu1, done1) = marks["warm"], marks["end"]
     info["per_s"] = n / info["seconds"] if info["seconds"] > 0 else float("nan")
     info["cpu_measured_runs"] = done1 - done0
     info["worker_cpu_ms"] = (
@@ -372,11 +362,6 @@ def main() -> None:
                 + f"writes {knobs.output or 'no markdown'}"
             )
             machine = report.machine_info(url, settings.broker_url)
-            if consumers := procs.blocked_consumers(broker):
-                log(
-                    f"warning: {consumers} other client(s) are blocked reading lists on this "
-                    "broker database (Celery workers?); they may take the bench's run messages"
-                )
             body = big_body(knobs.body_bytes)
             web_env: dict[str, str] = {}
             max_body = max(settings.max_body_bytes, len(body))

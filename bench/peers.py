@@ -553,11 +553,6 @@ def main() -> None:
                 except importlib.metadata.PackageNotFoundError:
                     packages[package] = "not installed"
             log("packages: " + ", ".join(f"{p} {v}" for p, v in packages.items()))
-            if "awooop" in knobs.systems and (consumers := procs.blocked_consumers(broker)):
-                log(
-                    f"warning: {consumers} other client(s) are blocked reading lists on "
-                    "this broker database (Celery workers?); they may take AwoooP's run messages"
-                )
             noise = procs.Noise(procs.running_pids)
             results: dict[str, dict[str, Any]] = {}
             for key in SYSTEMS:

@@ -442,16 +442,6 @@ def rabbitmq_pids() -> list[int]:
     return found
 
 
-def blocked_consumers(r: redis.Redis) -> int:
-    """Clients blocked reading lists on this Redis database (Celery workers)."""
-    db = str(r.connection_pool.connection_kwargs.get("db", 0))
-    return sum(
-        1
-        for c in r.client_list()
-        if c.get("cmd") in ("brpop", "blpop", "bzpopmin") and c.get("db") == db
-    )
-
-
 def postgres_pids(url: str, database_name: str) -> list[int]:
     """The server's processes that work for ``database_name``: its client backends (less this
     harness's own sessions), the postmaster and the server's background processes (shared

@@ -173,9 +173,19 @@ def machine_info(db_url: str, broker_url: str) -> dict[str, str]:
     except psycopg2.Error as exc:
         raise BenchError(f"no PostgreSQL at AWOOOP_DATABASE_URL: {exc}") from exc
     try:
-        redis_version = redis.Redis.from_url(broker_url).info("server").get("redis_version", "?")
+        broker = redis.Redis.from_url(broker_url, socket_timeout=10)
+        redis_version = broker.info("server").get("redis_version", "?")
+        db = str(broker.connection_pool.connection_kwargs.get("db", 0))
+        blocked = [
+            c for c in broker.client_list() if c.get("cmd") in ("brpop", "blpop", "bzpopmin")
+        ]
     except redis.RedisError as exc:
         raise BenchError(f"no Redis at AWOOOP_BROKER_URL: {exc}") from exc
+    if consumers := sum(1 for c in blocked if c.get("db") == db):
+        log(
+            f"warning: {consumers} other client(s) are blocked reading lists on this broker "
+            "database (Celery workers?); they may take the bench's run messages"
+        )
     info = {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "cpus": str(len(os.sched_getaffinity(0))),

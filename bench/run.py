@@ -944,11 +944,6 @@ def main() -> None:
             os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
             log(f"autovacuum off on its {len(tables)} tables; metrics in {metrics_dir}")
             meter = database.Meter(settings.database_url, url, name, metrics_dir)
-            if consumers := procs.blocked_consumers(r):
-                log(
-                    f"warning: {consumers} other client(s) are blocked reading lists on this "
-                    "broker database (Celery workers?); they may take the bench's run messages"
-                )
             tokens = database.create_projects(url, [real_id, base_id, e2e_id])
             log(f"projects {real_id}, {base_id}, {e2e_id} created, api -> noop-3")
             b = Bench(knobs, logdir, r, procs.Noise(procs.running_pids), tokens, meter)
