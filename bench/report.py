@@ -256,7 +256,7 @@ def table(header: str, rows: Sequence[str | Sequence[Any]], align: str = "") -> 
     sequence of its cells); ``align`` one letter per column (``l`` left, ``r`` right; by
     default the first left, the others right)."""
     cells = header.split("|")
-    align = align or "l" + "r" * (len(cells) - 1)
+    align = (align or "l").ljust(len(cells), "r")
     out = [
         "|" + "|".join(f" {c.strip()} " if c.strip() else " " for c in cells) + "|",
         "|" + "|".join("---" if a == "l" else "---:" for a in align) + "|",
