@@ -43,7 +43,18 @@ import redis
 
 from bench import database, procs, report
 from bench.procs import BIN
-from bench.report import BenchError, env_choice, env_int, fmt, log, md_target, ratio, table
+from bench.report import (
+    BenchError,
+    env_choice,
+    env_float,
+    env_int,
+    fmt,
+    knob,
+    log,
+    md_target,
+    ratio,
+    table,
+)
 from bench.run import MARKER
 
 BEGIN = "<!-- peers:begin (written by `make bench-peers`) -->"
@@ -62,19 +73,13 @@ PACKAGES = "procrastinate dbos celery kombu redis SQLAlchemy psycopg2-binary psy
 
 @dataclass(frozen=True)
 class Knobs:
-    runs: int = field(default_factory=lambda: env_int("BENCH_PEERS_RUNS", DEFAULT_RUNS))
-    systems: tuple[str, ...] = field(
-        default_factory=lambda: env_choice("BENCH_PEERS_SYSTEMS", SYSTEMS)
-    )
-    procrastinate_concurrency: int = field(
-        default_factory=lambda: env_int("BENCH_PEERS_PROCRASTINATE_CONCURRENCY", 30)
-    )
-    dbos_concurrency: int = field(
-        default_factory=lambda: env_int("BENCH_PEERS_DBOS_CONCURRENCY", 1000)
-    )
-    dbos_threads: int = field(default_factory=lambda: env_int("BENCH_PEERS_DBOS_THREADS", 512))
-    latency_s: int = field(default_factory=lambda: env_int("BENCH_PEERS_LATENCY_S", 10))
-    timeout: float = field(default_factory=lambda: float(env_int("BENCH_TIMEOUT", 900)))
+    runs: int = knob(env_int, "BENCH_PEERS_RUNS", DEFAULT_RUNS)
+    systems: tuple[str, ...] = knob(env_choice, "BENCH_PEERS_SYSTEMS", SYSTEMS)
+    procrastinate_concurrency: int = knob(env_int, "BENCH_PEERS_PROCRASTINATE_CONCURRENCY", 30)
+    dbos_concurrency: int = knob(env_int, "BENCH_PEERS_DBOS_CONCURRENCY", 1000)
+    dbos_threads: int = knob(env_int, "BENCH_PEERS_DBOS_THREADS", 512)
+    latency_s: int = knob(env_int, "BENCH_PEERS_LATENCY_S", 10)
+    timeout: float = knob(env_float, "BENCH_TIMEOUT", 900)
 
 
 # --- each system's records ---------------------------------------------------------------------

@@ -14,6 +14,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,11 @@ def log(message: str) -> None:
 
 
 # --- knobs -----------------------------------------------------------------------------------
+
+
+def knob(read: Any, name: str, default: Any) -> Any:
+    """A dataclass field read from the environment when the object is made."""
+    return field(default_factory=lambda: read(name, default))
 
 
 def env_float(name: str, default: float) -> float:

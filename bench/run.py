@@ -49,6 +49,7 @@ from bench.report import (
     env_ints,
     failure_summary,
     fmt,
+    knob,
     log,
     md_target,
     ratio,
@@ -83,20 +84,16 @@ STATS_IDLE_FLUSH_S = 11.0  # an idle backend flushes its statistics within 10 s
 
 @dataclass(frozen=True)
 class Knobs:
-    duration: float = field(default_factory=lambda: env_float("BENCH_DURATION", 3.0))
-    warmup: float = field(default_factory=lambda: env_float("BENCH_WARMUP", 1.0))
-    connections: tuple[int, ...] = field(
-        default_factory=lambda: env_ints("BENCH_CONNECTIONS", "16,64")
-    )
-    raw_tasks: int = field(default_factory=lambda: env_int("BENCH_RAW_TASKS", 2000))
-    e2e_runs: int = field(default_factory=lambda: env_int("BENCH_E2E_RUNS", 1000))
-    soak_runs: int = field(default_factory=lambda: env_int("BENCH_SOAK_RUNS", 10000))
+    duration: float = knob(env_float, "BENCH_DURATION", 3.0)
+    warmup: float = knob(env_float, "BENCH_WARMUP", 1.0)
+    connections: tuple[int, ...] = knob(env_ints, "BENCH_CONNECTIONS", "16,64")
+    raw_tasks: int = knob(env_int, "BENCH_RAW_TASKS", 2000)
+    e2e_runs: int = knob(env_int, "BENCH_E2E_RUNS", 1000)
+    soak_runs: int = knob(env_int, "BENCH_SOAK_RUNS", 10000)
     # One series per worker concurrency, in this order; the last one's worker runs the soak.
-    e2e_concurrency: tuple[int, ...] = field(
-        default_factory=lambda: env_ints("BENCH_E2E_CONCURRENCY", "2,1")
-    )
-    timeout: float = field(default_factory=lambda: env_float("BENCH_TIMEOUT", 720))
-    phases: tuple[str, ...] = field(default_factory=lambda: env_choice("BENCH_PHASES", PHASES))
+    e2e_concurrency: tuple[int, ...] = knob(env_ints, "BENCH_E2E_CONCURRENCY", "2,1")
+    timeout: float = knob(env_float, "BENCH_TIMEOUT", 720)
+    phases: tuple[str, ...] = knob(env_choice, "BENCH_PHASES", PHASES)
 
 
 @dataclass
