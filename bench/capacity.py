@@ -769,18 +769,23 @@ def run_phases(
     return results
 
 
-def main(argv: list[str] | None = None) -> None:
+def configure(quick: bool) -> tuple[Knobs, Any]:
     from awooop.config import Settings
-    from bench import report
 
+    knobs, settings = Knobs.from_env(quick), Settings.from_env()
+    if not settings.broker_url.startswith(("redis://", "rediss://")):
+        raise BenchError(
+            "AWOOOP_BROKER_URL must be Redis (phases 1-3 measure it; RabbitMQ is "
+            "BENCH_CAPACITY_AMQP_URL)"
+        )
+    return knobs, settings
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.capacity", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="tiny sizes; no markdown written")
     args = parser.parse_args(argv)
-    knobs, settings = report.configure(
-        "bench-capacity", lambda: (Knobs.from_env(args.quick), Settings.from_env())
-    )
-    if not settings.broker_url.startswith(("redis://", "rediss://")):
-        report.configure("bench-capacity", lambda: _redis_only())
+    knobs, settings = report.configure("bench-capacity", lambda: configure(args.quick))
     url = settings.database_url
     tag = f"cap-{time.strftime('%Y%m%d%H%M%S')}-{os.urandom(2).hex()}"
     ids: dict[str, str] = {}
@@ -792,29 +797,23 @@ def main(argv: list[str] | None = None) -> None:
             machine = report.machine_info(url, settings.broker_url)
             brokers.append(redis_ := redis_broker(settings.broker_url))
             postgres_pid = procs.postgres_server_pid(url)
-            sessions = {
-                str(db): int(n)
-                for db, n in database.query(
-                    url,
-                    "SELECT coalesce(datname, '?'), count(*) FROM pg_stat_activity"
-                    " WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() GROUP BY 1",
-                )
-            }
-            redis_pids = sorted(
-                {
-                    p
-                    for u in (settings.broker_url, settings.rate_limit_url)
-                    for p in procs.redis_pids(redis.Redis.from_url(u, socket_timeout=5))
-                }
+            query = (
+                "SELECT coalesce(datname, '?'), count(*) FROM pg_stat_activity"
+                " WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() GROUP BY 1"
             )
-            notes = []
+            sessions = {str(db): int(n) for db, n in database.query(url, query)}
+            redises = (
+                redis.Redis.from_url(u) for u in (settings.broker_url, settings.rate_limit_url)
+            )
+            redis_pids = sorted({p for r in redises for p in procs.redis_pids(r)})
+            absent = "does not run on this machine: its CPU is not measured"
+            notes = [f"Redis {absent}"] * (not redis_pids)
             if postgres_pid is None:
-                notes.append(
+                notes.insert(
+                    0,
                     "PostgreSQL does not run on this machine (or not in this process "
-                    "namespace): its CPU is not measured"
+                    "namespace): its CPU is not measured",
                 )
-            if not redis_pids:
-                notes.append("Redis does not run on this machine: its CPU is not measured")
             log(
                 f"PostgreSQL server pid {postgres_pid}, Redis pid {redis_pids}; "
                 f"{database.sessions(url)} other sessions on this database; on the server: "
@@ -823,8 +822,7 @@ def main(argv: list[str] | None = None) -> None:
             rabbit = rabbitmq_broker(knobs.amqp_url, settings.rate_limit_url)
             if rabbit is not None:
                 brokers.append(rabbit)
-                if not procs.rabbitmq_pids():
-                    notes.append("RabbitMQ does not run on this machine: its CPU is not measured")
+                notes += [f"RabbitMQ {absent}"] * (not procs.rabbitmq_pids())
             for broker in brokers:
                 if broker.consumers():
                     log(
@@ -875,13 +873,6 @@ def main(argv: list[str] | None = None) -> None:
                 log(f"deleted the bench projects' rows ({tag}-*)")
             except psycopg2.Error as exc:
                 log(f"could not delete the bench projects' rows: {exc}")
-
-
-def _redis_only() -> None:
-    raise BenchError(
-        "AWOOOP_BROKER_URL must be Redis (phases 1-3 measure it; RabbitMQ is "
-        "BENCH_CAPACITY_AMQP_URL)"
-    )
 
 
 if __name__ == "__main__":
