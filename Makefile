@@ -169,6 +169,7 @@ bench-growth: migrate
 
 # 1,000,000 finished runs and 10,000,000 dedupe rows in a scratch database of its own on the
 # configured server (created and dropped); about half an hour on 2 cores.
+# BENCH_RETENTION_QUICK=1: tiny sizes (about a minute), markdown only when BENCH_OUTPUT is set.
 bench-retention: services
 	$(WITH_ENV) $(BIN)/python -m bench.retention
 
@@ -176,6 +177,7 @@ bench-retention: services
 # workflows each, admitted then drained by one worker process, a scratch database per system
 # on the configured server (created and dropped). The peers come from the `bench` extra,
 # installed here (and again when pyproject.toml or constraints.txt change), never by `install`.
+# A short trial: BENCH_PEERS_RUNS=300 BENCH_PEERS_LATENCY_S=3 BENCH_OUTPUT=/tmp/peers.md.
 BENCH_EXTRA := $(VENV)/.bench-extra
 $(BENCH_EXTRA): $(BIN)/awooop pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[bench]'

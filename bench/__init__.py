@@ -1,2 +1,16 @@
-"""``make bench`` and its siblings: admission, end-to-end, retention, peer and growth benchmarks
-(docs/benchmarks.md; lab notes in bench/NOTES.md). Not a test suite."""
+"""``make bench`` and its siblings (docs/benchmarks.md, docs/scaling.md; lab notes in
+bench/NOTES.md). Not a test suite.
+
+A small core, and one script per bench over it:
+
+- ``procs``: the processes a bench starts and stops (web, workers, peers' commands), their
+  CPU and memory, and the noise of a phase (other CPU, I/O CPU);
+- ``database``: scratch databases, bench projects, progress polled without committing, and
+  the commits counted exactly;
+- ``load``: the HTTP load generator and AwoooP's admission requests;
+- ``report``: knobs from the environment, a bench's start and end, the machine, markdown;
+- ``verdicts``: interleaved pairs and their noise;
+- the benches: ``run`` (make bench), ``capacity``, ``growth``, ``peers``, ``retention``; and
+  what they run: ``baseline_app``, ``raw_celery``, ``peers_dbos``, ``peers_procrastinate``,
+  ``workflows``.
+"""

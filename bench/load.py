@@ -156,6 +156,7 @@ class LoadResult:
     unfinished: int = 0  # requests still in flight when the run had to stop
     issued: int = 0  # requests sent in total (warm-up included)
     spread: str = ""  # connections per server process when spread (see Spread)
+    failure_lines: list[str] = field(default_factory=list)  # FAIL lines, set by the bench
 
     @property
     def rps(self) -> float:
@@ -535,3 +536,33 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# --- AwoooP's admission ----------------------------------------------------------------------
+
+BODY = b'{"summary": "disk almost full on db-1", "source": "bench"}'
+
+
+def events(
+    tokens: dict[str, str],
+    ids: Sequence[str],
+    keys: Iterator[str] | None = None,
+    limit: int | None = None,
+    body: bytes = BODY,
+) -> Source:
+    """``POST /v1/projects/{p}/runs`` (the API channel) to the projects ``ids`` in turn, each
+    with its own path and API token; new events (unique ``Idempotency-Key``) unless ``keys``."""
+    keys = keys if keys is not None else unique_keys(uuid.uuid4().hex[:12])
+    sources = [
+        Requests(
+            "POST",
+            f"/v1/projects/{p}/runs",
+            {"Authorization": f"Bearer {tokens[p]}", "Content-Type": "application/json"},
+            body,
+            key_header="Idempotency-Key",
+            keys=keys,
+            limit=limit if len(ids) == 1 else None,
+        )
+        for p in ids
+    ]
+    return sources[0] if len(sources) == 1 else RoundRobin(sources, limit=limit)

@@ -4,73 +4,42 @@ The targets: with 1,000,000 finished runs and 10,000,000 dedupe rows (generated 
 admission and claim latency stay within 20 % of an empty database, a ``/metrics`` scrape
 takes < 100 ms, and the sweeps catch up without blocking admission.
 
-On the server of ``AWOOOP_DATABASE_URL`` it creates two scratch databases, migrated to head:
-``empty`` and ``loaded``, and fills ``loaded`` with ``generate_series``:
+Two scratch databases, migrated: ``empty``, and ``loaded`` filled with ``generate_series``:
+BENCH_RETENTION_RUNS finished ``noop-3`` runs over the last 40 days in four projects (copies of
+a real run and its history; 2 % FAILED, 1 % CANCELLED; one project keeps its runs 90 days),
+1,000 runs WAITING_APPROVAL, BENCH_RETENTION_DEDUPE dedupe rows over 8 days, 200,000 SENT
+outbox messages. Then, empty and loaded interleaved: admission and claim latency of the store
+statements, admission over HTTP, ``/metrics`` scrapes and the database read behind them; then
+the retention sweep and the dedupe prune catching up in another process while this one keeps
+admitting and claiming (latencies during passes against those between them).
 
-- BENCH_RETENTION_RUNS (1,000,000) finished ``noop-3`` runs in four projects, created one
-  after the other over the last 40 days (so a quarter is past the default 30-day retention;
-  one project keeps its runs 90 days), each a copy of a real run's row and its history rows
-  (one driven to COMPLETED by the runner first); 2 % FAILED, 1 % CANCELLED;
-- 1,000 runs WAITING_APPROVAL (unfinished; what /metrics counts);
-- BENCH_RETENTION_DEDUPE (10,000,000) dedupe rows over the last 8 days (one eighth past the
-  7-day TTL): the keys of the runs of those days, the rest other events' keys;
-- 200,000 SENT outbox messages over the last 40 days.
-
-Then, empty and loaded interleaved: admission and claim latency of the store statements
-(one connection each, one after the other, as a web thread and a worker process issue
-them), admission over HTTP (gunicorn, 16 connections, ``bench.load``), ``/metrics`` scrapes
-(HTTP) and the database read behind them; then the retention sweep and the dedupe prune
-run back to back in another process (as the maintenance worker would, without waiting for
-beat's 300 s interval between passes, but with a short gap) while this process keeps
-admitting and claiming; latencies during passes are compared with those between passes.
-
-The figures go into docs/benchmarks.md between the retention markers (below the part
-``make bench`` rewrites); BENCH_OUTPUT names another file. The scratch databases are
-dropped at the end (BENCH_KEEP=1 keeps them). Knobs: BENCH_RETENTION_RUNS,
-BENCH_RETENTION_DEDUPE, BENCH_RETENTION_SAMPLES (store-level admissions and claims per
-database, 3000), BENCH_DURATION (HTTP seconds per row, 6),
-BENCH_RETENTION_SCRAPES (50), BENCH_RETENTION_GAP (seconds between sweep passes, 10).
+Knobs: BENCH_RETENTION_RUNS (1,000,000), BENCH_RETENTION_DEDUPE (10,000,000),
+BENCH_RETENTION_SAMPLES (3000), BENCH_DURATION (s per HTTP row, 6), BENCH_RETENTION_SCRAPES
+(50), BENCH_RETENTION_GAP (s between sweep passes, 10), BENCH_KEEP=1, BENCH_OUTPUT.
+BENCH_RETENTION_QUICK=1: a smoke test of tiny sizes (20,000 runs, 100,000 dedupe rows, 200
+samples, 1 s rows, 5 scrapes, 1 s gaps; about a minute) that writes markdown only when
+BENCH_OUTPUT is set. At full size it takes about half an hour on 2 cores.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import secrets
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psycopg2
 import redis
-from sqlalchemy import create_engine, text
 
-from bench import load, scratch
-from bench.run import (
-    BenchError,
-    Proc,
-    _pg,
-    _requests,
-    child_env,
-    free_port,
-    log,
-    machine_info,
-    purge_queue,
-    spread_over,
-    stop_all,
-    wait_http,
-)
+from bench import database, load, procs, report
+from bench.report import ROOT, BenchError, env_float, env_int, log
+from bench.run import MARKER
 
-ROOT = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
 BEGIN = "<!-- retention:begin (written by `make bench-retention`) -->"
 END = "<!-- retention:end -->"
 TARGET_LATENCY_RATIO = 1.20
@@ -82,24 +51,34 @@ DEDUPE_SPAN_DAYS = 8.0
 WAITING_RUNS = 1000
 OUTBOX_ROWS = 200_000
 CHUNK = 1_000_000
-
-
-def _int(name: str, default: int) -> int:
-    return int(float(os.environ.get(name, default)))
+WARM_UP = 300
 
 
 @dataclass(frozen=True)
 class Knobs:
-    runs: int = field(default_factory=lambda: _int("BENCH_RETENTION_RUNS", 1_000_000))
-    dedupe: int = field(default_factory=lambda: _int("BENCH_RETENTION_DEDUPE", 10_000_000))
-    samples: int = field(default_factory=lambda: _int("BENCH_RETENTION_SAMPLES", 3000))
-    duration: float = field(default_factory=lambda: float(os.environ.get("BENCH_DURATION", 6)))
-    scrapes: int = field(default_factory=lambda: _int("BENCH_RETENTION_SCRAPES", 50))
-    gap: float = field(default_factory=lambda: float(os.environ.get("BENCH_RETENTION_GAP", 10)))
-    keep: bool = field(default_factory=lambda: os.environ.get("BENCH_KEEP") == "1")
-    output: Path = field(
-        default_factory=lambda: ROOT / os.environ.get("BENCH_OUTPUT", "docs/benchmarks.md")
-    )
+    quick: bool
+    runs: int
+    dedupe: int
+    samples: int
+    duration: float
+    scrapes: int
+    gap: float
+    output: Path | None  # None: print only (quick mode without BENCH_OUTPUT)
+
+    @classmethod
+    def from_env(cls) -> Knobs:
+        q = os.environ.get("BENCH_RETENTION_QUICK") == "1"
+        output = os.environ.get("BENCH_OUTPUT")
+        return cls(
+            quick=q,
+            runs=env_int("BENCH_RETENTION_RUNS", 20_000 if q else 1_000_000),
+            dedupe=env_int("BENCH_RETENTION_DEDUPE", 100_000 if q else 10_000_000),
+            samples=env_int("BENCH_RETENTION_SAMPLES", 200 if q else 3000),
+            duration=env_float("BENCH_DURATION", 1 if q else 6),
+            scrapes=env_int("BENCH_RETENTION_SCRAPES", 5 if q else 50),
+            gap=env_float("BENCH_RETENTION_GAP", 1 if q else 10),
+            output=ROOT / output if output else None if q else ROOT / "docs/benchmarks.md",
+        )
 
 
 # --- statistics --------------------------------------------------------------------------
@@ -122,23 +101,6 @@ def summary(values: list[float]) -> dict[str, float]:
         "p99": pct(values, 0.99),
         "max": max(values) * 1000 if values else float("nan"),
     }
-
-
-# --- scratch databases -------------------------------------------------------------------
-
-
-def make_projects(settings: Any, ids: tuple[str, ...]) -> dict[str, str]:
-    """Projects routed api -> noop-3; their API tokens."""
-    from awooop import cli, db
-    from awooop.store import projects
-
-    tokens = {p: cli.create_project(settings, p)["api_token"] for p in ids}
-    engine = db.make_engine(settings.database_url, pool_size=1)
-    with engine.begin() as conn:
-        for p in ids:
-            projects.set_routes(conn, p, {"api": "noop-3"})
-    engine.dispose()
-    return tokens
 
 
 # --- generating a month of history ---------------------------------------------------------
@@ -244,7 +206,7 @@ def generate(url: str, settings: Any, knobs: Knobs) -> dict[str, Any]:
 
     timings: dict[str, Any] = {}
     engine = db.make_engine(url, pool_size=2, settings=settings)
-    store = Store(url, settings)
+    store = database.Store(url, settings)
     template = store.admit(PROJECTS[0], "template")
     store.close()
     outcome = runner.execute(engine, settings, template)
@@ -253,7 +215,7 @@ def generate(url: str, settings: Any, knobs: Knobs) -> dict[str, Any]:
     if outcome != runner.Outcome.COMPLETED:
         raise BenchError(f"the template run ended {outcome}")
     t_all = time.perf_counter()
-    with _pg(url) as conn, conn.cursor() as cur:
+    with database.connect(url) as conn, conn.cursor() as cur:
         cur.execute("SET synchronous_commit = on")
         cur.execute(_TEMPLATE_RUN, {"r": str(template)})
         cur.execute("DELETE FROM awooop_run_state WHERE run_id = %s", (str(template),))
@@ -329,7 +291,7 @@ def table_counts(cur: Any) -> dict[str, int]:
 
 def backlog(url: str, settings: Any) -> dict[str, int]:
     """What the sweeps have to delete: runs past retention, dedupe rows past their TTL."""
-    with _pg(url) as conn, conn.cursor() as cur:
+    with database.connect(url) as conn, conn.cursor() as cur:
         cur.execute(
             """
 SELECT count(*) FROM awooop_run_state r JOIN awooop_project p USING (project_id)
@@ -354,98 +316,8 @@ WHERE r.status IN ('COMPLETED', 'FAILED', 'CANCELLED')
     return {"runs": runs, "dedupe": dedupe, "outbox": outbox}
 
 
-# --- admission and claim at the store ----------------------------------------------------
-
-
-class Store:
-    """Admission (a web thread's statement) and claim (a worker's), one connection each."""
-
-    def __init__(self, url: str, settings: Any) -> None:
-        from awooop import db
-        from awooop.workflows import registry
-
-        self.web = db.make_engine(url, pool_size=1, role=db.WEB, settings=settings)
-        self.worker = db.make_engine(url, pool_size=1, role=db.WORKER, settings=settings)
-        self.workflow = registry.latest("noop-3")
-        self.settings = settings
-        self.tag = secrets.token_hex(4)
-        self.count = 0
-        self.claimed: list[uuid.UUID] = []
-
-    def admit(self, project_id: str, key: str) -> uuid.UUID:
-        """Admit one event as the API channel does; its run's id."""
-        from awooop.store import admission
-
-        with self.web.connect() as conn:
-            admitted = admission.admit(conn, self.new_run(project_id, key))
-        if not admitted.created:
-            raise BenchError(f"event {key} was not admitted")
-        return admitted.run_id
-
-    def new_run(self, project_id: str, key: str) -> Any:
-        from awooop.store import admission
-
-        wf = self.workflow
-        assert wf is not None
-        return admission.NewRun.of(
-            wf,
-            project_id,
-            {
-                "channel": "api",
-                "provider_event_id": key,
-                "event": {"summary": "disk almost full on db-1"},
-                "meta": {},
-                "project": {},
-            },
-            key,
-        )
-
-    def admit_and_claim(self, project_id: str) -> tuple[float, float, float]:
-        """One admission then the claim of its run: (when, admission s, claim s)."""
-        from awooop.store import admission, leases
-
-        self.count += 1
-        new = self.new_run(project_id, f"lat-{self.tag}-{self.count}")
-        t0 = time.perf_counter()
-        with self.web.connect() as conn:
-            admitted = admission.admit(conn, new)
-        t1 = time.perf_counter()
-        with self.worker.connect() as conn:
-            claim = leases.claim(conn, "bench:1:retention", 300.0, admitted.run_id)
-        t2 = time.perf_counter()
-        if not admitted.created or claim is None:
-            raise BenchError(f"admission {admitted} / claim {claim} did not happen")
-        self.claimed.append(admitted.run_id)
-        if len(self.claimed) >= 200:
-            self.finish_claimed()
-        return t0, t1 - t0, t2 - t1
-
-    def finish_claimed(self) -> None:
-        """The claimed runs COMPLETED (untimed), so the unfinished set stays as generated."""
-        if not self.claimed:
-            return
-        with self.worker.connect() as conn:
-            conn.execute(
-                text(
-                    "UPDATE awooop_run_state SET status = 'COMPLETED', saga_status = 'COMPLETED',"
-                    " lease_until = NULL, finished_at = now(), updated_at = now()"
-                    " WHERE run_id = ANY(:ids)"
-                ),
-                {"ids": self.claimed},
-            )
-        self.claimed = []
-
-    def close(self) -> None:
-        self.finish_claimed()
-        self.web.dispose()
-        self.worker.dispose()
-
-
-WARM_UP = 300
-
-
 def measure_pairs(
-    stores: dict[str, Store], project_id: str, n: int
+    stores: dict[str, database.Store], project_id: str, n: int
 ) -> dict[str, dict[str, list[float]]]:
     """``n`` admissions and claims on each database, alternating operation by operation (and
     which goes first), so both see the same machine: this one is shared, and its load
@@ -454,7 +326,7 @@ def measure_pairs(
     for store in stores.values():
         for _ in range(WARM_UP):
             store.admit_and_claim(project_id)
-    out = {kind: {"admission": [], "claim": []} for kind in stores}
+    out: dict[str, dict[str, list[float]]] = {k: {"admission": [], "claim": []} for k in stores}
     kinds = list(stores)
     for i in range(n):
         for kind in kinds if i % 2 == 0 else kinds[::-1]:
@@ -469,7 +341,7 @@ def measure_pairs(
 def finish_pending(url: str) -> None:
     """The bench project's PENDING runs COMPLETED: a claimable backlog left behind would make
     later claims slower (the claim is planned over the claimable index)."""
-    with _pg(url) as conn, conn.cursor() as cur:
+    with database.connect(url) as conn, conn.cursor() as cur:
         cur.execute(
             "UPDATE awooop_run_state SET status = 'COMPLETED', saga_status = 'COMPLETED',"
             " finished_at = now(), updated_at = now()"
@@ -480,39 +352,10 @@ def finish_pending(url: str) -> None:
 # --- HTTP: admission and /metrics -------------------------------------------------------
 
 
-def start_web(name: str, url: str, logdir: Path, metrics_dir: Path) -> tuple[Proc, int]:
-    port = free_port()
-    metrics_dir.mkdir(parents=True, exist_ok=True)
-    proc = Proc(
-        name,
-        [str(BIN / "gunicorn"), "-c", "gunicorn.conf.py", "awooop.web.app:create_app()"],
-        child_env(
-            AWOOOP_PORT=str(port),
-            AWOOOP_ACCESS_LOG="0",
-            AWOOOP_DATABASE_URL=url,
-            PROMETHEUS_MULTIPROC_DIR=str(metrics_dir),
-        ),
-        logdir,
-    )
-    return proc, port
-
-
-def http_admission(web: Proc, port: int, project_id: str, token: str, knobs: Knobs) -> dict:
-    result = load.run(
-        f"http://127.0.0.1:{port}/",
-        _requests(project_id, token, load.unique_keys(secrets.token_hex(6))),
-        16,
-        duration=knobs.duration,
-        warmup=1.5,
-        spread=spread_over(web, port),
-    )
-    return {
-        "rps": result.rps,
-        "p50": result.p50,
-        "p99": result.p99,
-        "non_2xx": result.non_2xx,
-        "errors": result.errors,
-    }
+def http_admission(web: procs.Web, project_id: str, token: str, duration: float) -> dict:
+    source = load.events({project_id: token}, [project_id])
+    result = web.run(source, 16, duration=duration, warmup=1.5)
+    return {k: getattr(result, k) for k in ("rps", "p50", "p99", "non_2xx", "errors")}
 
 
 def scrape_times(port: int, n: int) -> tuple[list[float], str]:
@@ -537,7 +380,7 @@ def scrape_times(port: int, n: int) -> tuple[list[float], str]:
 def query_times(url: str, sqls: list[str], n: int) -> list[float]:
     """Each sample: the statements one after the other, one connection."""
     times = []
-    with _pg(url) as conn, conn.cursor() as cur:
+    with database.connect(url) as conn, conn.cursor() as cur:
         for _ in range(n):
             t0 = time.perf_counter()
             for sql in sqls:
@@ -572,13 +415,13 @@ while True:
 
 
 def run_sweep(
-    what: str, url: str, store: Store, project_id: str, logdir: Path, gap: float
+    what: str, url: str, store: database.Store, project_id: str, logdir: Path, gap: float
 ) -> dict[str, Any]:
     """The sweep in a child process, one pass after the other with ``gap`` seconds between
     them, until a pass ends before its time is up (it caught up), while this process admits
     and claims one run after the other. Latencies are split by whether they overlapped a pass
     or fell in a gap."""
-    env = child_env(AWOOOP_DATABASE_URL=url, AWOOOP_LOG_LEVEL="WARNING")
+    env = procs.child_env(AWOOOP_DATABASE_URL=url, AWOOOP_LOG_LEVEL="WARNING")
     out = logdir / f"sweep-{what}.jsonl"
     with open(out, "w") as sink, open(logdir / f"sweep-{what}.log", "w") as err:
         child = subprocess.Popen(
@@ -763,157 +606,120 @@ def render(machine: dict[str, str], knobs: Knobs, r: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_section(path: Path, section: str, begin: str = BEGIN, end: str = END) -> None:
-    """Replace what lies between ``begin`` and ``end`` (markers included) with ``section``,
-    or append it when the file has no such markers."""
-    try:
-        current = path.read_text()
-    except OSError:
-        current = ""
-    if begin in current and end in current:
-        head, _, rest = current.partition(begin)
-        _, _, tail = rest.partition(end)
-        updated = head + section.rstrip("\n") + tail
-    else:
-        updated = current.rstrip("\n") + "\n\n" + section
-    path.write_text(updated)
-
-
 # --- main ----------------------------------------------------------------------------------
 
 
-def main() -> int:
-    from awooop.config import ConfigError, Settings
+def main() -> None:
+    from awooop.config import Settings
+    from awooop.store import monitoring
 
+    knobs, base = report.configure("bench", lambda: (Knobs.from_env(), Settings.from_env()))
+    scratch = database.Scratch(base.database_url, report.keep())
+    stores: dict[str, database.Store] = {}
     try:
-        knobs = Knobs()
-        base = Settings.from_env()
-    except (ValueError, ConfigError) as exc:
-        print(f"bench: {exc}", file=sys.stderr)
-        return 2
-    logdir = Path(tempfile.mkdtemp(prefix="awooop-bench-retention-"))
-    log(f"process logs in {logdir}")
-    admin = create_engine(scratch.server_url(base.database_url), isolation_level="AUTOCOMMIT")
-    names = {k: f"awooop_bench_{k}_{os.getpid()}" for k in ("empty", "loaded")}
-    urls: dict[str, str] = {}
-    procs: list[Proc] = []
-    stores: dict[str, Store] = {}
-    try:
-        r_client = redis.Redis.from_url(base.broker_url, socket_timeout=10)
-        r_client.ping()
-        machine = machine_info(base.database_url, base.broker_url)
-        log(f"{machine['cpus']} CPUs, PostgreSQL {machine['postgresql']}")
-        for kind, name in names.items():
-            urls[kind] = scratch.create_database(admin, base.database_url, name)
-        settings = {
-            kind: Settings(**{**base.__dict__, "database_url": url}) for kind, url in urls.items()
-        }
-        tokens = {kind: make_projects(settings[kind], ("bench", *PROJECTS)) for kind in urls}
-        log(f"scratch databases {', '.join(names.values())} created and migrated")
+        with report.session("bench-retention", 24 * 3600) as logdir:
+            machine = report.machine_info(base.database_url, base.broker_url)
+            urls = {
+                kind: scratch.migrated(f"awooop_bench_{kind}")[1] for kind in ("empty", "loaded")
+            }
+            settings = {
+                k: Settings(**{**base.__dict__, "database_url": u}) for k, u in urls.items()
+            }
+            tokens = {k: database.create_projects(u, ["bench", *PROJECTS]) for k, u in urls.items()}
 
-        log(f"generating {knobs.runs:,} finished runs and {knobs.dedupe:,} dedupe rows …")
-        t0 = time.perf_counter()
-        generation = generate(urls["loaded"], settings["loaded"], knobs)
-        log(f"generated in {time.perf_counter() - t0:.0f} s: {generation['counts']}")
-        backlog_before = backlog(urls["loaded"], base)
-        log(f"past their age: {backlog_before}")
+            log(f"generating {knobs.runs:,} finished runs and {knobs.dedupe:,} dedupe rows …")
+            t0 = time.perf_counter()
+            generation = generate(urls["loaded"], settings["loaded"], knobs)
+            log(f"generated in {time.perf_counter() - t0:.0f} s: {generation['counts']}")
+            backlog_before = backlog(urls["loaded"], base)
+            log(f"past their age: {backlog_before}")
 
-        # Store latency, empty and loaded alternating operation by operation.
-        for kind in urls:
-            stores[kind] = Store(urls[kind], settings[kind])
-        paired = measure_pairs(stores, "bench", knobs.samples)
-        store_stats = {
-            kind: {key: summary(values) for key, values in ops.items()}
-            for kind, ops in paired.items()
-        }
-        for kind, ops in store_stats.items():
-            log(f"store {kind}: {ops}")
+            # Store latency, empty and loaded alternating operation by operation.
+            stores.update({kind: database.Store(url, settings[kind]) for kind, url in urls.items()})
+            paired = measure_pairs(stores, "bench", knobs.samples)
+            store_stats = {
+                kind: {key: summary(values) for key, values in ops.items()}
+                for kind, ops in paired.items()
+            }
+            for kind, ops in store_stats.items():
+                log(f"store {kind}: {ops}")
 
-        # HTTP admission and /metrics.
-        webs = {}
-        for kind in urls:
-            webs[kind] = start_web(f"web-{kind}", urls[kind], logdir, logdir / f"metrics-{kind}")
-            procs.append(webs[kind][0])
-        for proc, port in webs.values():
-            wait_http(proc, port)
-        http_parts: dict[str, list[dict[str, float]]] = {"empty": [], "loaded": []}
-        for i in range(2):
-            for kind in ("empty", "loaded") if i % 2 == 0 else ("loaded", "empty"):
-                proc, port = webs[kind]
-                res = http_admission(proc, port, "bench", tokens[kind]["bench"], knobs)
-                http_parts[kind].append(res)
-                log(f"http {kind:<6}: {res}")
-        http_stats = {
-            kind: {k: statistics.fmean(p[k] for p in parts_) for k in ("rps", "p50", "p99")}
-            for kind, parts_ in http_parts.items()
-        }
-        scrape: dict[str, Any] = {}
-        for kind, (_, port) in webs.items():
-            times, body = scrape_times(port, knobs.scrapes)
-            scrape[kind] = summary(times)
-            if "awooop_metrics_database_up 1.0" not in body:
-                raise BenchError(f"/metrics of {kind} could not read the database")
-            log(f"scrape {kind}: {scrape[kind]}")
-        from awooop.store import monitoring
+            # HTTP admission and /metrics.
+            webs = {
+                kind: procs.Web(
+                    f"web-{kind}",
+                    logdir,
+                    AWOOOP_DATABASE_URL=url,
+                    PROMETHEUS_MULTIPROC_DIR=str(metrics_dir(logdir, kind)),
+                )
+                for kind, url in urls.items()
+            }
+            for web in webs.values():
+                web.wait()
+            http_parts: dict[str, list[dict[str, float]]] = {"empty": [], "loaded": []}
+            for i in range(2):
+                for kind in ("empty", "loaded") if i % 2 == 0 else ("loaded", "empty"):
+                    res = http_admission(webs[kind], "bench", tokens[kind]["bench"], knobs.duration)
+                    http_parts[kind].append(res)
+                    log(f"http {kind:<6}: {res}")
+            http_stats = {
+                kind: {k: statistics.fmean(p[k] for p in parts) for k in ("rps", "p50", "p99")}
+                for kind, parts in http_parts.items()
+            }
+            scrape: dict[str, Any] = {}
+            for kind, web in webs.items():
+                times, body = scrape_times(web.port, knobs.scrapes)
+                scrape[kind] = summary(times)
+                if "awooop_metrics_database_up 1.0" not in body:
+                    raise BenchError(f"/metrics of {kind} could not read the database")
+                log(f"scrape {kind}: {scrape[kind]}")
+            for kind, url in urls.items():
+                reads = [str(monitoring.RUNS_BY_STATUS), str(monitoring.OUTBOX_BACKLOG)]
+                scrape[f"{kind}_query"] = summary(query_times(url, reads, knobs.scrapes))
+                old = "SELECT status, count(*) FROM awooop_run_state GROUP BY status"
+                scrape[f"old_{kind}"] = summary(query_times(url, [old], 10))
+            for web in webs.values():
+                web.stop()
+            database.purge_queue(redis.Redis.from_url(base.broker_url, socket_timeout=10))
+            for url in urls.values():  # the runs admitted over HTTP, as if workers had run them
+                finish_pending(url)
 
-        for kind, url in urls.items():
-            reads = [str(monitoring.RUNS_BY_STATUS), str(monitoring.OUTBOX_BACKLOG)]
-            scrape[f"{kind}_query"] = summary(query_times(url, reads, knobs.scrapes))
-            old = "SELECT status, count(*) FROM awooop_run_state GROUP BY status"
-            scrape[f"old_{kind}"] = summary(query_times(url, [old], 10))
-        for proc, _ in webs.values():
-            proc.stop()
-            procs.remove(proc)
-        purge_queue(r_client, "runs")
-        for url in urls.values():  # the runs admitted over HTTP, as if workers had run them
-            finish_pending(url)
-
-        # The sweeps catching up, admission and claims going on meanwhile.
-        sweeps_ = {}
-        for what in ("retention", "prune"):
-            log(f"{what} sweep catching up …")
-            sweeps_[what] = run_sweep(
-                what, urls["loaded"], stores["loaded"], "bench", logdir, knobs.gap
-            )
-            log(f"{what}: {sweeps_[what]}")
-        backlog_after = backlog(urls["loaded"], base)
-
-        results = {
-            "generation": generation,
-            "backlog_before": backlog_before,
-            "backlog_after": backlog_after,
-            "store": store_stats,
-            "http": http_stats,
-            "scrape": scrape,
-            "sweeps": sweeps_,
-            "pass_seconds": base.sweep_pass_seconds,
-        }
-        (logdir / "results.json").write_text(json.dumps(results, indent=2, default=str))
-        section = render(machine, knobs, results)
-        print(section)
-        write_section(knobs.output, section)
-        log(f"wrote {knobs.output} (raw figures: {logdir}/results.json)")
-        return 0
-    except (BenchError, psycopg2.Error, redis.RedisError) as exc:
-        print(f"\nbench: error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("\nbench: interrupted", file=sys.stderr)
-        return 130
+            # The sweeps catching up, admission and claims going on meanwhile.
+            sweeps_ = {}
+            for what in ("retention", "prune"):
+                log(f"{what} sweep catching up …")
+                sweeps_[what] = run_sweep(
+                    what, urls["loaded"], stores["loaded"], "bench", logdir, knobs.gap
+                )
+                log(f"{what}: {sweeps_[what]}")
+            results = {
+                "generation": generation,
+                "backlog_before": backlog_before,
+                "backlog_after": backlog(urls["loaded"], base),
+                "store": store_stats,
+                "http": http_stats,
+                "scrape": scrape,
+                "sweeps": sweeps_,
+                "pass_seconds": base.sweep_pass_seconds,
+            }
+            (logdir / "results.json").write_text(json.dumps(results, indent=2, default=str))
+            section = render(machine, knobs, results)
+            print(section)
+            if knobs.output is None:
+                log(f"quick mode: no markdown written (raw figures: {logdir}/results.json)")
+            else:
+                report.write_between(knobs.output, section, BEGIN, END, after=MARKER)
     finally:
         for store in stores.values():
-            with contextlib.suppress(Exception):
-                store.close()
-        for proc in reversed(procs):
-            proc.stop()
-        stop_all()
-        if not knobs.keep:
-            for name in names.values():
-                with contextlib.suppress(Exception):
-                    scratch.drop_database(admin, name)
-            log("scratch databases dropped")
-        admin.dispose()
+            store.close()
+        scratch.close()
+
+
+def metrics_dir(logdir: Path, kind: str) -> Path:
+    path = logdir / f"metrics-{kind}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

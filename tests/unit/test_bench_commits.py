@@ -1,22 +1,22 @@
-"""``make bench``'s commit counting (bench.commits) and its verdicts (bench.run): the
+"""``make bench``'s commit counting (bench.database) and its verdicts (bench.run): the
 arithmetic only; the counters themselves are read from a real PostgreSQL by the bench."""
 
 from __future__ import annotations
 
 import math
 
-from bench import commits, run
+from bench import database, report, run
 
 
-def reading(xact: int, liveness: int = 0, auth: int = 0, harness: int = 0) -> commits.Reading:
-    return commits.Reading(xact_commit=xact, liveness=liveness, auth_loads=auth, harness=harness)
+def reading(xact: int, liveness: int = 0, auth: int = 0, harness: int = 0) -> database.Reading:
+    return database.Reading(xact_commit=xact, liveness=liveness, auth_loads=auth, harness=harness)
 
 
 def test_the_background_counted_where_it_happens_is_subtracted_from_the_database_delta():
     before = reading(1000, liveness=3, auth=10, harness=4)
     after = reading(3068, liveness=4, auth=16, harness=6)
 
-    count = commits.Count.between(before, after)
+    count = database.Count.between(before, after)
 
     assert (count.total, count.liveness, count.auth_loads, count.harness) == (2068, 1, 6, 2)
     assert count.background == 9
@@ -24,35 +24,35 @@ def test_the_background_counted_where_it_happens_is_subtracted_from_the_database
 
 
 def test_five_commits_per_run_reads_5_000_and_meets_the_target():
-    count = commits.Count.between(reading(0), reading(2009, liveness=2, auth=5, harness=2))
+    count = database.Count.between(reading(0), reading(2009, liveness=2, auth=5, harness=2))
 
     per_run = count.per_run(400)
 
     assert f"{per_run:.3f}" == "5.000"
-    assert run._verdict(per_run, run.TARGETS["commits_per_run"], False) == "met"
+    assert report.verdict(per_run, run.TARGETS["commits_per_run"], False) == "met"
 
 
 def test_one_commit_more_than_five_per_run_is_missed_even_when_it_rounds_to_5_000():
-    count = commits.Count.between(reading(0), reading(12_001))
+    count = database.Count.between(reading(0), reading(12_001))
 
     per_run = count.per_run(2_400)
 
     assert f"{per_run:.3f}" == "5.000"
-    assert run._verdict(per_run, run.TARGETS["commits_per_run"], False) == "MISSED"
+    assert report.verdict(per_run, run.TARGETS["commits_per_run"], False) == "MISSED"
 
 
 def test_an_idle_window_whose_commits_are_all_background_leaves_nothing():
-    idle = commits.Count.between(reading(50, harness=1), reading(52, harness=2, liveness=1))
+    idle = database.Count.between(reading(50, harness=1), reading(52, harness=2, liveness=1))
 
     assert idle.runs == 0
 
 
 def test_no_runs_gives_no_figure_rather_than_a_division_by_zero():
-    assert math.isnan(commits.Count.between(reading(0), reading(5)).per_run(0))
+    assert math.isnan(database.Count.between(reading(0), reading(5)).per_run(0))
 
 
 def test_the_background_line_names_each_part():
-    text = commits.Count(total=20, liveness=1, auth_loads=6, harness=2).background_text()
+    text = database.Count(total=20, liveness=1, auth_loads=6, harness=2).background_text()
 
     assert text == (
         "9 background commits subtracted: 1 worker liveness upserts, 6 project-auth loads, "
@@ -80,18 +80,18 @@ def test_the_summary_lists_the_durability_failure_before_the_commits_one():
 
 
 def test_sessions_the_bench_processes_started_are_counted_apart_from_the_harnesss():
-    before = commits.Reading(0, 0, 0, 0, sessions=10, harness_sessions=3)
-    after = commits.Reading(5_000, 0, 0, 0, sessions=16, harness_sessions=7)
+    before = database.Reading(0, 0, 0, 0, sessions=10, harness_sessions=3)
+    after = database.Reading(5_000, 0, 0, 0, sessions=16, harness_sessions=7)
 
     # 6 sessions started on the database, 4 of them the harness's own.
-    assert commits.Count.between(before, after).sessions == 2
+    assert database.Count.between(before, after).sessions == 2
 
 
 def test_an_autovacuum_visit_told_by_its_three_scans_of_pg_class_is_subtracted():
-    before = commits.Reading(1000, 3, 0, 0, catalog_scans=7)
-    after = commits.Reading(1000 + 15_000 + 2 + 1, 4, 0, 0, catalog_scans=10)
+    before = database.Reading(1000, 3, 0, 0, catalog_scans=7)
+    after = database.Reading(1000 + 15_000 + 2 + 1, 4, 0, 0, catalog_scans=10)
 
-    count = commits.Count.between(before, after)
+    count = database.Count.between(before, after)
 
     assert (count.autovacuum_visits, count.autovacuum) == (1, 2)
     assert count.runs == 15_000
@@ -99,12 +99,12 @@ def test_an_autovacuum_visit_told_by_its_three_scans_of_pg_class_is_subtracted()
 
 
 def test_scans_of_pg_class_that_are_not_whole_visits_are_not_explained_and_nothing_is_subtracted():
-    count = commits.Count.between(
-        commits.Reading(0, 0, 0, 0, catalog_scans=0),
-        commits.Reading(15_002, 0, 0, 0, catalog_scans=4),
+    count = database.Count.between(
+        database.Reading(0, 0, 0, 0, catalog_scans=0),
+        database.Reading(15_002, 0, 0, 0, catalog_scans=4),
     )
 
     assert (count.autovacuum_visits, count.autovacuum) == (0, 0)
     assert count.runs == 15_002
     assert "4 sequential scans of pg_class are not a whole number" in count.background_text()
-    assert run._verdict(count.per_run(3_000), run.TARGETS["commits_per_run"], False) == "MISSED"
+    assert report.verdict(count.per_run(3_000), run.TARGETS["commits_per_run"], False) == "MISSED"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from bench import run, verdicts
+from bench import procs, run, verdicts
 
 
 def pair(value: float, *reasons: str) -> verdicts.Pair:
@@ -126,4 +126,4 @@ def test_cpu_of_processes_is_counted_from_the_first_sample_or_whole_when_they_st
     before = {10: 1.0, 11: 2.0, 12: 5.0}
     after = {10: 1.5, 11: 2.0, 13: 0.25}  # 12 exited, 13 started in between
 
-    assert run.cpu_delta(before, after) == 0.75
+    assert procs.cpu_delta(before, after) == 0.75

@@ -1,0 +1,88 @@
+"""How the bench splits the machine's CPU during a phase (bench.procs.Noise): its own
+processes, the kernel's threads (the I/O of the durable commits) and everything else, read
+from a fake /proc tree."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from bench import procs
+
+
+def write_proc(root: Path, total_ticks: int, processes: dict[int, tuple[int, str, int]]) -> None:
+    """``/proc/stat`` with ``total_ticks`` of all CPUs, and ``/proc/<pid>/stat`` for each
+    pid: (parent pid, command, utime ticks)."""
+    root.mkdir(exist_ok=True)
+    (root / "stat").write_text(f"cpu  {total_ticks} 0 0 0 0 0 0 0 0 0\n")
+    for pid, (ppid, comm, ticks) in processes.items():
+        (root / str(pid)).mkdir(exist_ok=True)
+        fields = ["S", str(ppid)] + ["0"] * 9 + [str(ticks), "0", "0", "0"] + ["0"] * 6
+        (root / str(pid) / "stat").write_text(f"{pid} ({comm}) {' '.join(fields)}\n")
+
+
+def machine(root: Path, total: int, kworker: int, jbd2: int, bench: int, editor: int) -> None:
+    write_proc(
+        root,
+        total,
+        {
+            2: (0, "kthreadd", 0),
+            40: (2, "kworker/u4:1", kworker),
+            41: (2, "jbd2/sda1-8", jbd2),
+            100: (1, "celery", bench),
+            101: (100, "celery", bench),
+            200: (1, "postgres", bench),
+            300: (1, "vim", editor),
+        },
+    )
+
+
+def test_a_kernel_thread_is_io_a_measured_process_or_server_ours_anything_else_other():
+    ours = {100, 101}
+
+    assert procs.classify(procs.Stat(2, 0, "kthreadd", 0), ours) == "io"
+    assert procs.classify(procs.Stat(40, 2, "kworker/u4:1", 0), ours) == "io"
+    assert procs.classify(procs.Stat(101, 100, "celery", 0), ours) == "ours"
+    assert procs.classify(procs.Stat(200, 1, "postgres", 0), ours) == "ours"
+    assert procs.classify(procs.Stat(300, 1, "vim", 0), ours) == "other"
+
+
+def test_the_kernel_threads_flushing_the_commits_are_io_cpu_not_other_cpu(tmp_path):
+    # Given 400 ticks of all CPUs in which the kernel's writeback and journal threads used
+    # 30 and nothing outside the bench ran
+    root = tmp_path / "proc"
+    machine(root, total=1000, kworker=0, jbd2=0, bench=0, editor=0)
+    noise = procs.Noise(lambda: [100, 101], root=str(root))
+    into: dict[str, float] = {}
+
+    # When the phase runs
+    with noise.measure(into):
+        machine(root, total=1400, kworker=20, jbd2=10, bench=100, editor=0)
+
+    # Then their share is I/O CPU, and other CPU is 0
+    assert math.isclose(into["io_cpu_pct"], 30 / 400 * 100)
+    assert into["other_cpu_pct"] == 0
+
+
+def test_a_user_space_process_outside_the_bench_is_other_cpu(tmp_path):
+    root = tmp_path / "proc"
+    machine(root, total=0, kworker=0, jbd2=0, bench=0, editor=0)
+    noise = procs.Noise(lambda: [100, 101], root=str(root))
+    into: dict[str, float] = {}
+
+    with noise.measure(into):
+        machine(root, total=400, kworker=0, jbd2=0, bench=0, editor=40)
+
+    assert math.isclose(into["other_cpu_pct"], 10.0)
+    assert into["io_cpu_pct"] == 0
+
+
+def test_a_process_started_during_the_phase_counts_whole_and_a_reused_pid_afresh():
+    a = procs.Sample({300: procs.Stat(300, 1, "vim", 5.0)}, total=0.0)
+    b = procs.Sample(
+        {300: procs.Stat(300, 1, "make", 1.0), 301: procs.Stat(301, 1, "cc", 2.0)}, total=10.0
+    )
+
+    shares = procs.split(a, b, ours=set())
+
+    assert math.isclose(shares["other"], 30.0)
