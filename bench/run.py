@@ -771,12 +771,14 @@ def render_markdown(
         f"{knobs.warmup:g} s warm-up, then {knobs.duration:g} s measured per row; a pair is "
         "AwoooP's new events, the baseline's, then AwoooP's duplicates, one after the other. "
         "AwoooP (`gunicorn.conf.py`, access log off) does its whole admission: "
-        "token check, validation, routing, the dedupe + run + history statement, the run's "
-        "message to Redis. The baseline (`bench/baseline_app.py`, the same gunicorn settings) "
-        "does one transaction inserting a dedupe row and a run row, and one Redis `LPUSH`: no "
-        "authentication, no validation, no ORM. req/s: responses completed in the window; "
-        "p50/p99: latency seen by the client; web CPU: the gunicorn tree's, per request. No "
-        "worker runs.",
+        "token check, validation, routing, the dedupe + run + history statement, and the "
+        "run's message to Redis, pushed after the answer by a thread of the same process "
+        "(several messages per `LPUSH` when requests come together; its CPU is in the web "
+        "CPU). The baseline (`bench/baseline_app.py`, the same gunicorn settings) does one "
+        "transaction inserting a dedupe row and a run row, and one Redis `LPUSH` before it "
+        "answers: no authentication, no validation, no ORM. req/s: responses completed in the "
+        "window; p50/p99: latency seen by the client; web CPU: the gunicorn tree's, per "
+        "request. No worker runs.",
         "",
         "## (b) End to end",
         "",
