@@ -15,7 +15,7 @@ Two modes:
 
 Command line, for manual runs::
 
-    python -m bench.load http://127.0.0.1:8000/v1/projects/p/runs -c 64 -d 5 \\
+    python -m bench.load http://127.0.0.1:8000/v1/projects/p/runs -m POST -c 64 -d 5 \\
         -H 'Authorization: Bearer …' --body '{}' --unique-header Idempotency-Key
 """
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import queue
 import threading
 import uuid
 from collections.abc import Callable, Iterable
@@ -22,8 +23,8 @@ log = logging.getLogger("awooop.tasks.handoff")
 
 # Ids per push, at most (one LPUSH of this many messages is a few hundred KiB).
 BATCH = 500
-# Ids waiting, at most: beyond this (a broker that has hung for a long while) new ones are
-# dropped for the orphan sweep rather than held in memory.
+# Submissions waiting, at most: beyond this (a broker that has hung for a long while) new
+# runs are left to the orphan sweep rather than held in memory.
 MAX_PENDING = 50_000
 EXIT_FLUSH_SECONDS = 5.0
 
@@ -31,77 +32,88 @@ Send = Callable[[list[str]], int]
 
 
 class Sender:
-    """Gathers run ids from any thread and sends them from a thread of its own.
+    """Takes run ids from any thread and sends them from a thread of its own.
 
     ``send`` is called with up to ``batch`` ids at a time, on the sender's thread only; it
     must not raise (``runs.enqueue`` logs what fails). The thread starts with the first
-    :meth:`submit`, in the process that calls it: a sender inherited through ``fork`` starts
-    afresh in the child, without the parent's pending ids.
+    :meth:`submit`. A request thread only puts its ids on a queue (no lock of this class is
+    taken): the handover is one of ``queue.SimpleQueue``'s, the cheapest the standard
+    library has.
     """
 
     def __init__(self, send: Send, batch: int = BATCH, max_pending: int = MAX_PENDING) -> None:
         self._send = send
         self._batch = batch
         self._max_pending = max_pending
-        self._start()
-
-    def _start(self) -> None:
-        self._pid = os.getpid()
-        self._changed = threading.Condition()
-        self._pending: list[str] = []
-        self._sending = 0
+        self._queue: queue.SimpleQueue[list[str] | threading.Event] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
+        self._starting = threading.Lock()
 
     def submit(self, run_ids: Iterable[uuid.UUID | str]) -> int:
         """Queue one message per run; returns how many were queued (none while
-        ``max_pending`` ids wait: the orphan sweep sends those runs)."""
+        ``max_pending`` submissions wait: the orphan sweep sends those runs)."""
         ids = [str(run_id) for run_id in run_ids]
         if not ids:
             return 0
-        if self._pid != os.getpid():  # forked: the parent's lock and thread are not ours
+        if self._thread is None:
             self._start()
-        with self._changed:
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="awooop-run-sender", daemon=True
-                )
-                self._thread.start()
-            if len(self._pending) + len(ids) > self._max_pending:
-                log.warning(
-                    "run messages are not being sent; the orphan sweep will send these",
-                    extra={"action": "enqueue_skipped", "run_ids": ids},
-                )
-                return 0
-            self._pending.extend(ids)
-            self._changed.notify_all()
+        if self._queue.qsize() >= self._max_pending:
+            log.warning(
+                "run messages are not being sent; the orphan sweep will send these",
+                extra={"action": "enqueue_skipped", "run_ids": ids},
+            )
+            return 0
+        self._queue.put(ids)
         return len(ids)
 
     def flush(self, timeout: float) -> bool:
         """Wait until every id submitted so far has been handed to ``send``; False when
         ``timeout`` seconds passed first."""
-        if self._pid != os.getpid():
+        if self._thread is None:
             return True
-        with self._changed:
-            return self._changed.wait_for(lambda: not self._pending and not self._sending, timeout)
+        reached = threading.Event()
+        self._queue.put(reached)  # set once everything queued before it was sent
+        return reached.wait(timeout)
+
+    def _start(self) -> None:
+        with self._starting:
+            if self._thread is None:
+                thread = threading.Thread(target=self._run, name="awooop-run-sender", daemon=True)
+                thread.start()
+                self._thread = thread
 
     def _run(self) -> None:
         while True:
-            with self._changed:
-                self._changed.wait_for(lambda: self._pending)
-                batch = self._pending[: self._batch]
-                del self._pending[: self._batch]
-                self._sending = len(batch)
+            ids, reached = self._take(self._queue.get())
+            for start in range(0, len(ids), self._batch):
+                batch = ids[start : start + self._batch]
+                try:
+                    self._send(batch)
+                except Exception:  # the thread must outlive any failure: the sweep re-sends
+                    log.exception(
+                        "could not send run messages; the orphan sweep will re-send them",
+                        extra={"action": "enqueue_failed", "run_ids": batch},
+                    )
+            for event in reached:
+                event.set()
+
+    def _take(self, first: list[str] | threading.Event) -> tuple[list[str], list[threading.Event]]:
+        """``first`` and what else waits, until a batch is full; and the flush markers among
+        them (each is reached once the ids taken with it are sent)."""
+        ids: list[str] = []
+        reached: list[threading.Event] = []
+        item = first
+        while True:
+            if isinstance(item, threading.Event):
+                reached.append(item)
+            else:
+                ids += item
+            if len(ids) >= self._batch:
+                return ids, reached
             try:
-                self._send(batch)
-            except Exception:  # the thread must outlive any failure: the sweep re-sends
-                log.exception(
-                    "could not send run messages; the orphan sweep will re-send them",
-                    extra={"action": "enqueue_failed", "run_ids": batch},
-                )
-            finally:
-                with self._changed:
-                    self._sending = 0
-                    self._changed.notify_all()
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return ids, reached
 
 
 _sender: Sender | None = None
@@ -116,8 +128,16 @@ def sender() -> Sender:
             from awooop.tasks import runs  # the Celery app is only needed to send messages
 
             _sender = Sender(runs.enqueue)
-            atexit.register(_sender.flush, EXIT_FLUSH_SECONDS)
         return _sender
+
+
+def _forget_after_fork() -> None:
+    """A forked child has none of its parent's threads: it makes a sender of its own."""
+    global _sender, _sender_lock
+    _sender, _sender_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def submit(run_ids: Iterable[uuid.UUID | str]) -> int:
@@ -129,3 +149,6 @@ def submit(run_ids: Iterable[uuid.UUID | str]) -> int:
 def flush(timeout: float = EXIT_FLUSH_SECONDS) -> bool:
     """Wait until the process's sender has sent what it was given (see :meth:`Sender.flush`)."""
     return _sender.flush(timeout) if _sender is not None else True
+
+
+atexit.register(flush)  # the sender of the process that exits (a forked child's own, or none)

@@ -38,6 +38,18 @@ from awooop.config import get_settings
 
 _EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
 
+# Celery's ``origin`` header: this process and host (asked once per process, not per message).
+_origin = ""
+
+
+def _remember_origin() -> None:
+    global _origin
+    _origin = f"gen{os.getpid()}@{socket.gethostname()}"
+
+
+_remember_origin()
+os.register_at_fork(after_in_child=_remember_origin)
+
 
 def envelope(
     task_name: str, queue: str, args: list[Any], task_id: str | None = None
@@ -64,7 +76,7 @@ def envelope(
             "parent_id": None,
             "argsrepr": repr(tuple(args)),
             "kwargsrepr": "{}",
-            "origin": f"gen{os.getpid()}@{socket.gethostname()}",
+            "origin": _origin,
             "ignore_result": True,
             "replaced_task_nesting": 0,
             "stamped_headers": None,
