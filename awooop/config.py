@@ -150,8 +150,9 @@ class Settings:
     broker_publish_retry_seconds: float = _setting(
         5.0,
         "After a failed send, sends are skipped this long (the orphan sweep sends those runs' "
-        "messages): a broker that does not answer costs admission one short wait per "
-        "interval, not one per request. The event is committed and answered 202 either way.",
+        "messages): a broker that does not answer costs a process one short wait per "
+        "interval, not one per message. Admission never waits for it: the event is committed "
+        "and answered 202, and a thread of the web process sends the message.",
     )
     orphan_after_seconds: float = _setting(
         120.0,
