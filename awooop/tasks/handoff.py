@@ -123,6 +123,9 @@ _sender_lock = threading.Lock()
 def sender() -> Sender:
     """The process's sender of ``awooop.runs.execute`` messages."""
     global _sender
+    made = _sender
+    if made is not None:  # every admission asks: no lock once the sender is made
+        return made
     with _sender_lock:
         if _sender is None:
             from awooop.tasks import runs  # the Celery app is only needed to send messages
