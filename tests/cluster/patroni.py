@@ -247,14 +247,7 @@ class PatroniCluster:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PG", "AWOOOP_"))}
         env["HOME"] = str(home)
         name = f"patroni-{member}"
-        if name in self.processes:
-            self.processes[name].stop()
         self.processes[name] = Process(name, self.host(member).argv(argv), env, self.log_dir)
-
-    def restart_member(self, member: str) -> None:
-        """Start the member's Patroni again (after :meth:`kill_host`); it rejoins as a
-        standby, rewound if it had diverged."""
-        self._start_member(member)
 
     # --- what the cluster says -----------------------------------------------------------
 
