@@ -68,3 +68,64 @@ def back_to_work(
             return fresh, time.monotonic() - since
         time.sleep(0.5)
     return fresh, None
+
+
+# --- lease epochs, from what the handlers did -----------------------------------------------
+# A step's ``command_id`` is ``<effect id>:<attempt>:<lease epoch>`` and each effect the test
+# workflows make carries it with the process's pid (the recorder keeps both), so the
+# recorder knows under which epoch, and in which process, every handler acted. A claim gives
+# a run's next epoch to one process; two processes acting under one (run, epoch) is an epoch
+# issued twice.
+
+
+def _epoch(call: Any) -> int | None:
+    command = str(call.body.get("command_id") or "")
+    tail = command.rsplit(":", 1)[-1]
+    return int(tail) if tail.isdigit() else None
+
+
+def epochs_issued_twice(recorder: Any) -> dict[str, list[int]]:
+    """``run:epoch`` → the pids that acted under it, where there were several."""
+    pids: dict[str, set[int]] = collections.defaultdict(set)
+    for call in list(recorder.calls):
+        epoch = _epoch(call)
+        if epoch is not None and call.body.get("run_id"):
+            pids[f"{call.body['run_id']}:{epoch}"].add(int(call.body.get("pid") or 0))
+    return {key: sorted(found) for key, found in pids.items() if len(found) > 1}
+
+
+def journal_epochs_with_two_writers(engine: Engine) -> list[dict[str, Any]]:
+    """(run, lease epoch) whose SUCCEEDED journal entries name more than one worker: what
+    PostgreSQL kept of an epoch issued twice."""
+    writers: dict[tuple[str, int], set[str]] = collections.defaultdict(set)
+    for entry in checks.succeeded_entries(engine):
+        if entry["lease_epoch"] is not None:
+            writers[(entry["run_id"], entry["lease_epoch"])].add(entry["worker_id"] or "")
+    return [
+        {"run_id": run_id, "lease_epoch": epoch, "workers": sorted(found)}
+        for (run_id, epoch), found in writers.items()
+        if len(found) > 1
+    ]
+
+
+def overlapping_handlers(recorder: Any) -> list[str]:
+    """Runs where handlers of two epochs acted at once: an effect of an older epoch reached
+    the recorder after the first effect of a newer one (the recorder's clock)."""
+    spans: dict[str, dict[int, list[float]]] = collections.defaultdict(dict)
+    for call in list(recorder.calls):
+        epoch = _epoch(call)
+        run_id = call.body.get("run_id")
+        if epoch is None or not run_id:
+            continue
+        span = spans[run_id].setdefault(epoch, [call.at, call.at])
+        span[0], span[1] = min(span[0], call.at), max(span[1], call.at)
+    found = []
+    for run_id, by_epoch in spans.items():
+        ordered = sorted(by_epoch.items())
+        for (_older, (_, older_end)), (_newer, (newer_start, _)) in zip(
+            ordered, ordered[1:], strict=False
+        ):
+            if older_end > newer_start:
+                found.append(run_id)
+                break
+    return found

@@ -14,6 +14,12 @@ A scenario is a test in ``tests/cluster/`` that uses:
   ``.start(...)``. Logs under ``.awooop/cluster/logs/<test>/``, tails printed on failure.
 - ``rabbit`` (session): :class:`~tests.cluster.rabbit.Rabbit`, the machine's RabbitMQ
   reached from the hosts through a proxy on the bridge, a virtual host per scenario.
+- ``open_ha_cluster`` (per test): ``open_ha_cluster(synchronous=True,
+  cuttable_replication=False)``, a context manager giving ``(patroni, stack)``: a
+  :class:`~tests.cluster.patroni.PatroniCluster` of its own (etcd on ``etcd``, members on
+  ``pg1`` and ``pg2``, the migrated template on its leader) and a :class:`ClusterStack`
+  whose database URL is the cluster's libpq multi-host URL. Needs Patroni and etcd
+  (``make patroni``): skipped without them, failed under CI=true.
 - ``figures`` (per test): :class:`~tests.chaos.report.Figures` of the ``cluster`` suite:
   printed, appended to ``.awooop/cluster/results.jsonl``, and written into
   ``docs/cluster.md`` when the scenario passed at full size (``AWOOOP_CLUSTER_SCALE`` 1).
@@ -35,6 +41,7 @@ from tests.chaos import report, stack
 from tests.chaos.recorder import Recorder
 from tests.chaos.services import Services
 from tests.cluster import network as net
+from tests.cluster import patroni
 from tests.cluster import rabbit as rabbitmq
 from tests.cluster.stack import ClusterStack
 from tests.cluster.suite import SUITE
@@ -144,6 +151,48 @@ def open_cluster(
         )
 
     return open_cluster
+
+
+@pytest.fixture
+def open_ha_cluster(
+    network: net.Network,
+    cluster_services: Services,
+    recorder: Recorder,
+    request: pytest.FixtureRequest,
+):
+    _need(patroni.unavailable())
+    log_dir = LOGS / request.node.name
+
+    @contextlib.contextmanager
+    def open_ha_cluster(
+        synchronous: bool = True, cuttable_replication: bool = False, **options
+    ) -> Iterator[tuple[patroni.PatroniCluster, ClusterStack]]:
+        members = patroni.PatroniCluster(
+            network,
+            f"{_TMP_PREFIX}{os.getpid()}-",
+            log_dir.with_name(re.sub(r"[^A-Za-z0-9_.-]+", "_", log_dir.name) + ".patroni"),
+            synchronous=synchronous,
+            cuttable_replication=cuttable_replication,
+        )
+        try:
+            members.start()
+            services = patroni.PatroniServices(members, cluster_services.redis)
+            services.create_template(TEMPLATE)
+            with stack.scenario(
+                ClusterStack,
+                services,
+                TEMPLATE,
+                recorder,
+                log_dir,
+                lambda: suites.failed(request),
+                network=network,
+                **options,
+            ) as stack_:
+                yield members, stack_
+        finally:
+            members.stop()
+
+    return open_ha_cluster
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 
-HOSTS = ("db", "web", "w1", "w2", "ops", "ops2")
+HOSTS = ("db", "web", "w1", "w2", "ops", "ops2", "pg1", "pg2", "etcd")
 _LINK_PREFIX = "awc"
 _NETNS_PREFIX = "awc-"
 # Subnets tried in turn; one not on any interface of this machine is taken.

@@ -251,6 +251,27 @@ def test_postgresql_urls_of_the_shipped_driver_are_accepted(url):
     assert Settings.from_env({**BASE, "AWOOOP_DATABASE_URL": url}).database_url == url
 
 
+MULTI_HOST = (
+    "postgresql+psycopg2://u@/db?host=pg1:5432&host=pg2:5433&target_session_attrs=read-write"
+)
+
+
+def test_a_multi_host_url_is_accepted_and_reaches_libpq_with_every_host():
+    # The routing a Patroni cluster documents: libpq tries each host, keeps the writable one.
+    settings = Settings.from_env({**BASE, "AWOOOP_DATABASE_URL": MULTI_HOST})
+    engine = db.make_engine(settings.database_url, pool_size=1, settings=settings)
+    try:
+        _args, params = engine.dialect.create_connect_args(engine.url)
+    finally:
+        engine.dispose()
+
+    assert settings.database_url == MULTI_HOST
+    assert params["host"] == "pg1,pg2"
+    assert params["port"] == "5432,5433"
+    assert params["target_session_attrs"] == "read-write"
+    assert params["dbname"] == "db"
+
+
 @pytest.mark.parametrize(
     ("url", "says"),
     [
