@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 import redis
+from kombu import Connection, Exchange, Producer, Queue
 
 from awooop import redis_client
 from awooop.ratelimit import RateLimiter
+from awooop.tasks import sentinel_transport
 from awooop.tasks.publish import RedisPublisher, Unavailable
 from awooop.web.app import create_app
 from tests.support import sentinel as ha
@@ -100,3 +102,25 @@ def test_the_rate_limiter_counts_on_the_master_the_sentinels_name(group):
         assert int(client.get("awooop:rate:p1:ingress")) == 3
     finally:
         client.close()
+
+
+def _connection_holding_a_message(group) -> Connection:
+    """A kombu connection over ``group`` whose channel holds one unacknowledged message."""
+    conn = Connection(group.url, transport_options={"master_name": ha.MASTER_NAME})
+    queue = Queue("q", Exchange("q"), "q")
+    channel = conn.default_channel
+    Producer(channel).publish({"n": 1}, exchange=queue.exchange, routing_key="q", declare=[queue])
+    assert queue(channel).get(no_ack=False) is not None
+    return conn
+
+
+def test_a_sentinel_channel_closed_after_its_transport_does_not_raise_attribute_error(group):
+    # The state Celery's consumer reached when the master died: the transport already closed
+    # (its client gone), the channel still open with a message unacknowledged.
+    sentinel_transport.install()
+    conn = _connection_holding_a_message(group)
+    assert isinstance(conn.transport, sentinel_transport.Transport)
+    group.kill_master()
+    conn._do_close_transport()
+
+    conn.close()  # kombu's own SentinelChannel raised AttributeError here (not ignored)
