@@ -1,4 +1,4 @@
-"""Cluster scenario 10 — the Redis master SIGKILLed under load; Redis Sentinel fails over.
+"""Cluster scenario 11 — the Redis master SIGKILLed under load; Redis Sentinel fails over.
 
 Redis runs on ``r1`` (the master), ``r2`` and ``r3`` (its replicas), with a sentinel on each
 (quorum 2, a master down after 1 s). Web, workers, beat and the rate limiter are given the
@@ -133,7 +133,7 @@ def _rate_limit_count(server, project_id: str) -> int:
 def test_redis_master_killed_sentinel_fails_over_and_nothing_is_lost(
     open_cluster, redis_sentinels, figures
 ):
-    figures.scenario("10", "The Redis master killed under load; Sentinel fails over")
+    figures.scenario("11", "The Redis master killed under load; Sentinel fails over")
     group = redis_sentinels
     settings = {
         "AWOOOP_BROKER_SENTINEL_MASTER": ha.MASTER_NAME,
