@@ -13,7 +13,9 @@ import sys
 
 from kombu import Queue
 
+from awooop import redis_client
 from awooop.config import ConfigError, Settings
+from awooop.tasks import sentinel_transport
 
 try:
     _settings = Settings.from_env(required=("broker_url",))
@@ -26,7 +28,12 @@ broker_url = _settings.broker_url
 broker_connection_retry_on_startup = True
 # Redis: a message not acked within this long is redelivered; the database claim makes the
 # second delivery harmless, so this only needs to exceed the longest queue wait we tolerate.
-broker_transport_options = {"visibility_timeout": 3600}
+broker_transport_options: dict[str, object] = {"visibility_timeout": 3600}
+if _settings.broker_sentinel_master:
+    # A sentinel:// broker URL: the group its sentinels monitor (required with one).
+    broker_transport_options["master_name"] = _settings.broker_sentinel_master
+if redis_client.is_sentinel_url(broker_url):
+    sentinel_transport.install()  # a worker survives losing the master with a message held
 
 task_serializer = "json"
 result_serializer = "json"

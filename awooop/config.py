@@ -83,6 +83,13 @@ class Settings:
         "The Celery broker, which carries the run messages (each a run id: a nudge, the run "
         "itself is in PostgreSQL); `make run` starts an embedded Redis for development.",
     )
+    broker_sentinel_master: str = _setting(
+        "",
+        "The name of the master the sentinels of a `sentinel://` broker URL (or rate-limit "
+        "URL) monitor; Celery gets it as `broker_transport_options['master_name']`, and the "
+        "run sender, `/readyz` and the rate limiter ask those sentinels for that master "
+        "([URLs](#urls)).",
+    )
     secret_key: str = _setting(
         "",
         "Fernet keys, comma-separated, newest first. The newest encrypts the secrets stored in "

@@ -37,8 +37,8 @@ _MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 DATABASE_DRIVERS = ("postgresql+psycopg2", "postgresql")
 # Celery's broker transports for Redis (plain, TLS, Sentinel) and RabbitMQ.
 BROKER_SCHEMES = ("redis", "rediss", "sentinel", "amqp", "amqps", "pyamqp")
-# What the rate limiter can use (awooop.ratelimit).
-REDIS_SCHEMES = ("redis", "rediss", "unix")
+# What the rate limiter can use (awooop.ratelimit, over awooop.redis_client).
+REDIS_SCHEMES = ("redis", "rediss", "unix", "sentinel")
 # The settings that are URLs, by the check they get.
 URL_KINDS = {
     "database_url": "database",
@@ -65,9 +65,10 @@ def _schemes(schemes: tuple[str, ...]) -> str:
 URL_RULES = {
     "database": f"a {_schemes(DATABASE_DRIVERS)} URL naming a database (an `@` in the user "
     "name or password written `%40`)",
-    "broker": f"a {_schemes(BROKER_SCHEMES)} URL, or several separated by `;` (fail-over); "
-    "a Redis URL's path is a database number (`/0`)",
-    "redis": f"a {_schemes(REDIS_SCHEMES)} URL",
+    "broker": f"a {_schemes(BROKER_SCHEMES)} URL, or several separated by `;` (fail-over; "
+    "for `sentinel://`, one per sentinel, none of another scheme); a Redis URL's path is a "
+    "database number (`/0`)",
+    "redis": f"a {_schemes(REDIS_SCHEMES)} URL (`sentinel://`: one per sentinel, separated by `;`)",
     "http": "an `http://` or `https://` URL with a host",
 }
 
@@ -220,7 +221,15 @@ def _check_broker_url(kind: str, raw: str, shown: str) -> None:
     or the rate limiter's Redis URL (``kind`` "redis")."""
     from kombu.utils.url import url_to_parts
 
+    from awooop import redis_client
+
     schemes = BROKER_SCHEMES if kind == "broker" else REDIS_SCHEMES
+    if any(redis_client.is_sentinel_url(part) for part in raw.split(";")):
+        try:
+            redis_client.parse_sentinel_url(raw)
+        except ValueError as exc:
+            raise ValueError(f"={shown}: {exc}") from None
+        return
     for part in raw.split(";") if kind == "broker" else [raw]:
         scheme, sep, _ = part.strip().partition("://")
         if not sep or scheme not in schemes:
@@ -289,6 +298,20 @@ def _tick_survives_a_late_pass(s: Settings) -> str | None:
     )
 
 
+def _sentinel_master_named(s: Settings) -> str | None:
+    from awooop import redis_client
+
+    if s.broker_sentinel_master:
+        return None
+    for name in ("broker_url", "rate_limit_redis_url"):
+        if redis_client.is_sentinel_url(getattr(s, name)):
+            return (
+                f"{variable(name)} is a sentinel:// URL: set AWOOOP_BROKER_SENTINEL_MASTER to "
+                "the name of the master its sentinels monitor"
+            )
+    return None
+
+
 _RHO = timing.CLOCK_RATE_BOUND
 RELATIONS = (
     Relation(
@@ -333,6 +356,12 @@ RELATIONS = (
         "AWOOOP_SCHEDULE_MAX_LATENESS_SECONDS ≥ 2 × AWOOOP_SCHEDULE_INTERVAL_SECONDS: a tick "
         "survives one late pass",
         _tick_survives_a_late_pass,
+    ),
+    Relation(
+        ("broker_sentinel_master", "broker_url", "rate_limit_redis_url"),
+        "AWOOOP_BROKER_SENTINEL_MASTER is set when AWOOOP_BROKER_URL or "
+        "AWOOOP_RATE_LIMIT_REDIS_URL is a `sentinel://` URL",
+        _sentinel_master_named,
     ),
     _at_most("rerun_rate_per_second", "rerun_max_rate_per_second"),
     _at_most("write_retry_base_seconds", "write_retry_max_seconds"),

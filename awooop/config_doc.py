@@ -29,6 +29,7 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         (
             "database_url",
             "broker_url",
+            "broker_sentinel_master",
             "broker_publish_timeout_seconds",
             "broker_publish_retry_seconds",
             "db_pool_size",
@@ -300,6 +301,15 @@ def _urls() -> str:
         "`amqp://`, `amqps://` (TLS) and `pyamqp://` its RabbitMQ ones. Passwords in URLs are "
         "masked wherever a URL is shown (`awooop config`, the start-up log line, every error "
         "message).",
+        "",
+        "A `sentinel://` URL names Redis Sentinels, one per part "
+        "(`sentinel://s1:26379;sentinel://s2:26379;sentinel://s3:26379`); the first part's "
+        "password and database number (`/0`) are the master's, as Celery's Sentinel transport "
+        "reads them. `AWOOOP_BROKER_SENTINEL_MASTER` names the master they monitor. Celery (web, "
+        "workers, beat) gets it as `broker_transport_options['master_name']`; the run sender, "
+        "`/readyz` and the rate limiter ask the sentinels for that master on each new "
+        "connection, so after a failover their next connection reaches the promoted replica. A "
+        "push that fails meanwhile is the orphan sweep's, as with any broker outage.",
     ]
     return "\n".join(lines)
 

@@ -27,6 +27,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from awooop import redis_client
+
 log = logging.getLogger("awooop.ratelimit")
 
 WINDOW_SECONDS = 60
@@ -58,9 +60,12 @@ class RateLimiter:
         self._skip_until = 0.0
 
     @classmethod
-    def from_url(cls, url: str, timeout: float, retry_seconds: float) -> RateLimiter:
-        """A limiter over the Redis at ``url``; with no Redis URL, one that allows everything."""
-        if not url.startswith(("redis://", "rediss://", "unix://")):
+    def from_url(
+        cls, url: str, timeout: float, retry_seconds: float, master_name: str = ""
+    ) -> RateLimiter:
+        """A limiter over the Redis at ``url`` (``master_name``: the master of a
+        ``sentinel://`` URL); with no Redis URL, one that allows everything."""
+        if not url or not redis_client.is_redis_url(url):
             if url:
                 log.warning(
                     "rate limits need Redis; they are not enforced",
@@ -68,8 +73,9 @@ class RateLimiter:
                 )
             return cls(None)
         # No retries inside redis-py: one timeout, then the limiter's own back-off.
-        client = redis.Redis.from_url(
+        client = redis_client.for_url(
             url,
+            master_name,
             socket_timeout=timeout,
             socket_connect_timeout=timeout,
             health_check_interval=30,

@@ -5,7 +5,9 @@ kombu's generic publish path, a new Redis client object per publish). Admission 
 message per request, which made publishing the largest cost of a request. On the Redis
 transport a Celery message is one ``LPUSH`` of a JSON envelope — Celery's message protocol v2
 inside kombu's Redis envelope — so this module builds that envelope and pushes it with one
-pooled redis-py client. Any other broker transport goes through ``apply_async``.
+pooled redis-py client (:mod:`awooop.redis_client`: a plain Redis, or the master a
+``sentinel://`` URL's sentinels name). Any other broker transport goes through
+``apply_async``.
 
 ``tests/integration/test_publish.py`` checks the envelope against what ``apply_async``
 produces, and the end-to-end tests prove that real workers consume it.
@@ -34,6 +36,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from awooop import redis_client
 from awooop.config import get_settings
 
 _EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
@@ -109,9 +112,11 @@ class RedisPublisher:
         timeout: float = 1.0,
         retry_seconds: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
+        master_name: str = "",
     ) -> None:
-        self._client = redis.Redis.from_url(
+        self._client = redis_client.for_url(
             broker_url,
+            master_name,
             socket_timeout=timeout,
             socket_connect_timeout=timeout,
             retry=Retry(NoBackoff(), 0),  # one try: a failed push is the orphan sweep's
@@ -136,18 +141,17 @@ class RedisPublisher:
         return len(messages)
 
 
-def is_redis_url(url: str) -> bool:
-    return url.startswith(("redis://", "rediss://", "unix://"))
-
-
 @functools.cache
 def for_broker(url: str) -> RedisPublisher | None:
     """The process's publisher for ``url``; None when the broker is not Redis."""
-    if not is_redis_url(url):
+    if not redis_client.is_redis_url(url):
         return None
     settings = get_settings()
     return RedisPublisher(
-        url, settings.broker_publish_timeout_seconds, settings.broker_publish_retry_seconds
+        url,
+        settings.broker_publish_timeout_seconds,
+        settings.broker_publish_retry_seconds,
+        master_name=settings.broker_sentinel_master,
     )
 
 

@@ -74,6 +74,7 @@ def create_app(
             settings.rate_limit_url,
             settings.rate_limit_timeout_seconds,
             settings.rate_limit_retry_seconds,
+            settings.broker_sentinel_master,
         ),
         "probe_engine": db.make_probe_engine(
             settings.database_url,

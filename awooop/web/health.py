@@ -16,14 +16,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import redis
 from flask import Blueprint, Response, jsonify, request
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from awooop import errors, metrics
+from awooop import errors, metrics, redis_client
 from awooop.store import monitoring
-from awooop.tasks import publish
 from awooop.web import context
 
 log = logging.getLogger("awooop.web.health")
@@ -41,7 +39,10 @@ def readyz() -> tuple[Response, int]:
     settings = context.settings()
     checks = {
         "database": _check("database", _database_answers),
-        "broker": _check("broker", lambda: _broker_answers(settings.broker_url)),
+        "broker": _check(
+            "broker",
+            lambda: _broker_answers(settings.broker_url, settings.broker_sentinel_master),
+        ),
     }
     failed = [name for name, state in checks.items() if state != "ok"]
     if not failed:
@@ -84,11 +85,12 @@ def _database_answers() -> None:
         monitoring.ping(conn)
 
 
-def _broker_answers(url: str) -> None:
+def _broker_answers(url: str, master_name: str) -> None:
     timeout = context.settings().readiness_timeout_seconds
-    if publish.is_redis_url(url):
-        client = redis.Redis.from_url(
+    if redis_client.is_redis_url(url):  # a sentinel:// URL: the master its sentinels name
+        client = redis_client.for_url(
             url,
+            master_name,
             socket_connect_timeout=timeout,
             socket_timeout=timeout,
             retry=Retry(NoBackoff(), 0),  # one try: a readiness answer must be quick

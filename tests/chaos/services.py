@@ -172,7 +172,8 @@ class Postgres:
 
 class Redis:
     """A redis-server child process: ``start``, ``kill`` (SIGKILL), ``flushall``; ``host``,
-    ``port`` and ``launcher`` as for :class:`Postgres`."""
+    ``port`` and ``launcher`` as for :class:`Postgres`; ``args``: more options (e.g.
+    ``--replicaof``), ``name``: its directory under ``root``."""
 
     def __init__(
         self,
@@ -180,11 +181,14 @@ class Redis:
         host: str = "127.0.0.1",
         port: int | None = None,
         launcher: tuple[str, ...] = (),
+        args: tuple[str, ...] = (),
+        name: str = "redis",
     ) -> None:
-        self.dir = root / "redis"
+        self.dir = root / name
         self.dir.mkdir(parents=True)
         self.host = host
         self.launcher = launcher
+        self.args = args
         self.port = port or free_port()
         self.popen: subprocess.Popen[bytes] | None = None
         self.kills = 0
@@ -213,6 +217,7 @@ class Redis:
                 "no",
                 "--protected-mode",
                 "no",
+                *self.args,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -3,15 +3,19 @@
 A scenario is a test in ``tests/cluster/`` that uses:
 
 - ``network`` (session): :class:`~tests.cluster.network.Network` — hosts ``db``, ``web``,
-  ``w1``, ``w2``, ``ops``, ``ops2`` as network namespaces on one bridge (``network["w1"]``:
-  ``.address``, ``.down()`` / ``.up()``). Leftovers of a killed earlier run are removed
-  first; everything is removed at the end, also after a failure or Ctrl-C / SIGTERM.
+  ``w1``, ``w2``, ``ops``, ``ops2``, ``r1``, ``r2``, ``r3`` as network namespaces on one
+  bridge (``network["w1"]``: ``.address``, ``.down()`` / ``.up()``). Leftovers of a killed
+  earlier run are removed first; everything is removed at the end, also after a failure or
+  Ctrl-C / SIGTERM.
 - ``cluster_services`` (session): the chaos suite's own PostgreSQL (fsync on) and Redis,
   running on ``db`` at its address (ports 5432 and 6379), and the migrated template.
 - ``recorder`` (per test): the chaos suite's recorder, bound to the bridge address.
 - ``cluster`` (per test): a :class:`~tests.cluster.stack.ClusterStack` over a fresh
   database and a flushed Redis (project ``chaos`` routed to ``chaos-saga``); call
   ``.start(...)``. Logs under ``.awooop/cluster/logs/<test>/``, tails printed on failure.
+- ``redis_sentinels`` (per test): :class:`~tests.support.sentinel.SentinelGroup` — a
+  redis-server on each of ``r1`` (the master), ``r2`` and ``r3`` (its replicas), port 6379,
+  and a sentinel beside each (port 26379, quorum 2); ``.url`` is the ``sentinel://`` URL.
 - ``rabbit`` (session): :class:`~tests.cluster.rabbit.Rabbit`, the machine's RabbitMQ
   reached from the hosts through a proxy on the bridge, a virtual host per scenario.
 - ``open_ha_cluster`` (per test): ``open_ha_cluster(synchronous=True,
@@ -45,7 +49,7 @@ from tests.cluster import patroni
 from tests.cluster import rabbit as rabbitmq
 from tests.cluster.stack import ClusterStack
 from tests.cluster.suite import SUITE
-from tests.support import suites
+from tests.support import sentinel, suites
 from tests.support.processes import ROOT
 from tests.support.suites import pytest_runtest_makereport  # noqa: F401 - a hook
 
@@ -119,6 +123,21 @@ def rabbit(network: net.Network) -> Iterator[rabbitmq.Rabbit]:
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture
+def redis_sentinels(network: net.Network) -> Iterator[sentinel.SentinelGroup]:
+    root = Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{os.getpid()}-sentinel-"))
+    places = [
+        sentinel.Place(network[name].address, ("ip", "netns", "exec", network[name].netns))
+        for name in ("r1", "r2", "r3")
+    ]
+    group = sentinel.SentinelGroup(root, places, quorum=2, redis_port=6379, sentinel_port=26379)
+    try:
+        yield group.start()
+    finally:
+        group.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture

@@ -1,11 +1,11 @@
 """Hosts on one machine: Linux network namespaces joined by veth pairs to a bridge.
 
-:class:`Network` makes one namespace per host (``db``, ``web``, ``w1``, ``w2``, ``ops``,
-``ops2``), each with its own loopback and one interface ``eth0`` whose peer is a port of a
-bridge in the root namespace. The bridge has the subnet's first address: the test process
-(the recorder, the proxies, the clients) reaches every host there, and every host reaches it.
-Each host's process sees its own hostname (a UTS namespace per process, named after the
-host), so ``worker_id`` says which host wrote.
+:class:`Network` makes one namespace per host (:data:`HOSTS`), each with its own loopback
+and one interface ``eth0`` whose peer is a port of a bridge in the root namespace. The bridge
+has the subnet's first address: the test process (the recorder, the proxies, the clients)
+reaches every host there, and every host reaches it. Each host's process sees its own
+hostname (a UTS namespace per process, named after the host), so ``worker_id`` says which
+host wrote.
 
 Neighbours are static (``nud permanent``) everywhere, so taking a host's link down
 (:meth:`Host.down`: the bridge-side end of its veth) is a partition in which packets vanish:
@@ -28,7 +28,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 
-HOSTS = ("db", "web", "w1", "w2", "ops", "ops2", "pg1", "pg2", "etcd")
+HOSTS = ("db", "web", "w1", "w2", "ops", "ops2", "pg1", "pg2", "etcd", "r1", "r2", "r3")
 _LINK_PREFIX = "awc"
 _NETNS_PREFIX = "awc-"
 # Subnets tried in turn; one not on any interface of this machine is taken.

@@ -59,8 +59,9 @@ class ClusterStack(ChaosStack):
     """Made by the ``cluster`` fixture; :meth:`start` launches the processes on their hosts.
 
     ``timings``: ``AWOOOP_*`` settings that replace the chaos suite's short ones (e.g. the
-    default lease and heartbeat); ``broker_url``: another broker (RabbitMQ) than the Redis
-    on ``db`` — the rate limiter stays on that Redis.
+    default lease and heartbeat) or the stack's own; ``broker_url``: another broker
+    (RabbitMQ, a Sentinel group) than the Redis on ``db`` — the rate limiter stays on that
+    Redis unless ``timings`` sets ``AWOOOP_RATE_LIMIT_REDIS_URL``.
     """
 
     def __init__(
@@ -72,9 +73,9 @@ class ClusterStack(ChaosStack):
     ) -> None:
         self.network = network
         super().__init__(**kwargs)
-        self.env.update(timings or {})
         if self.broker_url != self.services.redis.url:
             self.env["AWOOOP_RATE_LIMIT_REDIS_URL"] = self.services.redis.url
+        self.env.update(timings or {})
 
     # --- proxied links -----------------------------------------------------------------
 
