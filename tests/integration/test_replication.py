@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, text
 
-from awooop import failover, migrate
+from awooop import failover
 from awooop.config import Settings
 from awooop.web.app import create_app
 from tests.chaos.services import Postgres
@@ -48,17 +48,8 @@ def _need_binaries() -> None:
 def primary(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postgres]:
     """A PostgreSQL cluster of this module, with a migrated ``awooop`` database."""
     _need_binaries()
-    server = Postgres(tmp_path_factory.mktemp("primary"))
-    server.start()
-    try:
-        admin = replication.admin(server)
-        with admin.connect() as conn:
-            conn.execute(text(f"CREATE DATABASE {DATABASE}"))
-        admin.dispose()
-        migrate.run(Settings(database_url=server.url(DATABASE)), say=lambda _: None)
+    with replication.primary_with_database(tmp_path_factory.mktemp("primary"), DATABASE) as server:
         yield server
-    finally:
-        server.stop("immediate")
 
 
 @pytest.fixture
@@ -75,19 +66,10 @@ def primary_admin(primary: Postgres) -> Iterator[Engine]:
 
 
 @pytest.fixture
-def standby(primary: Postgres, primary_admin: Engine, tmp_path: Path) -> Iterator[Postgres]:
+def standby(primary: Postgres, tmp_path: Path) -> Iterator[Postgres]:
     """A hot standby streaming from the primary (asynchronously, unless a test says so)."""
-    root = tmp_path / "standby"
-    root.mkdir()
-    server = replication.Standby(root, primary, application_name="standby1")
-    server.start()
-    try:
-        replication.wait_sync_state(primary_admin, "standby1", "async")
+    with replication.streaming_standby(tmp_path / "standby", primary) as server:
         yield server
-    finally:
-        replication.set_synchronous_standbys(primary_admin, "")
-        server.destroy()
-        replication.wait_sync_state(primary_admin, "standby1", None)
 
 
 def _check(settings: Settings) -> tuple[failover.Verdict, replication.Lines]:
@@ -299,3 +281,20 @@ def _paused(engine: Engine) -> bool:
 def test_without_a_replica_url_lists_read_the_primary(settings, engine):
     app = create_app(settings, engine)
     assert app.extensions["awooop"]["read_engine"] is engine
+
+
+def test_a_multi_host_url_reaches_the_primary_whichever_host_comes_first(
+    settings, standby, primary
+):
+    # The URL docs/operations.md shows for a failover pair: libpq tries each host in turn
+    # and keeps the one that accepts writes.
+    url = (
+        f"postgresql+psycopg2://postgres@/{DATABASE}?host={standby.host}:{standby.port}"
+        f"&host={primary.host}:{primary.port}&target_session_attrs=read-write"
+    )
+    checked = Settings.from_env(
+        {"AWOOOP_DATABASE_URL": url, "AWOOOP_DATABASE_FAILOVER_CHECK": "warn"},
+        ("database_url",),
+    )
+    verdict, _ = _check(dataclasses.replace(settings, database_url=checked.database_url))
+    assert verdict.state == failover.AT_RISK, verdict

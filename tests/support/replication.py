@@ -74,6 +74,44 @@ class Standby(Postgres):
         shutil.rmtree(self.data, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def primary_with_database(root: Path, database: str) -> Iterator[Postgres]:
+    """A started cluster with ``database`` created and migrated; stopped on the way out."""
+    from awooop import migrate
+    from awooop.config import Settings
+
+    server = Postgres(root)
+    server.start()
+    try:
+        engine = admin(server)
+        with engine.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{database}"'))
+        engine.dispose()
+        migrate.run(Settings(database_url=server.url(database)), say=lambda _: None)
+        yield server
+    finally:
+        server.stop("immediate")
+
+
+@contextlib.contextmanager
+def streaming_standby(root: Path, primary: Postgres, name: str = "standby1") -> Iterator[Standby]:
+    """A hot standby of ``primary`` attached as ``name`` (asynchronous until
+    :func:`set_synchronous_standbys` names it); on the way out the primary's
+    ``synchronous_standby_names`` is emptied and the standby stopped and gone."""
+    root.mkdir(parents=True, exist_ok=True)
+    primary_admin = admin(primary)
+    server = Standby(root, primary, application_name=name)
+    server.start()
+    try:
+        wait_sync_state(primary_admin, name, "async")
+        yield server
+    finally:
+        set_synchronous_standbys(primary_admin, "")
+        server.destroy()
+        wait_sync_state(primary_admin, name, None)
+        primary_admin.dispose()
+
+
 def admin(server: Postgres, database: str = "postgres") -> Engine:
     return create_engine(server.url(database), isolation_level="AUTOCOMMIT", pool_size=1)
 
