@@ -78,6 +78,22 @@ class Settings:
         "The PostgreSQL database, the only source of truth; `make run` starts an embedded one "
         "for development.",
     )
+    database_replica_url: str = _setting(
+        "",
+        "A streaming standby of that database for the web's reads that may lag: the ops "
+        "console's list pages (overview, runs, interventions, approvals, workers) and the "
+        "gauges `/metrics` reads. They are as old as the standby's replay lag: a run just "
+        "admitted is missing from the runs list for that long ([Replica reads]"
+        "(operations.md#replica-reads)). Empty: every read goes to the primary.",
+    )
+    database_failover_check: str = _setting(
+        "warn",
+        "What web, worker and beat do when they start on a primary that streams to standbys "
+        "none of which is synchronous (so a failover could lose acknowledged events and "
+        "issue a lease epoch twice): `warn` logs a warning, `refuse` exits with status 2, "
+        "`off` does not check — for standbys that are never promoted ([High availability]"
+        "(operations.md#high-availability)).",
+    )
     broker_url: str = _setting(
         "",
         "The Celery broker, which carries the run messages (each a run id: a nudge, the run "

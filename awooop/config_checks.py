@@ -32,6 +32,8 @@ TRUE = frozenset({"1", "true", "yes", "on"})
 FALSE = frozenset({"0", "false", "no", "off"})
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 TRACING_MODES = ("off", "otlp", "console")
+# What a starting process does when the database could lose commits on failover (awooop.failover).
+FAILOVER_CHECKS = ("warn", "refuse", "off")
 _MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 # The database drivers the package ships (psycopg2); SQLAlchemy reads "postgresql" as it.
 DATABASE_DRIVERS = ("postgresql+psycopg2", "postgresql")
@@ -42,6 +44,7 @@ REDIS_SCHEMES = ("redis", "rediss", "unix", "sentinel")
 # The settings that are URLs, by the check they get.
 URL_KINDS = {
     "database_url": "database",
+    "database_replica_url": "database",
     "broker_url": "broker",
     "rate_limit_redis_url": "redis",
     "telegram_api_base": "http",
@@ -97,6 +100,10 @@ def parse_value(name: str, kind: str, raw: str) -> Any:
         if raw.lower() not in TRACING_MODES:
             raise ValueError(f"={raw!r} is not one of {', '.join(TRACING_MODES)}")
         return raw.lower()
+    if name == "database_failover_check":
+        if raw.lower() not in FAILOVER_CHECKS:
+            raise ValueError(f"={raw!r} is not one of {', '.join(FAILOVER_CHECKS)}")
+        return raw.lower()
     if name == "workflow_modules":
         for module in (m.strip() for m in raw.split(",")):
             if module and not _MODULE.fullmatch(module):
@@ -127,6 +134,8 @@ def value_rule(name: str, kind: str) -> str:
         return f"one of {', '.join(LOG_LEVELS)} (any case)"
     if name == "tracing":
         return f"one of {', '.join(TRACING_MODES)} (any case)"
+    if name == "database_failover_check":
+        return f"one of {', '.join(FAILOVER_CHECKS)} (any case)"
     if name == "workflow_modules":
         return "comma-separated module names"
     return URL_RULES.get(URL_KINDS.get(name, ""), "")

@@ -28,6 +28,8 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         "`AWOOOP_DATABASE_SESSION_OPTIONS` is false.",
         (
             "database_url",
+            "database_replica_url",
+            "database_failover_check",
             "broker_url",
             "broker_sentinel_master",
             "broker_publish_timeout_seconds",

@@ -105,7 +105,11 @@ def make_engine(
 
 
 def make_probe_engine(
-    database_url: str, timeout_seconds: float, *, session_options: bool = True
+    database_url: str,
+    timeout_seconds: float,
+    *,
+    session_options: bool = True,
+    application_name: str = "awooop-readyz",
 ) -> Engine:
     """An engine for health checks: a fresh connection per check, failing within about
     ``timeout_seconds`` (libpq's connect timeout is whole seconds, at least 2). Without
@@ -113,7 +117,7 @@ def make_probe_engine(
     server's."""
     args: dict[str, Any] = {
         "connect_timeout": max(2, math.ceil(timeout_seconds)),
-        "application_name": "awooop-readyz",
+        "application_name": application_name,
     }
     if session_options:
         args["options"] = f"-c statement_timeout={_ms(timeout_seconds)}"
@@ -142,6 +146,23 @@ def get_engine(role: str = WEB) -> Engine:
             )
             _ENGINES[role] = engine
         return engine
+
+
+def read_engine(settings: Settings, primary: Engine) -> Engine:
+    """The engine of the web's reads that may lag behind the primary — the console's list
+    pages and ``/metrics``' gauges: a pool to the standby ``AWOOOP_DATABASE_REPLICA_URL``
+    names (the web role's limits), or ``primary`` when it is empty.
+
+    Only reads whose reader can live with the standby's replay lag go there: a run admitted
+    a moment ago may be missing from a list for that long. Everything AwoooP's correctness
+    rests on (admission, claims, leases, the write a page's form makes, the page of one run
+    read after it) stays on ``primary``.
+    """
+    if not settings.database_replica_url:
+        return primary
+    return make_engine(
+        settings.database_replica_url, settings.db_pool_size, role=WEB, settings=settings
+    )
 
 
 # The settings each engine was made with, and the keeper's companion engine of each.

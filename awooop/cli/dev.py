@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from awooop import bootstrap, config, secrets
+from awooop import bootstrap, config, failover, secrets
 from awooop.cli import _db
 from awooop.cli._db import UsageError
 from awooop.cli.projects import create_project
@@ -28,11 +28,15 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     from awooop import migrate
 
     down = args.revision.startswith("-") or args.direction == "down"
+    settings = _db.settings("database_url")
     try:
-        migrate.run(_db.settings("database_url"), args.revision, down=down)
+        migrate.run(settings, args.revision, down=down)
     except migrate.MigrateError as error:
         print(f"awooop: error: {error}", file=sys.stderr)
         return 1
+    if settings.database_failover_check != failover.OFF:
+        # Said on stderr when the database could lose commits on failover; never refused here.
+        failover.check(settings, "migrate")
     return 0
 
 

@@ -22,7 +22,7 @@ from celery.signals import (
     worker_ready,
 )
 
-from awooop import bootstrap, config, db, logs, migrate, telemetry
+from awooop import bootstrap, config, db, failover, logs, migrate, telemetry
 from awooop.tasks import observability
 
 # How long a pool process that is stopping waits for the finishes of the runs it drove.
@@ -43,6 +43,10 @@ class Loader(AppLoader):
         # process stops here with one line saying so (exit status 2), rather than fail on
         # every task that touches what the migration adds.
         migrate.check_schema_or_exit(settings, "worker")
+        # A primary whose standbys are all asynchronous could lose acknowledged events and
+        # issue a lease epoch twice on failover: said once here (or, with
+        # AWOOOP_DATABASE_FAILOVER_CHECK=refuse, the process stops with status 2).
+        failover.check_or_exit(settings, "worker")
 
 
 app = Celery(

@@ -58,14 +58,16 @@ def create_app(
     # '//' or '%2f' in a path is a 404 like any unknown path, not an HTML redirect.
     app.url_map.merge_slashes = False
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    engine = engine or (
+        db.get_engine()
+        if settings is get_settings()
+        else db.make_engine(settings.database_url, settings.db_pool_size, settings=settings)
+    )
     app.extensions["awooop"] = {
         "settings": settings,
-        "engine": engine
-        or (
-            db.get_engine()
-            if settings is get_settings()
-            else db.make_engine(settings.database_url, settings.db_pool_size, settings=settings)
-        ),
+        "engine": engine,
+        # The console's lists and /metrics' gauges: a standby's, when one is configured.
+        "read_engine": db.read_engine(settings, engine),
         "secret_box": SecretBox(settings.secret_keys),
         "auth_cache": ProjectAuthCache(settings.auth_cache_seconds),
         "enqueue": enqueue,

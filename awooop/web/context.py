@@ -28,6 +28,12 @@ def engine() -> Engine:
     return _ext()["engine"]
 
 
+def read_engine() -> Engine:
+    """The engine of reads that may lag behind the primary (:func:`awooop.db.read_engine`):
+    the console's list pages and /metrics' gauges. Nothing read here decides a write."""
+    return _ext()["read_engine"]
+
+
 def probe_engine() -> Engine:
     """The poolless engine /readyz checks the database with."""
     return _ext()["probe_engine"]

@@ -5,7 +5,7 @@ Command-line options win over these, e.g. ``-b 0.0.0.0:8000`` to listen beyond l
 (Module-level names here are gunicorn settings: "config" is one, hence no ``import config``.)
 """
 
-from awooop import logs
+from awooop import failover, logs
 from awooop.bootstrap import settings_or_exit
 from awooop.migrate import check_schema_or_exit
 from awooop.web.gunicorn_hooks import child_exit, on_starting  # noqa: F401 - gunicorn hooks
@@ -15,7 +15,11 @@ from awooop.web.gunicorn_hooks import child_exit, on_starting  # noqa: F401 - gu
 _settings = settings_or_exit()
 # ... and a schema older than this release needs (its `awooop migrate` has not run yet) stops
 # it likewise, before any worker serves a request that would fail on what is missing.
+logs.configure(_settings.log_level)  # the checks' lines as JSON, like the workers' lines
 check_schema_or_exit(_settings, "web")
+# ... and says, once, when the database could lose committed transactions on failover (or, with
+# AWOOOP_DATABASE_FAILOVER_CHECK=refuse, stops).
+failover.check_or_exit(_settings, "web")
 
 bind = f"127.0.0.1:{_settings.port}"
 workers = _settings.web_workers

@@ -56,7 +56,7 @@ def readyz() -> tuple[Response, int]:
 
 @blueprint.get("/metrics")
 def prometheus_metrics() -> Response:
-    body = metrics.render(context.engine(), context.settings().metrics_query_timeout_seconds)
+    body = metrics.render(context.read_engine(), context.settings().metrics_query_timeout_seconds)
     return Response(body, content_type=metrics.CONTENT_TYPE)
 
 

@@ -51,7 +51,7 @@ def approvals_list() -> HttpResponse:
     args = given(request.args)
     params.check_known(args, ("cursor",))
     after = _position(params.decode_cursor(args, "approvals"))
-    with context.engine().connect() as conn:
+    with context.read_engine().connect() as conn:
         rows = store_approvals.pending(conn, caller.project_id, after, PAGE_SIZE + 1)
     next_url = None
     if len(rows) > PAGE_SIZE:

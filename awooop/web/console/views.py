@@ -46,7 +46,7 @@ def home() -> HttpResponse:
     caller: roles.Caller = g.caller
     params.check_known(given(request.args), ())
     project_id = caller.project_id
-    with context.engine().connect() as conn:
+    with context.read_engine().connect() as conn:
         active = store_overview.active_counts(conn, project_id, OVERVIEW_CAP)
         window = store_overview.finished(conn, project_id, OVERVIEW_MINUTES)
         queue = store_overview.interventions(conn, project_id, OVERVIEW_CAP)
@@ -78,7 +78,7 @@ def runs() -> HttpResponse:
         after = params.run_position(params.decode_cursor(args, "runs"))
     except errors.MalformedRequest as bad:
         return page("console/runs.html", 400, runs=[], form=form, message=bad.message, **choices)
-    with context.engine().connect() as conn:
+    with context.read_engine().connect() as conn:
         rows = queries.list_runs(conn, caller.project_id, filters, after, PAGE_SIZE + 1)
     kept: dict[str, Any] = {k: args.getlist(k) for k in args if k != "cursor"}
     next_url = None
@@ -106,7 +106,7 @@ def interventions() -> HttpResponse:
     args = given(request.args)
     params.check_known(args, ("cursor",))
     after = params.run_position(params.decode_cursor(args, "interventions"))
-    with context.engine().connect() as conn:
+    with context.read_engine().connect() as conn:
         rows = queries.intervention_queue(conn, caller.project_id, after, PAGE_SIZE + 1)
     next_url = None
     if len(rows) > PAGE_SIZE:

@@ -19,7 +19,7 @@ from awooop.web.console.base import blueprint, given, page
 def workers() -> HttpResponse:
     caller: roles.Caller = g.caller
     params.check_known(given(request.args), ())
-    with context.engine().connect() as conn:
+    with context.read_engine().connect() as conn:
         rows = store_workers.list_for_project(conn, caller.project_id)
     for row in rows:
         row["seen_ago"] = timedelta(seconds=row["seen_seconds_ago"])
