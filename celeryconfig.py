@@ -15,7 +15,7 @@ from kombu import Queue
 
 from awooop import redis_client
 from awooop.config import ConfigError, Settings
-from awooop.tasks import sentinel_transport
+from awooop.tasks import redis_transport
 
 try:
     _settings = Settings.from_env(required=("broker_url",))
@@ -32,8 +32,8 @@ broker_transport_options: dict[str, object] = {"visibility_timeout": 3600}
 if _settings.broker_sentinel_master:
     # A sentinel:// broker URL: the group its sentinels monitor (required with one).
     broker_transport_options["master_name"] = _settings.broker_sentinel_master
-if redis_client.is_sentinel_url(broker_url):
-    sentinel_transport.install()  # a worker survives losing the master with a message held
+if redis_client.is_redis_url(broker_url):
+    redis_transport.install()  # a worker survives losing Redis while it holds a message
 
 task_serializer = "json"
 result_serializer = "json"

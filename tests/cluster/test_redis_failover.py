@@ -20,7 +20,7 @@ nothing can be pushed.
 - Every consumer receives again: new runs arrive until each worker host completes a step of
   one admitted after the failover — the same processes, not restarted (kombu's Sentinel
   channel stopped a worker that held a message when the master died:
-  :mod:`awooop.tasks.sentinel_transport`).
+  :mod:`awooop.tasks.redis_transport`).
 - The rate limiter counts on the promoted master.
 
 Figures: the failover, the readiness gap, when each worker and beat were back, the whole

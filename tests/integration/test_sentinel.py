@@ -17,7 +17,7 @@ from kombu import Connection, Exchange, Producer, Queue
 
 from awooop import redis_client
 from awooop.ratelimit import RateLimiter
-from awooop.tasks import sentinel_transport
+from awooop.tasks import redis_transport
 from awooop.tasks.publish import RedisPublisher, Unavailable
 from awooop.web.app import create_app
 from tests.support import sentinel as ha
@@ -117,9 +117,9 @@ def _connection_holding_a_message(group) -> Connection:
 def test_a_sentinel_channel_closed_after_its_transport_does_not_raise_attribute_error(group):
     # The state Celery's consumer reached when the master died: the transport already closed
     # (its client gone), the channel still open with a message unacknowledged.
-    sentinel_transport.install()
+    redis_transport.install()
     conn = _connection_holding_a_message(group)
-    assert isinstance(conn.transport, sentinel_transport.Transport)
+    assert isinstance(conn.transport, redis_transport.SentinelTransport)
     group.kill_master()
     conn._do_close_transport()
 
