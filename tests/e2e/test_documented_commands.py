@@ -407,6 +407,7 @@ STEPS: dict[str, Step] = {
     "make bench-capacity": Step("make", make_dry_run),
     "make bench-growth": Step("make", make_dry_run),
     "make pgbouncer": Step("make", make_dry_run),
+    "make patroni": Step("make", make_dry_run),
     "make chaos": Step("make", make_dry_run),
     "AWOOOP_CHAOS_SCALE=0.2 make chaos": Step("make", make_dry_run),
     "make browser": Step("make", make_dry_run),
