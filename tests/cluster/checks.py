@@ -94,6 +94,18 @@ def epochs_issued_twice(recorder: Any) -> dict[str, list[int]]:
     return {key: sorted(found) for key, found in pids.items() if len(found) > 1}
 
 
+def epochs_acted_on_before_and_after(recorder: Any, at: float) -> list[str]:
+    """``run:epoch`` under which handlers acted both before and after ``at`` (the recorder's
+    clock, ``time.monotonic``): where nothing of the run was in flight at ``at``, its epoch
+    was issued again after it."""
+    sides: dict[str, set[bool]] = collections.defaultdict(set)
+    for call in list(recorder.calls):
+        epoch = _epoch(call)
+        if epoch is not None and call.body.get("run_id"):
+            sides[f"{call.body['run_id']}:{epoch}"].add(call.at > at)
+    return sorted(key for key, found in sides.items() if len(found) == 2)
+
+
 def journal_epochs_with_two_writers(engine: Engine) -> list[dict[str, Any]]:
     """(run, lease epoch) whose SUCCEEDED journal entries name more than one worker: what
     PostgreSQL kept of an epoch issued twice."""

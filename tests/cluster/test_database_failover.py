@@ -22,13 +22,15 @@ epoch, and its pid), no (run, epoch) with two writers in a journal; no two epoch
 acting at once (an older epoch's effect after a newer one's first). Reported: how long
 until the new primary accepted writes and until the web answered 202 again.
 
-10.4 — the same with asynchronous replication: the standby's replication link is cut (it
-streams through a proxy on the bridge, which stops forwarding), so it receives nothing more
-while both members still serve; admissions
-go on and are acknowledged by ``pg1``; then ``pg1``'s host dies and ``pg2`` is promoted
-(``maximum_lag_on_failover`` is large, as Patroni allows). Every admission first sent after
-the cut and answered 202 is lost (asserted: all of them, and at least one) — the hazard the
-synchronous scenarios show absent.
+10.4 — the same with asynchronous replication, in steps: runs are admitted while no worker
+runs, and replayed by the standby; then the standby's replication link is cut (it streams
+through a proxy on the bridge, which stops forwarding), more admissions are acknowledged by
+``pg1`` alone, and workers start and complete every run on ``pg1``; then ``pg1``'s host dies
+and ``pg2`` is promoted (``maximum_lag_on_failover`` is large, as Patroni allows). Asserted:
+every admission acknowledged after the cut is lost (all of them, and at least one), and every
+run admitted before the cut is claimed again under the lease epoch ``pg1`` had already issued
+for it — its handlers act under that epoch before the kill and again after (the recorder).
+This is the hazard the synchronous scenarios show absent.
 """
 
 from __future__ import annotations
@@ -40,10 +42,11 @@ from typing import Any
 
 import pytest
 import requests
+from sqlalchemy import create_engine
 
 from tests.chaos import checks
 from tests.chaos.providers import Delivery, Provider, api_event
-from tests.chaos.stack import LEASE_TTL, REAPER_INTERVAL, TIMINGS
+from tests.chaos.stack import LEASE_TTL, REAPER_INTERVAL, TIMINGS, Worker
 from tests.cluster import checks as cluster_checks
 from tests.cluster.patroni import DCS_TIMINGS, PatroniCluster
 from tests.cluster.stack import ClusterStack
@@ -247,27 +250,41 @@ def test_operator_switchover_nothing_acknowledged_lost(open_ha_cluster, figures)
 
 
 @pytest.mark.timeout(900)
-def test_asynchronous_replication_loses_acknowledged_admissions(open_ha_cluster, figures):
+def test_asynchronous_replication_loses_acknowledged_admissions_and_reissues_epochs(
+    open_ha_cluster, figures
+):
     figures.scenario(
         "10.4", "Asynchronous replication: the primary killed while the standby lags (what breaks)"
     )
     with open_ha_cluster(synchronous=False, cuttable_replication=True) as (members, cluster):
-        stack = cluster.start()
+        stack = cluster.start(workers=())
         provider = stack.provider(threads=4, redelivery_share=0.0, rate=RATE, max_attempts=30)
+        # Given runs admitted while no worker runs, on the standby too
         before = provider.deliver_all(_deliveries(stack, LOST_WINDOW, "before"))
-        # Given a standby that receives nothing more from a primary that still serves
+        assert all(d.status == 202 for d in before)
+        _wait_on_standby(members, stack, "pg2", [d.run_id for d in before])
+        # and a standby that then receives nothing more from a primary that still serves
         members.cut_replication()
         received = members.receive_lsn("pg2")
         during = provider.deliver_all(_deliveries(stack, LOST_WINDOW, "during"))
         acknowledged_during = [d for d in during if d.status == 202]
+        # When workers claim and complete every run on the old primary
+        for name in ("w1", "w2"):
+            worker = Worker(stack, name, "runs,notifications", 2, host=stack.network[name])
+            stack.workers[name] = worker
+            worker.spawn()
+        for worker in stack.workers.values():
+            worker.wait_ready()
+        checks.wait_terminal(stack.engine, None, TERMINAL_BOUND)
         assert members.receive_lsn("pg2") == received, "the standby still received WAL"
-        # When the primary's host dies and the lagging standby is promoted
+        # and the primary's host dies and the lagging standby is promoted
         killed_at = time.monotonic()
         members.kill_host("pg1")
         members.wait_leader("pg2", FAILOVER_BOUND)
         promoted_after = time.monotonic() - killed_at
         after = provider.deliver_all(_deliveries(stack, LOST_WINDOW, "after"))
         stack.engine.dispose()
+        checks.wait_terminal(stack.engine, None, TERMINAL_BOUND)
         # Then every admission acknowledged by the old primary after the cut is gone
         present = {
             r["run_id"]
@@ -275,7 +292,10 @@ def test_asynchronous_replication_loses_acknowledged_admissions(open_ha_cluster,
         }
         lost = [d for d in acknowledged_during if d.run_id not in present]
         kept_before = [d for d in before if d.run_id in present]
-        checks.wait_terminal(stack.engine, None, TERMINAL_BOUND)
+        # and every run admitted before the cut was claimed again under the lease epoch the
+        # old primary had already issued for it: its handlers acted under that epoch twice.
+        reissued = cluster_checks.epochs_acted_on_before_and_after(stack.recorder, killed_at)
+        reissued_runs = {key.rsplit(":", 1)[0] for key in reissued}
         effects = checks.effects(stack.engine, stack.recorder)
         figures.update(
             {
@@ -283,6 +303,9 @@ def test_asynchronous_replication_loses_acknowledged_admissions(open_ha_cluster,
                 "admissions_acknowledged_during_cut": len(acknowledged_during),
                 "acknowledged_admissions_lost": len(lost),
                 "admissions_before_cut_kept": len(kept_before),
+                "runs_before_cut_whose_epoch_was_issued_again": len(
+                    reissued_runs & {d.run_id for d in before}
+                ),
                 "admissions_after_promotion": len(after),
                 "standby_promoted_after_s": round(promoted_after, 1),
                 "recorder_effects_of_runs_the_database_forgot": len(effects.unknown),
@@ -298,4 +321,25 @@ def test_asynchronous_replication_loses_acknowledged_admissions(open_ha_cluster,
             f"{len(acknowledged_during) - len(lost)} admissions acknowledged during the cut"
             " survived"
         )
+        assert {d.run_id for d in before} <= reissued_runs, "an epoch was not issued again"
         assert all(d.status == 202 for d in after)
+
+
+def _wait_on_standby(
+    members: PatroniCluster, stack: ClusterStack, standby: str, run_ids: list[str]
+) -> None:
+    """Wait until ``standby`` has replayed the runs ``run_ids`` (a hot standby reads)."""
+    engine = create_engine(members.member_url(standby, stack.database))
+
+    def replayed() -> bool:
+        found = checks.rows(
+            engine,
+            "SELECT count(*) AS n FROM awooop_run_state WHERE run_id::text = ANY(:ids)",
+            ids=run_ids,
+        )
+        return found[0]["n"] == len(run_ids)
+
+    try:
+        wait_until(replayed, 30, f"{standby} to replay the admitted runs")
+    finally:
+        engine.dispose()
