@@ -14,11 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kombu import Connection, Exchange, Producer, Queue
 from kombu.transport import resolve_transport
 
 from awooop.tasks import redis_transport
 from tests.chaos.services import Redis
+from tests.support.broker_channels import holding_a_message
 
 
 @pytest.fixture
@@ -33,19 +33,9 @@ def server() -> Iterator[Redis]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _holding_a_message(url: str) -> Connection:
-    """A kombu connection whose channel holds one unacknowledged message."""
-    conn = Connection(url)
-    queue = Queue("q", Exchange("q"), "q")
-    channel = conn.default_channel
-    Producer(channel).publish({"n": 1}, exchange=queue.exchange, routing_key="q", declare=[queue])
-    assert queue(channel).get(no_ack=False) is not None
-    return conn
-
-
 def test_a_redis_channel_closed_after_its_transport_does_not_raise_attribute_error(server):
     redis_transport.install()
-    conn = _holding_a_message(server.url)
+    conn = holding_a_message(server.url)
     assert isinstance(conn.transport, redis_transport.Transport)
     server.kill()
     conn._do_close_transport()  # what Celery's consumer did when the connection was lost

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import redis
-from kombu import Connection, Exchange, Producer, Queue
 
 from awooop import redis_client
 from awooop.ratelimit import RateLimiter
@@ -21,6 +20,7 @@ from awooop.tasks import redis_transport
 from awooop.tasks.publish import RedisPublisher, Unavailable
 from awooop.web.app import create_app
 from tests.support import sentinel as ha
+from tests.support.broker_channels import holding_a_message
 from tests.support.processes import wait_until
 
 
@@ -104,21 +104,11 @@ def test_the_rate_limiter_counts_on_the_master_the_sentinels_name(group):
         client.close()
 
 
-def _connection_holding_a_message(group) -> Connection:
-    """A kombu connection over ``group`` whose channel holds one unacknowledged message."""
-    conn = Connection(group.url, transport_options={"master_name": ha.MASTER_NAME})
-    queue = Queue("q", Exchange("q"), "q")
-    channel = conn.default_channel
-    Producer(channel).publish({"n": 1}, exchange=queue.exchange, routing_key="q", declare=[queue])
-    assert queue(channel).get(no_ack=False) is not None
-    return conn
-
-
 def test_a_sentinel_channel_closed_after_its_transport_does_not_raise_attribute_error(group):
     # The state Celery's consumer reached when the master died: the transport already closed
     # (its client gone), the channel still open with a message unacknowledged.
     redis_transport.install()
-    conn = _connection_holding_a_message(group)
+    conn = holding_a_message(group.url, master_name=ha.MASTER_NAME)
     assert isinstance(conn.transport, redis_transport.SentinelTransport)
     group.kill_master()
     conn._do_close_transport()
