@@ -33,7 +33,7 @@ from typing import Any, cast
 
 from sqlalchemy import Connection, Engine, exc
 
-from awooop import db, logs, metrics, telemetry
+from awooop import db, ids, logs, metrics, telemetry
 from awooop.config import Settings
 from awooop.domain import saga, states
 from awooop.domain import tags as run_tags
@@ -326,7 +326,7 @@ class _Segment:
         ``ends_segment``: no renewal is in flight while it runs (so none races it into a
         false "lease lost"); renewals start again if an intent lets the segment go on.
         :class:`_WriteRefused` when the database refused the write for good."""
-        claim, write_id = self.claim, uuid.uuid4()
+        claim, write_id = self.claim, ids.uuid4()
         if ends_segment:
             lease.keeper().drop(self.held)
         try:

@@ -189,7 +189,7 @@ def admit(
         "channel_type": new.channel_type,
         "provider_event_id": new.provider_event_id,
         "request_digest": new.request_digest,
-        "run_id": uuid.uuid4(),
+        "run_id": ids.uuid4(),
         # Time-ordered: new rows go to the right edge of the dedupe table's primary key.
         "dedupe_id": ids.uuid7(),
         "workflow_name": new.workflow_name,

@@ -27,6 +27,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from awooop import ids
 from awooop.domain import states
 from awooop.store import jsonb
 from awooop.store.prepared import PreparedStatement
@@ -248,7 +249,7 @@ def fence_params(c: Claim, write_id: uuid.UUID | None = None) -> dict[str, Any]:
         **lease_params(c),
         "seen_saga_status": c.saga_status,
         "journal_length": c.journal_length,
-        "write_id": write_id or uuid.uuid4(),
+        "write_id": write_id or ids.uuid4(),
     }
 
 

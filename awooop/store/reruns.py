@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from awooop import ids
 from awooop.domain import states
 from awooop.store import admission
 from awooop.store.literals import sql_list
@@ -207,7 +208,7 @@ def insert(
         return []
     rows: list[dict[str, Any]] = [
         {
-            "run_id": str(uuid.uuid4()),
+            "run_id": str(ids.uuid4()),
             "rerun_of": str(item.rerun_of),
             "workflow_digest": item.workflow_digest,
             "max_attempts": item.max_attempts,

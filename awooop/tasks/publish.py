@@ -28,7 +28,6 @@ import os
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -36,7 +35,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from awooop import redis_client
+from awooop import ids, redis_client
 from awooop.config import get_settings
 
 _EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
@@ -58,7 +57,7 @@ def envelope(
     task_name: str, queue: str, args: list[Any], task_id: str | None = None
 ) -> dict[str, Any]:
     """The kombu Redis envelope of a Celery protocol-v2 task message."""
-    task_id = task_id or str(uuid.uuid4())
+    task_id = task_id or str(ids.uuid4())
     body = json.dumps([args, {}, _EMBED]).encode()
     return {
         "body": base64.b64encode(body).decode("ascii"),
@@ -87,12 +86,12 @@ def envelope(
         },
         "properties": {
             "correlation_id": task_id,
-            "reply_to": str(uuid.uuid4()),
+            "reply_to": str(ids.uuid4()),
             "delivery_mode": 2,
             "delivery_info": {"exchange": "", "routing_key": queue},
             "priority": 0,
             "body_encoding": "base64",
-            "delivery_tag": str(uuid.uuid4()),
+            "delivery_tag": str(ids.uuid4()),
         },
     }
 
