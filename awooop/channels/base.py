@@ -89,6 +89,10 @@ def _not_json(text: str) -> Any:
     raise ValueError(f"{text} is not JSON")
 
 
+# Made once: ``json.loads`` with these options would build a decoder for every request.
+_DECODER = json.JSONDecoder(parse_float=_finite, parse_constant=_not_json)
+
+
 def _storable_text(text: str) -> bool:
     """PostgreSQL text and jsonb cannot hold U+0000, and UTF-8 cannot encode a lone
     surrogate (``"\\ud800"`` is valid JSON but no character)."""
@@ -135,7 +139,14 @@ def json_object(body: bytes) -> dict[str, Any]:
     :data:`MAX_JSON_DEPTH`, which the worker could not decode.
     """
     try:
-        value = json.loads(body, parse_float=_finite, parse_constant=_not_json)
+        # Read as json.loads reads bytes: UTF-8, -16 or -32, lone surrogates kept (and
+        # refused below).
+        text = (
+            body
+            if isinstance(body, str)
+            else body.decode(json.detect_encoding(body), "surrogatepass")
+        )
+        value = _DECODER.decode(text)
     except RecursionError:  # far deeper than MAX_JSON_DEPTH
         raise errors.MalformedRequest(_TOO_DEEP) from None
     except (ValueError, UnicodeDecodeError):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from flask import Flask, g, request
 from sqlalchemy import Engine
@@ -34,6 +35,25 @@ from awooop.workflows import registry
 Enqueue = Callable[[list[uuid.UUID]], int]
 
 
+class _App(Flask):
+    """Flask asks ``inspect.iscoroutinefunction`` of every hook and of the view on every
+    request (:meth:`Flask.ensure_sync`); the answer never changes for a function, so this
+    asks once per function."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._as_sync: dict[Callable[..., Any], Callable[..., Any]] = {}
+
+    def ensure_sync(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        try:
+            return self._as_sync[func]
+        except KeyError:
+            as_sync = self._as_sync[func] = super().ensure_sync(func)
+            return as_sync
+        except TypeError:  # an unhashable callable: asked every time
+            return super().ensure_sync(func)
+
+
 def create_app(
     settings: Settings | None = None,
     engine: Engine | None = None,
@@ -54,7 +74,7 @@ def create_app(
 
         notify = notifications.enqueue
 
-    app = Flask("awooop")
+    app = _App("awooop")
     # '//' or '%2f' in a path is a 404 like any unknown path, not an HTML redirect.
     app.url_map.merge_slashes = False
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes

@@ -63,9 +63,44 @@ def wait_terminal(
             return time.monotonic() - started
         if time.monotonic() - started > timeout:
             raise AssertionError(
-                f"{len(left)} runs not terminal {timeout:.0f} s later, e.g. {left[:5]}"
+                f"{len(left)} runs not terminal {timeout:.0f} s later, e.g. "
+                f"{[why_not_terminal(engine, r['run_id']) for r in left[:3]]}"
             )
         time.sleep(poll)
+
+
+def why_not_terminal(engine: Engine, run_id: str) -> dict[str, Any]:
+    """What a run still going looks like: its row as a claim or the orphan sweep reads it,
+    who holds a lock on it, and its history."""
+    state = rows(
+        engine,
+        """
+        SELECT run_id::text, status, saga_status, control_state, worker_id, attempt_count,
+               lease_epoch, lease_until, available_at <= now() AS available,
+               round(extract(epoch FROM now() - enqueued_at)::numeric, 1) AS sent_s_ago,
+               reaped_at, jsonb_array_length(saga_steps) AS journal_length
+        FROM awooop_run_state WHERE run_id::text = :id
+        """,
+        id=run_id,
+    )
+    # A session that stopped mid-transaction (its COMMIT lost in a partition) keeps its row
+    # locks, and claims and the orphan sweep skip locked rows.
+    stalled = rows(
+        engine,
+        """
+        SELECT pid, application_name, client_port, state, left(query, 160) AS query,
+               round(extract(epoch FROM now() - xact_start)::numeric, 1) AS xact_s
+        FROM pg_stat_activity
+        WHERE xact_start < now() - interval '5 seconds' AND pid <> pg_backend_pid()
+        """,
+    )
+    events = rows(
+        engine,
+        "SELECT kind, from_status, to_status, trigger_id, actor, at::text"
+        " FROM awooop_run_event WHERE run_id::text = :id ORDER BY seq",
+        id=run_id,
+    )
+    return {"run": state, "long_transactions": stalled, "events": events}
 
 
 def double_completions(engine: Engine) -> list[dict[str, Any]]:

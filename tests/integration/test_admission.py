@@ -299,3 +299,27 @@ def test_the_answer_does_not_wait_for_the_broker_push(
     assert queued_messages(redis_client) == 1
     body = json.loads(redis_client.lindex("runs", 0))["body"]
     assert json.loads(base64.b64decode(body))[0] == [response.json["run_id"]]
+
+
+def test_the_app_asks_whether_a_hook_or_view_is_async_once_per_function(
+    client, project, monkeypatch
+):
+    import flask.app
+
+    asked: list[object] = []
+    real = flask.app.iscoroutinefunction
+
+    def counting(func):
+        asked.append(func)
+        return real(func)
+
+    monkeypatch.setattr(flask.app, "iscoroutinefunction", counting)
+
+    first = post(client, requests.telegram(project, update_id=31))
+    after_first = len(asked)
+    second = post(client, requests.telegram(project, update_id=32))
+
+    assert (first.status_code, second.status_code) == (202, 202)
+    assert after_first > 0  # the hooks and the view were asked about once...
+    assert len(asked) == after_first  # ...and not again on the next request
+    assert len(set(map(id, asked))) == len(asked)
