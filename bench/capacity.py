@@ -592,10 +592,6 @@ def cpu(r: dict[str, Any], side: str) -> str:
     return " | ".join(fmt(r[f"{n}_cpu_ms"], 2) for n in (side, "postgres", "redis", "rabbitmq"))
 
 
-def noise(r: dict[str, Any]) -> str:
-    return f"{r['other_cpu_pct']:.0f}% | {r['io_cpu_pct']:.0f}%"
-
-
 def render_block(results: dict[str, Any]) -> str:
     """The markdown written between the capacity markers (and printed)."""
     m, k = results["machine"], results["knobs"]
@@ -621,7 +617,7 @@ def render_block(results: dict[str, Any]) -> str:
             "| commits | other CPU | I/O CPU",
             [
                 f"{r['broker']} | {r['req_per_s']:,.0f} | {cpu(r, 'web')} | "
-                f"{r['commits_per_request']:.2f} | {noise(r)}"
+                f"{r['commits_per_request']:.2f} | {report.noise_cells(r)}"
                 for r in results["admission"]
             ],
         ),
@@ -637,7 +633,7 @@ def render_block(results: dict[str, Any]) -> str:
             "| RabbitMQ CPU ms | commits | other CPU | I/O CPU",
             [
                 f"{r['broker']} | {r['worker_processes']} | {r['runs_per_s']:,.0f} | "
-                f"{cpu(r, 'worker')} | {r['commits_per_run']:.2f} | {noise(r)}"
+                f"{cpu(r, 'worker')} | {r['commits_per_run']:.2f} | {report.noise_cells(r)}"
                 for r in results["execution"]
             ],
         ),
@@ -743,7 +739,7 @@ def command_line(quick_flag: bool) -> str:
         for k, v in sorted(os.environ.items())
         if k.startswith("BENCH_CAPACITY_") and k != "BENCH_CAPACITY_AMQP_URL"
     ]
-    command = "make bench-capacity" if os.environ.get("MAKELEVEL") else "python -m bench.capacity"
+    command = report.invoked_as("bench-capacity", "bench.capacity")
     return " ".join([*knobs, command] + (["--quick"] if quick_flag else []))
 
 
@@ -868,11 +864,7 @@ def main(argv: list[str] | None = None) -> None:
             with contextlib.suppress(Exception):
                 broker.purge()
         if ids:
-            try:
-                database.delete_projects(url, list(ids.values()))
-                log(f"deleted the bench projects' rows ({tag}-*)")
-            except psycopg2.Error as exc:
-                log(f"could not delete the bench projects' rows: {exc}")
+            database.delete_projects(url, list(ids.values()), tag)
 
 
 if __name__ == "__main__":

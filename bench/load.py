@@ -144,6 +144,14 @@ def replay_keys(prefix: str, count: int) -> Iterator[str]:
 # --- results -------------------------------------------------------------------------------
 
 
+def percentile_ms(seconds: Sequence[float], q: float) -> float:
+    """The q-quantile (nearest rank) of durations in seconds, in milliseconds."""
+    if not seconds:
+        return float("nan")
+    ordered = sorted(seconds)
+    return ordered[min(len(ordered) - 1, max(0, int(q * len(ordered) + 0.5) - 1))] * 1000.0
+
+
 @dataclass
 class LoadResult:
     connections: int
@@ -163,12 +171,7 @@ class LoadResult:
         return self.completed / self.seconds if self.seconds > 0 else 0.0
 
     def percentile(self, q: float) -> float:
-        """Latency quantile in milliseconds (nearest rank)."""
-        if not self.latencies:
-            return float("nan")
-        ordered = sorted(self.latencies)
-        index = min(len(ordered) - 1, max(0, int(q * len(ordered) + 0.5) - 1))
-        return ordered[index] * 1000.0
+        return percentile_ms(self.latencies, q)
 
     @property
     def p50(self) -> float:

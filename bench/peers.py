@@ -30,9 +30,7 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import importlib.util
-import json
 import math
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -55,7 +53,6 @@ from bench.report import (
     ratio,
     table,
 )
-from bench.run import MARKER
 
 BEGIN = "<!-- peers:begin (written by `make bench-peers`) -->"
 END = "<!-- peers:end -->"
@@ -462,7 +459,7 @@ def render_markdown(
             f"{LABELS[system]} | {n:,} | {r['seconds']:.2f} | {r['per_s']:,.0f} | "
             f"{r['per_s'] * STEPS:,.0f} | {r['commits_per_run']:.2f} | "
             f"{r['commits_admission'] / n:.2f} | {r['commits_drain'] / n:.2f} | "
-            f"{r['worker_cpu_ms']:.2f} | {r['other_cpu_pct']:.0f}% | {r['io_cpu_pct']:.0f}%"
+            f"{r['worker_cpu_ms']:.2f} | {report.noise_cells(r)}"
             for system, r in results.items()
         ],
     )
@@ -569,11 +566,9 @@ def main() -> None:
             markdown = render_markdown(machine, knobs, results, rows, packages)
             print(markdown, flush=True)
             raw = {"machine": machine, "packages": packages, "results": results}
-            (logdir / "results.json").write_text(json.dumps(raw, indent=2, default=str))
-            if set(knobs.systems) != set(SYSTEMS) and "BENCH_OUTPUT" not in os.environ:
-                log(f"only {','.join(knobs.systems)} ran: {out} left as it was")
-                return
-            report.write_between(out, markdown, BEGIN, END, after=MARKER)
+            report.save_results(logdir, raw)
+            if not report.partial(knobs.systems, SYSTEMS, out):
+                report.publish(out, markdown, BEGIN, END, logdir)
     finally:
         with contextlib.suppress(redis.RedisError):
             database.purge_queue(broker)

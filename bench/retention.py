@@ -38,7 +38,6 @@ import redis
 
 from bench import database, load, procs, report
 from bench.report import ROOT, BenchError, env_float, env_int, log
-from bench.run import MARKER
 
 BEGIN = "<!-- retention:begin (written by `make bench-retention`) -->"
 END = "<!-- retention:end -->"
@@ -68,7 +67,6 @@ class Knobs:
     @classmethod
     def from_env(cls) -> Knobs:
         q = os.environ.get("BENCH_RETENTION_QUICK") == "1"
-        output = os.environ.get("BENCH_OUTPUT")
         return cls(
             quick=q,
             runs=env_int("BENCH_RETENTION_RUNS", 20_000 if q else 1_000_000),
@@ -77,28 +75,20 @@ class Knobs:
             duration=env_float("BENCH_DURATION", 1 if q else 6),
             scrapes=env_int("BENCH_RETENTION_SCRAPES", 5 if q else 50),
             gap=env_float("BENCH_RETENTION_GAP", 1 if q else 10),
-            output=ROOT / output if output else None if q else ROOT / "docs/benchmarks.md",
+            output=report.quick_output(q),
         )
 
 
 # --- statistics --------------------------------------------------------------------------
 
 
-def pct(values: list[float], q: float) -> float:
-    """Nearest-rank quantile, in milliseconds (values in seconds)."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, int(q * len(ordered) + 0.5) - 1))] * 1000
-
-
 def summary(values: list[float]) -> dict[str, float]:
     return {
         "n": len(values),
         "mean": statistics.fmean(values) * 1000 if values else float("nan"),
-        "p50": pct(values, 0.50),
-        "p90": pct(values, 0.90),
-        "p99": pct(values, 0.99),
+        "p50": load.percentile_ms(values, 0.50),
+        "p90": load.percentile_ms(values, 0.90),
+        "p99": load.percentile_ms(values, 0.99),
         "max": max(values) * 1000 if values else float("nan"),
     }
 
@@ -702,13 +692,10 @@ def main() -> None:
                 "sweeps": sweeps_,
                 "pass_seconds": base.sweep_pass_seconds,
             }
-            (logdir / "results.json").write_text(json.dumps(results, indent=2, default=str))
+            report.save_results(logdir, results)
             section = render(machine, knobs, results)
             print(section)
-            if knobs.output is None:
-                log(f"quick mode: no markdown written (raw figures: {logdir}/results.json)")
-            else:
-                report.write_between(knobs.output, section, BEGIN, END, after=MARKER)
+            report.publish(knobs.output, section, BEGIN, END, logdir)
     finally:
         for store in stores.values():
             store.close()

@@ -25,7 +25,6 @@ partial run writes no report unless BENCH_OUTPUT is set), BENCH_SPREAD=0.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
 import statistics
@@ -42,6 +41,7 @@ import redis
 from bench import database, load, procs, verdicts
 from bench.baseline_app import RUN_LIST
 from bench.report import (
+    MARKER,
     BenchError,
     env_choice,
     env_float,
@@ -52,13 +52,13 @@ from bench.report import (
     knob,
     log,
     md_target,
+    noise_cells,
     ratio,
     table,
     target_row,
     verdict,
 )
 
-MARKER = "<!-- Everything below this line is kept when `make bench` rewrites this file. -->"
 TARGETS = {
     "admission_ratio": 0.80,  # AwoooP new events / baseline, req/s
     "duplicate_vs_baseline": 1.00,  # AwoooP duplicates / baseline new events, req/s
@@ -752,7 +752,7 @@ def render_markdown(
             [
                 f"{' | '.join(_name(r))} | {r.get('pair', 1)} | {r['connections']} | "
                 f"{r['rps']:,.0f} | {r['p50']:.1f} | {r['p99']:.1f} | {r['non_2xx']} | "
-                f"{r['web_cpu_ms']:.2f} | {r['other_cpu_pct']:.0f}% | {r['io_cpu_pct']:.0f}%"
+                f"{r['web_cpu_ms']:.2f} | {noise_cells(r)}"
                 for r in results
             ],
             "ll",
@@ -959,9 +959,8 @@ def main() -> None:
             markdown = render_markdown(machine, knobs, results, pairs, e2e, rows)
             print(markdown, *failure_summary(all_failures(results, e2e)), sep="\n", flush=True)
             raw = {"machine": machine, "admission": results, "pairs": pairs, "e2e": e2e}
-            (logdir / "results.json").write_text(json.dumps(raw, indent=2, default=str))
-            if set(knobs.phases) != set(PHASES) and "BENCH_OUTPUT" not in os.environ:
-                log(f"only {','.join(knobs.phases)} ran: {out} left as it was")
+            report.save_results(logdir, raw)
+            if report.partial(knobs.phases, PHASES, out):
                 return
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(markdown + _kept_notes(out))
