@@ -1,15 +1,6 @@
 """``make bench-growth`` (``python -m bench.growth``): what admission and a run cost as the work
-grows — more projects, bigger events, more worker processes; writes its block of
-``docs/benchmarks.md``.
-
-(a) Admission over HTTP as ``make bench`` (a) measures AwoooP's new events, one web, no
-    worker: per connection count, 1 project (the reference), then 100 and 1,000 projects with
-    the requests spread round-robin over them (each its own path and token, so the per-process
-    auth cache mostly misses), then 1 project with 64 KiB JSON bodies.
-(b) End to end as ``make bench`` (b): ``noop-3`` runs admitted with no worker, then ONE worker
-    (``-c 1`` or ``-c 2``) drains them; runs/s from the first claim to the last completion,
-    worker CPU per run once warm. Rows: 1 and 1,000 projects at ``-c 1`` and ``-c 2``, and 1
-    project with 64 KiB events at ``-c 1``, each with projects of its own.
+grows (more projects, bigger events, more worker processes); writes its block of
+``docs/benchmarks.md``. How: bench/NOTES.md.
 
 Knobs: BENCH_DURATION (s, 6), BENCH_WARMUP (1.5), BENCH_CONNECTIONS ("16,64"),
 BENCH_GROWTH_PROJECTS ("100,1000"; the largest is also the end-to-end rows'),

@@ -1,28 +1,13 @@
-"""``make bench-peers`` (``python -m bench.peers``): AwoooP beside Procrastinate and DBOS
-Transact, the peers a user would pick instead.
+"""``make bench-peers`` (``python -m bench.peers``): AwoooP beside Procrastinate
+(``bench/peers_procrastinate.py``) and DBOS Transact (``bench/peers_dbos.py``): the same
+three-step workflows admitted then drained by one worker, then latency at half the drain
+rate. How, and why each setting: bench/NOTES.md.
 
-One workload for each system, one after the other, each in a scratch database of its own:
-BENCH_PEERS_RUNS (2,000) three-step no-op workflows with durable steps admitted first, one
-library call each, with no worker running; then ONE worker process drains them. Per system:
-workflows/s from the first claim to the last completion (the database's clock); commits per
-workflow (``xact_commit`` after admission and after the drain, read once the phase's
-sessions have closed); worker CPU per workflow from the first claim seen.
-
-- **AwoooP**: ``noop-3`` runs admitted with ``awooop.store.admission.admit`` (no HTTP), their
-  messages pushed after the commits; one prefork worker ``-c 1``, task events off.
-- **Procrastinate** (``bench/peers_procrastinate.py``): three ``async`` jobs per workflow,
-  each deferring the next; ``--concurrency`` BENCH_PEERS_PROCRASTINATE_CONCURRENCY (30).
-- **DBOS Transact** (``bench/peers_dbos.py``): an ``async`` workflow of three steps on a
-  queue, worker_concurrency BENCH_PEERS_DBOS_CONCURRENCY (1000), max_executor_threads
-  BENCH_PEERS_DBOS_THREADS (512).
-
-Then latency: a fresh worker of each, warmed by WARM_UP workflows, and an open-loop arrival
-rate of half the drain rate for BENCH_PEERS_LATENCY_S (10) seconds; p50 and p99 from each
-workflow's admission to its first step's start and to its completion, from the system's own
-records. Knobs: BENCH_PEERS_RUNS, BENCH_PEERS_SYSTEMS (a partial run writes no report unless
-BENCH_OUTPUT is set), the concurrency knobs above, BENCH_PEERS_LATENCY_S, BENCH_TIMEOUT (s,
-900), BENCH_KEEP=1, BENCH_OUTPUT. A short trial: ``BENCH_PEERS_RUNS=300
-BENCH_PEERS_LATENCY_S=3 BENCH_OUTPUT=/tmp/peers.md make bench-peers``.
+Knobs: BENCH_PEERS_RUNS (2,000), BENCH_PEERS_SYSTEMS (a partial run writes no report unless
+BENCH_OUTPUT is set), BENCH_PEERS_PROCRASTINATE_CONCURRENCY (30), BENCH_PEERS_DBOS_CONCURRENCY
+(1000), BENCH_PEERS_DBOS_THREADS (512), BENCH_PEERS_LATENCY_S (10), BENCH_TIMEOUT (s, 900),
+BENCH_KEEP=1, BENCH_OUTPUT. A short trial: ``BENCH_PEERS_RUNS=300 BENCH_PEERS_LATENCY_S=3
+BENCH_OUTPUT=/tmp/peers.md make bench-peers``.
 """
 
 from __future__ import annotations

@@ -1,17 +1,6 @@
-"""``make bench-retention`` (``python -m bench.retention``): a database with a month of history.
-
-The targets: with 1,000,000 finished runs and 10,000,000 dedupe rows (generated with SQL),
-admission and claim latency stay within 20 % of an empty database, a ``/metrics`` scrape
-takes < 100 ms, and the sweeps catch up without blocking admission.
-
-Two scratch databases, migrated: ``empty``, and ``loaded`` filled with ``generate_series``:
-BENCH_RETENTION_RUNS finished ``noop-3`` runs over the last 40 days in four projects (copies of
-a real run and its history; 2 % FAILED, 1 % CANCELLED; one project keeps its runs 90 days),
-1,000 runs WAITING_APPROVAL, BENCH_RETENTION_DEDUPE dedupe rows over 8 days, 200,000 SENT
-outbox messages. Then, empty and loaded interleaved: admission and claim latency of the store
-statements, admission over HTTP, ``/metrics`` scrapes and the database read behind them; then
-the retention sweep and the dedupe prune catching up in another process while this one keeps
-admitting and claiming (latencies during passes against those between them).
+"""``make bench-retention`` (``python -m bench.retention``): a database with a month of history
+(1,000,000 finished runs, 10,000,000 dedupe rows, generated with SQL) against an empty one:
+store and HTTP latency, ``/metrics`` scrapes, the sweeps catching up. How: bench/NOTES.md.
 
 Knobs: BENCH_RETENTION_RUNS (1,000,000), BENCH_RETENTION_DEDUPE (10,000,000),
 BENCH_RETENTION_SAMPLES (3000), BENCH_DURATION (s per HTTP row, 6), BENCH_RETENTION_SCRAPES

@@ -1,25 +1,13 @@
 """``make bench``: AwoooP against its baselines; prints a table, writes ``docs/benchmarks.md``
-(down to :data:`MARKER`; the other benches' sections below it are kept).
+down to ``MARKER`` (the other benches' sections below it are kept). (a) admission over HTTP
+against ``bench.baseline_app``; (b) end to end against raw Celery (``bench.raw_celery``), then
+a soak: CPU and PostgreSQL commits per run; (c) memory. How: bench/NOTES.md.
 
-Every ratio is the median of three interleaved pairs; a noisy pair is measured again
-(``bench.verdicts``).
-
-(a) Admission over HTTP: the real app and ``bench.baseline_app`` under the same
-    ``gunicorn.conf.py``; new events and duplicates at each connection count; a pair is
-    AwoooP's new events, the baseline's, then AwoooP's duplicates. No worker runs.
-(b) End to end: raw Celery no-op tasks/s (``bench.raw_celery``) vs AwoooP ``noop-3`` runs/s,
-    one prefork worker each at the same concurrency, the queue filled first; raw Celery,
-    AwoooP, raw Celery, …, each AwoooP batch over the mean of the raw rates either side of it.
-    Then a soak on the last worker: CPU per run, and PostgreSQL commits per run counted exactly
-    (``bench.database``); a window with nothing running must count 0.
-(c) Memory: RSS of the web and worker process trees over the last batch and over the soak.
-
-Everything runs in a scratch database of its own (autovacuum off on its tables, vacuumed
-between phases, dropped at the end). Knobs (environment): BENCH_DURATION (s, per measured
-phase, 3), BENCH_WARMUP (1), BENCH_CONNECTIONS ("16,64"), BENCH_RAW_TASKS (2000),
-BENCH_E2E_RUNS (1000), BENCH_E2E_CONCURRENCY ("2,1"), BENCH_SOAK_RUNS (10000), BENCH_TIMEOUT
-(s, 720), BENCH_KEEP=1, BENCH_OUTPUT (docs/benchmarks.md), BENCH_PHASES ("admission,e2e"; a
-partial run writes no report unless BENCH_OUTPUT is set), BENCH_SPREAD=0.
+Knobs (environment): BENCH_DURATION (s, per measured phase, 3), BENCH_WARMUP (1),
+BENCH_CONNECTIONS ("16,64"), BENCH_RAW_TASKS (2000), BENCH_E2E_RUNS (1000),
+BENCH_E2E_CONCURRENCY ("2,1"), BENCH_SOAK_RUNS (10000), BENCH_TIMEOUT (s, 720), BENCH_KEEP=1,
+BENCH_OUTPUT (docs/benchmarks.md), BENCH_PHASES ("admission,e2e"; a partial run writes no
+report unless BENCH_OUTPUT is set), BENCH_SPREAD=0.
 """
 
 from __future__ import annotations
