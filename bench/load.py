@@ -208,18 +208,9 @@ class LoadResult:
 
 
 class Spread:
-    """Open each connection until the server process that accepted it has room.
-
-    A pre-fork server whose workers share one listening socket (gunicorn) hands a burst
-    of new connections to whichever worker wakes first, and a keep-alive connection stays
-    with its worker: 16 connections opened at once often all land on ONE worker, which then
-    does all the work under one GIL while the others idle, and the figures vary 2x from run
-    to run. ``owner_of(local_port)`` says which server process holds the accepted socket
-    (None: not accepted yet). A connection whose owner already holds its share,
-    ``ceil(connections / processes)``, is closed and opened again; each placed connection
-    starts sending at once (warm-up), which keeps it alive and makes busy workers lose the
-    next accept() race. When a slot stays unfilled after many tries the share grows by one.
-    """
+    """Open each connection again until the server process that accepted it (``owner_of(local
+    port)``, None: not yet) holds less than its share, ceil(connections / processes); the
+    share grows by one when a slot stays unfilled. Why: bench/NOTES.md."""
 
     def __init__(self, owner_of: Callable[[int], int | None], processes: int) -> None:
         self.owner_of = owner_of

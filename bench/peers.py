@@ -193,6 +193,19 @@ def awooop(knobs: Knobs, scratch: database.Scratch, broker: redis.Redis, logdir:
     )
 
 
+def admit_command(
+    key: str, command: list[str], env: dict[str, str], logdir: Any
+) -> Callable[[int, int, float], None]:
+    """A peer's admission: ``command admit COUNT [FIRST RATE]`` run to its end."""
+
+    def admit(count: int, first: int, rate: float) -> None:
+        argv = [*command, "admit", str(count)] + ([str(first), str(rate)] if rate else [])
+        timeout = 60 + count / rate if rate else max(120.0, count / 10)
+        procs.run_to_end(f"{key}-admit" + ("-paced" if rate else ""), argv, env, logdir, timeout)
+
+    return admit
+
+
 def procrastinate(knobs: Knobs, scratch: database.Scratch, _: Any, logdir: Any) -> System:
     from bench import peers_procrastinate as names
 
@@ -205,13 +218,8 @@ def procrastinate(knobs: Knobs, scratch: database.Scratch, _: Any, logdir: Any) 
     cli = [str(BIN / "procrastinate"), "--app=bench.peers_procrastinate.app"]
     procs.run_to_end("procrastinate-schema", [*cli, "schema", "--apply"], env, logdir, 120)
 
-    def admit(count: int, first: int, rate: float) -> None:
-        code = "import sys; from bench import peers_procrastinate as p; p.main(sys.argv[1:])"
-        argv = [sys.executable, "-c", code, "admit", str(count)]
-        argv += [str(first), str(rate)] if rate else []
-        timeout = 60 + count / rate if rate else max(120.0, count / 10)
-        name = "procrastinate-admit" + ("-paced" if rate else "")
-        procs.run_to_end(name, argv, env, logdir, timeout)
+    code = "import sys; from bench import peers_procrastinate as p; p.main(sys.argv[1:])"
+    admit = admit_command("procrastinate", [sys.executable, "-c", code], env, logdir)
 
     def start_worker() -> procs.Proc:
         argv = [*cli, "worker", f"--concurrency={c}", "--name=bench-peers"]
@@ -244,10 +252,7 @@ def dbos(knobs: Knobs, scratch: database.Scratch, _: Any, logdir: Any) -> System
     module = [sys.executable, "-m", "bench.peers_dbos"]
     procs.run_to_end("dbos-setup", [*module, "setup"], env, logdir, 120)
 
-    def admit(count: int, first: int, rate: float) -> None:
-        argv = [*module, "admit", str(count)] + ([str(first), str(rate)] if rate else [])
-        timeout = 60 + count / rate if rate else max(120.0, count / 10)
-        procs.run_to_end("dbos-admit" + ("-paced" if rate else ""), argv, env, logdir, timeout)
+    admit = admit_command("dbos", module, env, logdir)
 
     def start_worker() -> procs.Proc:
         return procs.Proc("worker-dbos", [*module, "worker"], env, logdir)
