@@ -85,9 +85,8 @@ def output(default: str = "docs/benchmarks.md", name: str = "BENCH_OUTPUT") -> P
 
 def quick_output(quick: bool) -> Path | None:
     """BENCH_OUTPUT, else docs/benchmarks.md; None (print only) in quick mode without it."""
-    if os.environ.get("BENCH_OUTPUT") or not quick:
-        return output()
-    return None
+    chosen = os.environ.get("BENCH_OUTPUT")
+    return ROOT / chosen if chosen else None if quick else ROOT / "docs/benchmarks.md"
 
 
 def invoked_as(target: str, module: str) -> str:
