@@ -5,9 +5,7 @@ settings as the real app. ``POST /v1/projects/<project_id>/runs`` does what Awoo
 admission does minus authentication, validation, routing and the Celery message format:
 one transaction inserting the dedupe row (``ON CONFLICT DO NOTHING``) and, if it was new, the
 run row; commit; one Redis ``LPUSH`` of the run id; a 202 JSON answer (200 for a duplicate).
-
-psycopg2 with a thread-safe pool and redis-py, no ORM: the plain Flask + gunicorn endpoint
-the admission targets compare with. The project row must exist (the benchmark creates it).
+psycopg2 with a thread-safe pool and redis-py, no ORM. The project row must exist.
 """
 
 from __future__ import annotations

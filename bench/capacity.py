@@ -1,27 +1,8 @@
-"""``make bench-capacity`` (``python -m bench.capacity``): what one unit of work costs, so a team
-can size a deployment (``docs/scaling.md``).
+"""``make bench-capacity`` (``python -m bench.capacity``): what one unit of work costs (a
+request, a run, a held lease), so a team can size a deployment (``docs/scaling.md``). The
+phases: bench/NOTES.md.
 
-On the configured PostgreSQL and Redis, each phase starts processes of its own and stops
-them before the next:
-
-1. **Admission, per request**: ``POST /v1/projects/{p}/runs`` (``noop-3``, new events) from 16
-   connections, no worker: a warm-up, then BENCH_CAPACITY_RUNS measured requests; CPU of the
-   web, PostgreSQL and Redis per request; commits per request (over every request the web
-   answered, the next phase's first batch included).
-2. **Execution, per run**: BENCH_CAPACITY_RUNS runs admitted with no worker, then one worker
-   (``-c 1``, then ``-c 2``) drains them; CPU per run once the worker is warm, commits, runs/s.
-3. **Lease keeping**: N (BENCH_CAPACITY_HOLD_RUNS) runs of ``bench-hold`` held by one worker
-   with ``-c N``, heartbeat 1 s; over BENCH_CAPACITY_WINDOW seconds: commits/s, CPU, renewals
-   per run per heartbeat, projected to the default heartbeat and liveness interval.
-4. **Broker**: phases 1 and 2 (``-c 1``) on RabbitMQ (BENCH_CAPACITY_AMQP_URL), the rate
-   limiter on Redis; skipped, with a line saying so, when RabbitMQ does not answer.
-5. **PostgreSQL's commit ceiling**: ``pgbench``, 16 clients, one single-row ``INSERT`` per
-   transaction, for BENCH_CAPACITY_CEILING_SECONDS; skipped without ``pgbench``.
-
-PostgreSQL's CPU is its whole server's process tree (sessions on its other databases count
-too); commits are read with every process of the phase stopped (phase 3: while the worker
-runs, with the server's next transaction id besides). The run tables are vacuumed before
-each phase. Knobs: BENCH_CAPACITY_RUNS (2000), BENCH_CAPACITY_HOLD_RUNS ("8,32"),
+Knobs: BENCH_CAPACITY_RUNS (2000), BENCH_CAPACITY_HOLD_RUNS ("8,32"),
 BENCH_CAPACITY_WINDOW (s, 20), BENCH_CAPACITY_AMQP_URL, BENCH_CAPACITY_CEILING_SECONDS (15),
 BENCH_CAPACITY_TIMEOUT (s, 900), BENCH_CAPACITY_OUTPUT (docs/scaling.md);
 BENCH_CAPACITY_QUICK=1 or ``--quick``: tiny sizes, no ``-c 2`` phase, no markdown. The
@@ -592,10 +573,6 @@ def cpu(r: dict[str, Any], side: str) -> str:
     return " | ".join(fmt(r[f"{n}_cpu_ms"], 2) for n in (side, "postgres", "redis", "rabbitmq"))
 
 
-def noise(r: dict[str, Any]) -> str:
-    return f"{r['other_cpu_pct']:.0f}% | {r['io_cpu_pct']:.0f}%"
-
-
 def render_block(results: dict[str, Any]) -> str:
     """The markdown written between the capacity markers (and printed)."""
     m, k = results["machine"], results["knobs"]
@@ -621,7 +598,7 @@ def render_block(results: dict[str, Any]) -> str:
             "| commits | other CPU | I/O CPU",
             [
                 f"{r['broker']} | {r['req_per_s']:,.0f} | {cpu(r, 'web')} | "
-                f"{r['commits_per_request']:.2f} | {noise(r)}"
+                f"{r['commits_per_request']:.2f} | {report.noise_cells(r)}"
                 for r in results["admission"]
             ],
         ),
@@ -637,7 +614,7 @@ def render_block(results: dict[str, Any]) -> str:
             "| RabbitMQ CPU ms | commits | other CPU | I/O CPU",
             [
                 f"{r['broker']} | {r['worker_processes']} | {r['runs_per_s']:,.0f} | "
-                f"{cpu(r, 'worker')} | {r['commits_per_run']:.2f} | {noise(r)}"
+                f"{cpu(r, 'worker')} | {r['commits_per_run']:.2f} | {report.noise_cells(r)}"
                 for r in results["execution"]
             ],
         ),
@@ -743,7 +720,7 @@ def command_line(quick_flag: bool) -> str:
         for k, v in sorted(os.environ.items())
         if k.startswith("BENCH_CAPACITY_") and k != "BENCH_CAPACITY_AMQP_URL"
     ]
-    command = "make bench-capacity" if os.environ.get("MAKELEVEL") else "python -m bench.capacity"
+    command = report.invoked_as("bench-capacity", "bench.capacity")
     return " ".join([*knobs, command] + (["--quick"] if quick_flag else []))
 
 
@@ -868,11 +845,7 @@ def main(argv: list[str] | None = None) -> None:
             with contextlib.suppress(Exception):
                 broker.purge()
         if ids:
-            try:
-                database.delete_projects(url, list(ids.values()))
-                log(f"deleted the bench projects' rows ({tag}-*)")
-            except psycopg2.Error as exc:
-                log(f"could not delete the bench projects' rows: {exc}")
+            database.delete_projects(url, list(ids.values()), tag)
 
 
 if __name__ == "__main__":

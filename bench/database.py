@@ -1,20 +1,6 @@
-"""The benches' databases: scratch databases (created on the server of
-``AWOOOP_DATABASE_URL``, migrated or left empty, dropped at the end), the bench projects in
-them, progress polled without committing, and the commits counted exactly.
-
-Commit counting (``make bench``): the scratch database's ``xact_commit``, read through the
-configured database once the sessions to count have exited (a backend flushes its statistics
-as it ends), less what is not run work, each counted where it happens:
-
-- **harness**: the bench's own connections (:class:`Tally`): one commit per connection (its
-  start-up transaction), one per autocommit statement, one per committed transaction;
-- **liveness**: the worker's liveness upserts, Δ(``n_tup_ins`` + ``n_tup_upd``) of
-  ``awooop_worker``;
-- **auth loads**: Δ``awooop_project_auth_loads_total`` over the processes' metrics files;
-- **autovacuum visits**: the launcher visits every database once per ``autovacuum_naptime``;
-  with nothing to vacuum a visit commits 2 transactions and scans ``pg_class`` sequentially 3
-  times, which nothing of the bench does, so Δ``seq_scan`` of ``pg_class`` counts the visits
-  (a count that is not a multiple of 3 is not explained, and nothing is subtracted for it).
+"""The benches' databases: scratch databases (created beside ``AWOOOP_DATABASE_URL``'s, dropped
+at the end), the bench projects in them, progress polled without committing, and the commits
+counted exactly (what is not run work counted where it happens and subtracted; bench/NOTES.md).
 """
 
 from __future__ import annotations
@@ -220,12 +206,17 @@ def create_projects(
     return tokens
 
 
-def delete_projects(url: str, ids: list[str]) -> None:
-    with connect(url, autocommit=False) as conn, conn.cursor() as cur:
-        # Children first; awooop_run_event goes with its runs (ON DELETE CASCADE).
-        for table in ("channel_event_dedupe", "run_state", "credential", "project"):
-            cur.execute(f"DELETE FROM awooop_{table} WHERE project_id = ANY(%s)", (ids,))
-        conn.commit()
+def delete_projects(url: str, ids: list[str], tag: str) -> None:
+    """The bench projects' rows deleted (a failure is logged: the bench's figures stand)."""
+    try:
+        with connect(url, autocommit=False) as conn, conn.cursor() as cur:
+            # Children first; awooop_run_event goes with its runs (ON DELETE CASCADE).
+            for table in ("channel_event_dedupe", "run_state", "credential", "project"):
+                cur.execute(f"DELETE FROM awooop_{table} WHERE project_id = ANY(%s)", (ids,))
+            conn.commit()
+        log(f"deleted the bench projects' rows ({len(ids):,} projects, {tag}-*)")
+    except psycopg2.Error as exc:
+        log(f"could not delete the bench projects' rows: {exc}")
 
 
 def purge_queue(r: redis.Redis, queue: str = "runs") -> int:

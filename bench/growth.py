@@ -1,15 +1,6 @@
 """``make bench-growth`` (``python -m bench.growth``): what admission and a run cost as the work
-grows — more projects, bigger events, more worker processes; writes its block of
-``docs/benchmarks.md``.
-
-(a) Admission over HTTP as ``make bench`` (a) measures AwoooP's new events, one web, no
-    worker: per connection count, 1 project (the reference), then 100 and 1,000 projects with
-    the requests spread round-robin over them (each its own path and token, so the per-process
-    auth cache mostly misses), then 1 project with 64 KiB JSON bodies.
-(b) End to end as ``make bench`` (b): ``noop-3`` runs admitted with no worker, then ONE worker
-    (``-c 1`` or ``-c 2``) drains them; runs/s from the first claim to the last completion,
-    worker CPU per run once warm. Rows: 1 and 1,000 projects at ``-c 1`` and ``-c 2``, and 1
-    project with 64 KiB events at ``-c 1``, each with projects of its own.
+grows (more projects, bigger events, more worker processes); writes its block of
+``docs/benchmarks.md``. How: bench/NOTES.md.
 
 Knobs: BENCH_DURATION (s, 6), BENCH_WARMUP (1.5), BENCH_CONNECTIONS ("16,64"),
 BENCH_GROWTH_PROJECTS ("100,1000"; the largest is also the end-to-end rows'),
@@ -20,7 +11,6 @@ BENCH_KEEP=1, BENCH_OUTPUT, BENCH_SPREAD=0. BENCH_GROWTH_QUICK=1: tiny sizes (1 
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import time
@@ -28,12 +18,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psycopg2
 import redis
 
 from bench import database, load, procs, report
-from bench.report import ROOT, BenchError, env_float, env_int, env_ints, fmt, log, ratio, table
-from bench.run import MARKER
+from bench.report import (
+    MARKER,
+    BenchError,
+    env_float,
+    env_int,
+    env_ints,
+    fmt,
+    log,
+    ratio,
+    table,
+)
 
 BEGIN = "<!-- growth:begin (written by `make bench-growth`) -->"
 END = "<!-- growth:end -->"
@@ -58,7 +56,6 @@ class Knobs:
     @classmethod
     def from_env(cls) -> Knobs:
         quick = os.environ.get("BENCH_GROWTH_QUICK") == "1"
-        output = os.environ.get("BENCH_OUTPUT")
         knobs = cls(
             quick=quick,
             duration=env_float("BENCH_DURATION", 1.0 if quick else 6.0),
@@ -68,7 +65,7 @@ class Knobs:
             body_bytes=env_int("BENCH_GROWTH_BODY_BYTES", 64 * 1024),
             e2e_runs=env_int("BENCH_GROWTH_E2E_RUNS", 100 if quick else 1500),
             timeout=env_float("BENCH_TIMEOUT", 240 if quick else 600),
-            output=(ROOT / output if output else None if quick else ROOT / "docs/benchmarks.md"),
+            output=report.quick_output(quick),
         )
         if knobs.e2e_runs < 20:
             raise BenchError("BENCH_GROWTH_E2E_RUNS must be at least 20")
@@ -243,10 +240,6 @@ def _scaling(res: dict[str, Any]) -> str:
     return "" if res.get("scaling") is None else fmt(res["scaling"], 2)
 
 
-def noise(r: dict[str, Any]) -> str:
-    return f"{r['other_cpu_pct']:.0f}% | {r['io_cpu_pct']:.0f}%"
-
-
 def failures(results: dict[str, Any]) -> list[str]:
     return [
         line
@@ -276,7 +269,7 @@ def render_block(results: dict[str, Any]) -> str:
             [
                 f"{r['label']} | {r['connections']} | {r['rps']:,.0f} | {fmt(r['ratio'], 2)} | "
                 f"{r['p50']:.1f} | {r['p99']:.1f} | {r['non_2xx']} | {r['web_cpu_ms']:.2f} | "
-                f"{r['auth_miss_share'] * 100:.0f}% | {noise(r)}"
+                f"{r['auth_miss_share'] * 100:.0f}% | {report.noise_cells(r)}"
                 for r in results["admission"]
             ],
         ),
@@ -289,7 +282,7 @@ def render_block(results: dict[str, Any]) -> str:
             [
                 f"{r['projects']:,} | {_size(r['body_bytes'])} | {r['concurrency']} | "
                 f"{r['runs']:,} | {fmt(r['per_s'], 0)} | {fmt(r['ratio'], 2)} | {_scaling(r)} | "
-                f"{fmt(r['worker_cpu_ms'], 2)} | {r['non_2xx']} | {noise(r)}"
+                f"{fmt(r['worker_cpu_ms'], 2)} | {r['non_2xx']} | {report.noise_cells(r)}"
                 for r in results["e2e"]
             ],
             "ll",
@@ -396,9 +389,7 @@ def main() -> None:
             e2e_ratios(e2e)
             results: dict[str, Any] = {
                 "command": ("BENCH_GROWTH_QUICK=1 " if knobs.quick else "")
-                + (
-                    "make bench-growth" if os.environ.get("MAKELEVEL") else "python -m bench.growth"
-                ),
+                + report.invoked_as("bench-growth", "bench.growth"),
                 "machine": machine,
                 "knobs": {
                     "duration": knobs.duration,
@@ -419,20 +410,13 @@ def main() -> None:
             }
             block = render_block(results)
             print(block, *report.failure_summary(failures(results)), sep="\n", flush=True)
-            (logdir / "results.json").write_text(json.dumps(results, indent=2, default=str))
-            if knobs.output is None:
-                log(f"quick mode: no markdown written (raw figures: {logdir}/results.json)")
-            else:
-                write_block(knobs.output, block)
+            report.save_results(logdir, results)
+            report.publish(knobs.output, block, BEGIN, END, logdir)
     finally:
         if ids:
             database.purge_queue(broker)
         if ids and not report.keep():
-            try:
-                database.delete_projects(url, ids)
-                log(f"deleted the bench projects' rows ({len(ids):,} projects, {tag}-*)")
-            except psycopg2.Error as exc:
-                log(f"could not delete the bench projects' rows: {exc}")
+            database.delete_projects(url, ids, tag)
 
 
 if __name__ == "__main__":

@@ -144,6 +144,14 @@ def replay_keys(prefix: str, count: int) -> Iterator[str]:
 # --- results -------------------------------------------------------------------------------
 
 
+def percentile_ms(seconds: Sequence[float], q: float) -> float:
+    """The q-quantile (nearest rank) of durations in seconds, in milliseconds."""
+    if not seconds:
+        return float("nan")
+    ordered = sorted(seconds)
+    return ordered[min(len(ordered) - 1, max(0, int(q * len(ordered) + 0.5) - 1))] * 1000.0
+
+
 @dataclass
 class LoadResult:
     connections: int
@@ -163,12 +171,7 @@ class LoadResult:
         return self.completed / self.seconds if self.seconds > 0 else 0.0
 
     def percentile(self, q: float) -> float:
-        """Latency quantile in milliseconds (nearest rank)."""
-        if not self.latencies:
-            return float("nan")
-        ordered = sorted(self.latencies)
-        index = min(len(ordered) - 1, max(0, int(q * len(ordered) + 0.5) - 1))
-        return ordered[index] * 1000.0
+        return percentile_ms(self.latencies, q)
 
     @property
     def p50(self) -> float:
@@ -205,18 +208,9 @@ class LoadResult:
 
 
 class Spread:
-    """Open each connection until the server process that accepted it has room.
-
-    A pre-fork server whose workers share one listening socket (gunicorn) hands a burst
-    of new connections to whichever worker wakes first, and a keep-alive connection stays
-    with its worker: 16 connections opened at once often all land on ONE worker, which then
-    does all the work under one GIL while the others idle, and the figures vary 2x from run
-    to run. ``owner_of(local_port)`` says which server process holds the accepted socket
-    (None: not accepted yet). A connection whose owner already holds its share,
-    ``ceil(connections / processes)``, is closed and opened again; each placed connection
-    starts sending at once (warm-up), which keeps it alive and makes busy workers lose the
-    next accept() race. When a slot stays unfilled after many tries the share grows by one.
-    """
+    """Open each connection again until the server process that accepted it (``owner_of(local
+    port)``, None: not yet) holds less than its share, ceil(connections / processes); the
+    share grows by one when a slot stays unfilled. Why: bench/NOTES.md."""
 
     def __init__(self, owner_of: Callable[[int], int | None], processes: int) -> None:
         self.owner_of = owner_of

@@ -1,28 +1,13 @@
-"""``make bench-peers`` (``python -m bench.peers``): AwoooP beside Procrastinate and DBOS
-Transact, the peers a user would pick instead.
+"""``make bench-peers`` (``python -m bench.peers``): AwoooP beside Procrastinate
+(``bench/peers_procrastinate.py``) and DBOS Transact (``bench/peers_dbos.py``): the same
+three-step workflows admitted then drained by one worker, then latency at half the drain
+rate. How, and why each setting: bench/NOTES.md.
 
-One workload for each system, one after the other, each in a scratch database of its own:
-BENCH_PEERS_RUNS (2,000) three-step no-op workflows with durable steps admitted first, one
-library call each, with no worker running; then ONE worker process drains them. Per system:
-workflows/s from the first claim to the last completion (the database's clock); commits per
-workflow (``xact_commit`` after admission and after the drain, read once the phase's
-sessions have closed); worker CPU per workflow from the first claim seen.
-
-- **AwoooP**: ``noop-3`` runs admitted with ``awooop.store.admission.admit`` (no HTTP), their
-  messages pushed after the commits; one prefork worker ``-c 1``, task events off.
-- **Procrastinate** (``bench/peers_procrastinate.py``): three ``async`` jobs per workflow,
-  each deferring the next; ``--concurrency`` BENCH_PEERS_PROCRASTINATE_CONCURRENCY (30).
-- **DBOS Transact** (``bench/peers_dbos.py``): an ``async`` workflow of three steps on a
-  queue, worker_concurrency BENCH_PEERS_DBOS_CONCURRENCY (1000), max_executor_threads
-  BENCH_PEERS_DBOS_THREADS (512).
-
-Then latency: a fresh worker of each, warmed by WARM_UP workflows, and an open-loop arrival
-rate of half the drain rate for BENCH_PEERS_LATENCY_S (10) seconds; p50 and p99 from each
-workflow's admission to its first step's start and to its completion, from the system's own
-records. Knobs: BENCH_PEERS_RUNS, BENCH_PEERS_SYSTEMS (a partial run writes no report unless
-BENCH_OUTPUT is set), the concurrency knobs above, BENCH_PEERS_LATENCY_S, BENCH_TIMEOUT (s,
-900), BENCH_KEEP=1, BENCH_OUTPUT. A short trial: ``BENCH_PEERS_RUNS=300
-BENCH_PEERS_LATENCY_S=3 BENCH_OUTPUT=/tmp/peers.md make bench-peers``.
+Knobs: BENCH_PEERS_RUNS (2,000), BENCH_PEERS_SYSTEMS (a partial run writes no report unless
+BENCH_OUTPUT is set), BENCH_PEERS_PROCRASTINATE_CONCURRENCY (30), BENCH_PEERS_DBOS_CONCURRENCY
+(1000), BENCH_PEERS_DBOS_THREADS (512), BENCH_PEERS_LATENCY_S (10), BENCH_TIMEOUT (s, 900),
+BENCH_KEEP=1, BENCH_OUTPUT. A short trial: ``BENCH_PEERS_RUNS=300 BENCH_PEERS_LATENCY_S=3
+BENCH_OUTPUT=/tmp/peers.md make bench-peers``.
 """
 
 from __future__ import annotations
@@ -30,9 +15,7 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import importlib.util
-import json
 import math
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -55,7 +38,6 @@ from bench.report import (
     ratio,
     table,
 )
-from bench.run import MARKER
 
 BEGIN = "<!-- peers:begin (written by `make bench-peers`) -->"
 END = "<!-- peers:end -->"
@@ -211,6 +193,19 @@ def awooop(knobs: Knobs, scratch: database.Scratch, broker: redis.Redis, logdir:
     )
 
 
+def admit_command(
+    key: str, command: list[str], env: dict[str, str], logdir: Any
+) -> Callable[[int, int, float], None]:
+    """A peer's admission: ``command admit COUNT [FIRST RATE]`` run to its end."""
+
+    def admit(count: int, first: int, rate: float) -> None:
+        argv = [*command, "admit", str(count)] + ([str(first), str(rate)] if rate else [])
+        timeout = 60 + count / rate if rate else max(120.0, count / 10)
+        procs.run_to_end(f"{key}-admit" + ("-paced" if rate else ""), argv, env, logdir, timeout)
+
+    return admit
+
+
 def procrastinate(knobs: Knobs, scratch: database.Scratch, _: Any, logdir: Any) -> System:
     from bench import peers_procrastinate as names
 
@@ -223,13 +218,8 @@ def procrastinate(knobs: Knobs, scratch: database.Scratch, _: Any, logdir: Any) 
     cli = [str(BIN / "procrastinate"), "--app=bench.peers_procrastinate.app"]
     procs.run_to_end("procrastinate-schema", [*cli, "schema", "--apply"], env, logdir, 120)
 
-    def admit(count: int, first: int, rate: float) -> None:
-        code = "import sys; from bench import peers_procrastinate as p; p.main(sys.argv[1:])"
-        argv = [sys.executable, "-c", code, "admit", str(count)]
-        argv += [str(first), str(rate)] if rate else []
-        timeout = 60 + count / rate if rate else max(120.0, count / 10)
-        name = "procrastinate-admit" + ("-paced" if rate else "")
-        procs.run_to_end(name, argv, env, logdir, timeout)
+    code = "import sys; from bench import peers_procrastinate as p; p.main(sys.argv[1:])"
+    admit = admit_command("procrastinate", [sys.executable, "-c", code], env, logdir)
 
     def start_worker() -> procs.Proc:
         argv = [*cli, "worker", f"--concurrency={c}", "--name=bench-peers"]
@@ -262,10 +252,7 @@ def dbos(knobs: Knobs, scratch: database.Scratch, _: Any, logdir: Any) -> System
     module = [sys.executable, "-m", "bench.peers_dbos"]
     procs.run_to_end("dbos-setup", [*module, "setup"], env, logdir, 120)
 
-    def admit(count: int, first: int, rate: float) -> None:
-        argv = [*module, "admit", str(count)] + ([str(first), str(rate)] if rate else [])
-        timeout = 60 + count / rate if rate else max(120.0, count / 10)
-        procs.run_to_end("dbos-admit" + ("-paced" if rate else ""), argv, env, logdir, timeout)
+    admit = admit_command("dbos", module, env, logdir)
 
     def start_worker() -> procs.Proc:
         return procs.Proc("worker-dbos", [*module, "worker"], env, logdir)
@@ -462,7 +449,7 @@ def render_markdown(
             f"{LABELS[system]} | {n:,} | {r['seconds']:.2f} | {r['per_s']:,.0f} | "
             f"{r['per_s'] * STEPS:,.0f} | {r['commits_per_run']:.2f} | "
             f"{r['commits_admission'] / n:.2f} | {r['commits_drain'] / n:.2f} | "
-            f"{r['worker_cpu_ms']:.2f} | {r['other_cpu_pct']:.0f}% | {r['io_cpu_pct']:.0f}%"
+            f"{r['worker_cpu_ms']:.2f} | {report.noise_cells(r)}"
             for system, r in results.items()
         ],
     )
@@ -569,11 +556,9 @@ def main() -> None:
             markdown = render_markdown(machine, knobs, results, rows, packages)
             print(markdown, flush=True)
             raw = {"machine": machine, "packages": packages, "results": results}
-            (logdir / "results.json").write_text(json.dumps(raw, indent=2, default=str))
-            if set(knobs.systems) != set(SYSTEMS) and "BENCH_OUTPUT" not in os.environ:
-                log(f"only {','.join(knobs.systems)} ran: {out} left as it was")
-                return
-            report.write_between(out, markdown, BEGIN, END, after=MARKER)
+            report.save_results(logdir, raw)
+            if not report.partial(knobs.systems, SYSTEMS, out):
+                report.publish(out, markdown, BEGIN, END, logdir)
     finally:
         with contextlib.suppress(redis.RedisError):
             database.purge_queue(broker)

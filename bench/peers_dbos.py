@@ -1,13 +1,5 @@
-"""DBOS Transact's side of ``make bench-peers``: a workflow of three steps, through a queue.
-
-Configured as DBOS's own queue benchmark runs its workers (dbos-inc/dbos-postgres-benchmark,
-``benchmarks/dbos_queue.py``): ``async`` workflow and steps, a database-backed queue
-registered once with a per-process ``worker_concurrency`` (the limit the queue tutorial
-recommends over a global one), the workers' ``max_executor_threads`` set, an
-``executor_id`` per process (the queue docs ask for one when Conductor is not used), and
-the workflows enqueued from outside with a ``DBOSClient`` (the docs' "queue worker"
-pattern). The polling interval and the system database pool are the library's defaults
-(1 s, 20 connections).
+"""DBOS Transact's side of ``make bench-peers``: a workflow of three steps, through a queue,
+configured as DBOS's own queue benchmark runs its workers (why each setting: bench/NOTES.md).
 
 Used three ways, each in a process of its own that ``bench.peers`` starts:
 

@@ -1,10 +1,5 @@
-"""Procrastinate's side of ``make bench-peers``: a three-step no-op workflow as three jobs.
-
-Procrastinate has no steps inside a job: a job is its unit of durability (a failed or
-interrupted job is retried whole), so a workflow with durable steps is one job per step,
-each deferring the next before it returns. Its tasks are ``async``: the worker runs async
-jobs concurrently on its event loop (its docs: "Execute multiple jobs at the same time"),
-where a sync task would take a thread each.
+"""Procrastinate's side of ``make bench-peers``: a three-step no-op workflow as three jobs (a
+job is its unit of durability), each deferring the next (why: bench/NOTES.md).
 
 Used three ways, each in a process of its own that ``bench.peers`` starts:
 

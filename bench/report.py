@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import json
 import os
 import platform
 import signal
@@ -21,6 +22,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 Row = tuple[str, float, str, str]  # (what, measured, target text, verdict)
+MARKER = "<!-- Everything below this line is kept when `make bench` rewrites this file. -->"
 
 
 class BenchError(RuntimeError):
@@ -79,6 +81,17 @@ def env_choice(name: str, known: Sequence[str]) -> tuple[str, ...]:
 
 def output(default: str = "docs/benchmarks.md", name: str = "BENCH_OUTPUT") -> Path:
     return ROOT / os.environ.get(name, default)
+
+
+def quick_output(quick: bool) -> Path | None:
+    """BENCH_OUTPUT, else docs/benchmarks.md; None (print only) in quick mode without it."""
+    chosen = os.environ.get("BENCH_OUTPUT")
+    return ROOT / chosen if chosen else None if quick else ROOT / "docs/benchmarks.md"
+
+
+def invoked_as(target: str, module: str) -> str:
+    """The make target when make started us (it sets MAKELEVEL), else the module."""
+    return f"make {target}" if os.environ.get("MAKELEVEL") else f"python -m {module}"
 
 
 def keep() -> bool:
@@ -214,6 +227,26 @@ def machine_info(db_url: str, broker_url: str) -> dict[str, str]:
     return info
 
 
+def save_results(logdir: Path, results: Any) -> None:
+    (logdir / "results.json").write_text(json.dumps(results, indent=2, default=str))
+
+
+def partial(chosen: Sequence[str], known: Sequence[str], out: Path) -> bool:
+    """Whether only some phases ran and no BENCH_OUTPUT asks for the report anyway."""
+    if set(chosen) == set(known) or "BENCH_OUTPUT" in os.environ:
+        return False
+    log(f"only {','.join(chosen)} ran: {out} left as it was")
+    return True
+
+
+def publish(out: Path | None, block: str, begin: str, end: str, logdir: Path) -> None:
+    """A bench's block written between its markers below MARKER (None: quick, print only)."""
+    if out is None:
+        log(f"quick mode: no markdown written (raw figures: {logdir}/results.json)")
+    else:
+        write_between(out, block, begin, end, after=MARKER)
+
+
 def written_by(command: str, module: str, m: dict[str, str]) -> str:
     """The first sentence of a section: who wrote it, when, on what."""
     return (
@@ -225,6 +258,11 @@ def written_by(command: str, module: str, m: dict[str, str]) -> str:
 
 
 # --- figures ---------------------------------------------------------------------------------
+
+
+def noise_cells(r: dict[str, Any]) -> str:
+    """The "other CPU | I/O CPU" cells of a table row."""
+    return f"{r['other_cpu_pct']:.0f}% | {r['io_cpu_pct']:.0f}%"
 
 
 def fmt(value: Any, digits: int = 0) -> str:

@@ -1,17 +1,6 @@
-"""``make bench-retention`` (``python -m bench.retention``): a database with a month of history.
-
-The targets: with 1,000,000 finished runs and 10,000,000 dedupe rows (generated with SQL),
-admission and claim latency stay within 20 % of an empty database, a ``/metrics`` scrape
-takes < 100 ms, and the sweeps catch up without blocking admission.
-
-Two scratch databases, migrated: ``empty``, and ``loaded`` filled with ``generate_series``:
-BENCH_RETENTION_RUNS finished ``noop-3`` runs over the last 40 days in four projects (copies of
-a real run and its history; 2 % FAILED, 1 % CANCELLED; one project keeps its runs 90 days),
-1,000 runs WAITING_APPROVAL, BENCH_RETENTION_DEDUPE dedupe rows over 8 days, 200,000 SENT
-outbox messages. Then, empty and loaded interleaved: admission and claim latency of the store
-statements, admission over HTTP, ``/metrics`` scrapes and the database read behind them; then
-the retention sweep and the dedupe prune catching up in another process while this one keeps
-admitting and claiming (latencies during passes against those between them).
+"""``make bench-retention`` (``python -m bench.retention``): a database with a month of history
+(1,000,000 finished runs, 10,000,000 dedupe rows, generated with SQL) against an empty one:
+store and HTTP latency, ``/metrics`` scrapes, the sweeps catching up. How: bench/NOTES.md.
 
 Knobs: BENCH_RETENTION_RUNS (1,000,000), BENCH_RETENTION_DEDUPE (10,000,000),
 BENCH_RETENTION_SAMPLES (3000), BENCH_DURATION (s per HTTP row, 6), BENCH_RETENTION_SCRAPES
@@ -38,7 +27,6 @@ import redis
 
 from bench import database, load, procs, report
 from bench.report import ROOT, BenchError, env_float, env_int, log
-from bench.run import MARKER
 
 BEGIN = "<!-- retention:begin (written by `make bench-retention`) -->"
 END = "<!-- retention:end -->"
@@ -68,7 +56,6 @@ class Knobs:
     @classmethod
     def from_env(cls) -> Knobs:
         q = os.environ.get("BENCH_RETENTION_QUICK") == "1"
-        output = os.environ.get("BENCH_OUTPUT")
         return cls(
             quick=q,
             runs=env_int("BENCH_RETENTION_RUNS", 20_000 if q else 1_000_000),
@@ -77,28 +64,20 @@ class Knobs:
             duration=env_float("BENCH_DURATION", 1 if q else 6),
             scrapes=env_int("BENCH_RETENTION_SCRAPES", 5 if q else 50),
             gap=env_float("BENCH_RETENTION_GAP", 1 if q else 10),
-            output=ROOT / output if output else None if q else ROOT / "docs/benchmarks.md",
+            output=report.quick_output(q),
         )
 
 
 # --- statistics --------------------------------------------------------------------------
 
 
-def pct(values: list[float], q: float) -> float:
-    """Nearest-rank quantile, in milliseconds (values in seconds)."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, int(q * len(ordered) + 0.5) - 1))] * 1000
-
-
 def summary(values: list[float]) -> dict[str, float]:
     return {
         "n": len(values),
         "mean": statistics.fmean(values) * 1000 if values else float("nan"),
-        "p50": pct(values, 0.50),
-        "p90": pct(values, 0.90),
-        "p99": pct(values, 0.99),
+        "p50": load.percentile_ms(values, 0.50),
+        "p90": load.percentile_ms(values, 0.90),
+        "p99": load.percentile_ms(values, 0.99),
         "max": max(values) * 1000 if values else float("nan"),
     }
 
@@ -702,13 +681,10 @@ def main() -> None:
                 "sweeps": sweeps_,
                 "pass_seconds": base.sweep_pass_seconds,
             }
-            (logdir / "results.json").write_text(json.dumps(results, indent=2, default=str))
+            report.save_results(logdir, results)
             section = render(machine, knobs, results)
             print(section)
-            if knobs.output is None:
-                log(f"quick mode: no markdown written (raw figures: {logdir}/results.json)")
-            else:
-                report.write_between(knobs.output, section, BEGIN, END, after=MARKER)
+            report.publish(knobs.output, section, BEGIN, END, logdir)
     finally:
         for store in stores.values():
             store.close()

@@ -1,31 +1,18 @@
 """``make bench``: AwoooP against its baselines; prints a table, writes ``docs/benchmarks.md``
-(down to :data:`MARKER`; the other benches' sections below it are kept).
+down to ``MARKER`` (the other benches' sections below it are kept). (a) admission over HTTP
+against ``bench.baseline_app``; (b) end to end against raw Celery (``bench.raw_celery``), then
+a soak: CPU and PostgreSQL commits per run; (c) memory. How: bench/NOTES.md.
 
-Every ratio is the median of three interleaved pairs; a noisy pair is measured again
-(``bench.verdicts``).
-
-(a) Admission over HTTP: the real app and ``bench.baseline_app`` under the same
-    ``gunicorn.conf.py``; new events and duplicates at each connection count; a pair is
-    AwoooP's new events, the baseline's, then AwoooP's duplicates. No worker runs.
-(b) End to end: raw Celery no-op tasks/s (``bench.raw_celery``) vs AwoooP ``noop-3`` runs/s,
-    one prefork worker each at the same concurrency, the queue filled first; raw Celery,
-    AwoooP, raw Celery, …, each AwoooP batch over the mean of the raw rates either side of it.
-    Then a soak on the last worker: CPU per run, and PostgreSQL commits per run counted exactly
-    (``bench.database``); a window with nothing running must count 0.
-(c) Memory: RSS of the web and worker process trees over the last batch and over the soak.
-
-Everything runs in a scratch database of its own (autovacuum off on its tables, vacuumed
-between phases, dropped at the end). Knobs (environment): BENCH_DURATION (s, per measured
-phase, 3), BENCH_WARMUP (1), BENCH_CONNECTIONS ("16,64"), BENCH_RAW_TASKS (2000),
-BENCH_E2E_RUNS (1000), BENCH_E2E_CONCURRENCY ("2,1"), BENCH_SOAK_RUNS (10000), BENCH_TIMEOUT
-(s, 720), BENCH_KEEP=1, BENCH_OUTPUT (docs/benchmarks.md), BENCH_PHASES ("admission,e2e"; a
-partial run writes no report unless BENCH_OUTPUT is set), BENCH_SPREAD=0.
+Knobs (environment): BENCH_DURATION (s, per measured phase, 3), BENCH_WARMUP (1),
+BENCH_CONNECTIONS ("16,64"), BENCH_RAW_TASKS (2000), BENCH_E2E_RUNS (1000),
+BENCH_E2E_CONCURRENCY ("2,1"), BENCH_SOAK_RUNS (10000), BENCH_TIMEOUT (s, 720), BENCH_KEEP=1,
+BENCH_OUTPUT (docs/benchmarks.md), BENCH_PHASES ("admission,e2e"; a partial run writes no
+report unless BENCH_OUTPUT is set), BENCH_SPREAD=0.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
 import statistics
@@ -42,6 +29,7 @@ import redis
 from bench import database, load, procs, verdicts
 from bench.baseline_app import RUN_LIST
 from bench.report import (
+    MARKER,
     BenchError,
     env_choice,
     env_float,
@@ -52,13 +40,13 @@ from bench.report import (
     knob,
     log,
     md_target,
+    noise_cells,
     ratio,
     table,
     target_row,
     verdict,
 )
 
-MARKER = "<!-- Everything below this line is kept when `make bench` rewrites this file. -->"
 TARGETS = {
     "admission_ratio": 0.80,  # AwoooP new events / baseline, req/s
     "duplicate_vs_baseline": 1.00,  # AwoooP duplicates / baseline new events, req/s
@@ -752,7 +740,7 @@ def render_markdown(
             [
                 f"{' | '.join(_name(r))} | {r.get('pair', 1)} | {r['connections']} | "
                 f"{r['rps']:,.0f} | {r['p50']:.1f} | {r['p99']:.1f} | {r['non_2xx']} | "
-                f"{r['web_cpu_ms']:.2f} | {r['other_cpu_pct']:.0f}% | {r['io_cpu_pct']:.0f}%"
+                f"{r['web_cpu_ms']:.2f} | {noise_cells(r)}"
                 for r in results
             ],
             "ll",
@@ -959,9 +947,8 @@ def main() -> None:
             markdown = render_markdown(machine, knobs, results, pairs, e2e, rows)
             print(markdown, *failure_summary(all_failures(results, e2e)), sep="\n", flush=True)
             raw = {"machine": machine, "admission": results, "pairs": pairs, "e2e": e2e}
-            (logdir / "results.json").write_text(json.dumps(raw, indent=2, default=str))
-            if set(knobs.phases) != set(PHASES) and "BENCH_OUTPUT" not in os.environ:
-                log(f"only {','.join(knobs.phases)} ran: {out} left as it was")
+            report.save_results(logdir, raw)
+            if report.partial(knobs.phases, PHASES, out):
                 return
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(markdown + _kept_notes(out))

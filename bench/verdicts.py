@@ -1,14 +1,8 @@
-"""How ``make bench`` turns interleaved measurements into a ratio a noisy machine cannot sway.
-
-A ratio is measured in pairs: AwoooP and what it is compared with, one right after the other
-(raw Celery, AwoooP, raw Celery, AwoooP, …; or AwoooP and the baseline app). A pair is *noisy*
-when one of its phases ran while user-space processes outside the benchmark used more than
-:data:`OTHER_CPU_MAX_PCT` of the machine's CPU (the kernel's threads, which do the durable
-commits' I/O, are not counted: ``bench.procs.Noise``), or (end to end) when the two raw Celery
-rates either side of AwoooP's batch are more than :data:`RAW_APART_MAX_PCT` apart: the
-machine's speed changed under the pair. A noisy pair is measured again rather than counted, up
-to :data:`MAX_PAIRS` pairs in all; the ratio is the median of :data:`PAIRS` counted pairs, the
-clean ones first, then (when fewer were clean) the noisy ones in the order measured, marked.
+"""How ``make bench`` turns interleaved pairs into a ratio a noisy machine cannot sway: a pair
+with more than OTHER_CPU_MAX_PCT other CPU in one of its phases, or (end to end) raw Celery
+rates either side of AwoooP's batch more than RAW_APART_MAX_PCT apart, is measured again, up
+to MAX_PAIRS pairs; the ratio is the median of PAIRS counted pairs, clean ones first, then
+noisy ones in the order measured, marked (bench/NOTES.md).
 """
 
 from __future__ import annotations

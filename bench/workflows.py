@@ -1,15 +1,10 @@
-"""Workflows of ``make bench-capacity`` (:mod:`bench.capacity`), registered the documented way a
-deployment adds its own: ``AWOOOP_WORKFLOW_MODULES=bench.workflows`` in the environment of the
-web (which routes events to them) and of the worker (which runs them).
+"""Workflows of ``make bench-capacity``, registered the documented way a deployment adds its
+own: ``AWOOOP_WORKFLOW_MODULES=bench.workflows`` for the web and the worker.
 
-``bench-hold`` v1 — one step, ``hold``, that keeps its run RUNNING for ``event["hold"]``
-seconds (0 by default) and returns. It waits on the lease (``ctx.lease_lost``), as a long
-handler should: all the while the worker's lease keeper renews the run's lease, which is
-what the capacity bench measures. When the lease is lost it stops at once (raises), so a run
-whose lease was lost ends FAILED and the bench sees it.
-
-Only :mod:`awooop.domain` and the registry are imported: this module is loaded by the worker
-and web processes.
+``bench-hold`` v1: one step that keeps its run RUNNING for ``event["hold"]`` seconds, waiting
+on the lease (so the worker's lease keeper renews it, which the bench measures); a lost lease
+stops it at once, so the run ends FAILED and the bench sees it. Imports only the domain and
+the registry (loaded by the worker and web processes).
 """
 
 from __future__ import annotations
