@@ -506,6 +506,17 @@ class ChaosStack:
     def logs(self, tail: int = 3000) -> str:
         return "\n".join(f"--- {p.name} ---\n{p.log()[-tail:]}" for p in self.processes)
 
+    def lines_about(self, needle: str, last: int = 12, width: int = 300) -> list[str]:
+        """The last ``last`` log lines of any process that mention ``needle`` (a run id),
+        each cut to ``width`` characters and named by its process."""
+        found = [
+            f"{p.name}: {line[:width]}"
+            for p in self.processes
+            for line in p.log().splitlines()
+            if needle in line
+        ]
+        return found[-last:]
+
 
 S = TypeVar("S", bound=ChaosStack)
 

@@ -85,7 +85,11 @@ def cut_mid_stream(
     time.sleep(0.5)  # a write already on its way lands now; nothing after it can
     held = checks.held_by(stack.engine, worker.worker_id_prefixes())
     assert held, f"{worker.name} held no run when it was cut off"
-    checks.wait_terminal(stack.engine, held, recovery_bound)
+    try:
+        checks.wait_terminal(stack.engine, held, recovery_bound)
+    except AssertionError as stuck:
+        said = {run_id: stack.lines_about(run_id) for run_id in held}
+        raise AssertionError(f"{stuck}\nwhat the processes logged about them: {said}") from None
     taken_over_in = time.monotonic() - cut_at
     feeder.join(timeout=300)
     all_runs = [d.run_id for d in stream]
