@@ -71,7 +71,7 @@ def wait_terminal(
 
 def why_not_terminal(engine: Engine, run_id: str) -> dict[str, Any]:
     """What a run still going looks like: its row as a claim or the orphan sweep reads it,
-    who holds a lock on it, and its history."""
+    the transactions open for more than 5 s (one may hold its row), and its history."""
     state = rows(
         engine,
         """
