@@ -114,8 +114,13 @@ def _counters(stack) -> dict[str, float]:
 
 
 def _rate_limit_delete(server, project_id: str) -> None:
+    """Empty the limiter's window on ``server``, once it answers as a master: the sentinels
+    name it before it has finished turning from replica to master."""
     client = redis.Redis(server.host, server.port, socket_timeout=5)
     try:
+        wait_until(
+            lambda: client.role()[0] in (b"master", "master"), 30, "the promoted node to be master"
+        )
         client.delete(f"awooop:rate:{project_id}:ingress")
     finally:
         client.close()
