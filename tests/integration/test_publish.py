@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 
-from awooop.tasks import runs
+from awooop.tasks import publish, runs
 
 
 def _normalise(message: dict) -> dict:
@@ -42,3 +43,67 @@ def test_enqueue_sends_one_message_per_run(redis_client):
 def test_enqueue_of_nothing_sends_nothing(redis_client):
     assert runs.enqueue([]) == 0
     assert redis_client.llen(runs.RUNS_QUEUE) == 0
+
+
+def test_each_message_is_the_envelope_encoded_whole():
+    """The template writer's JSON is json.dumps(envelope(...)) with the message's own ids,
+    whatever the args hold."""
+    args = ["run-1", 'quote " and \\ backslash', "unicode é ✓", 7, None]
+    write = publish._writer("awooop.runs.execute", "runs")
+    first, second = json.loads(write(args)), json.loads(write(args))
+
+    expected = publish.envelope("awooop.runs.execute", "runs", args, task_id=first["headers"]["id"])
+    expected["properties"]["reply_to"] = first["properties"]["reply_to"]
+    expected["properties"]["delivery_tag"] = first["properties"]["delivery_tag"]
+    assert first == expected
+    assert json.loads(base64.b64decode(first["body"]))[0] == args
+    ids = {
+        message[part][key]
+        for message in (first, second)
+        for part, key in (
+            ("headers", "id"),
+            ("properties", "reply_to"),
+            ("properties", "delivery_tag"),
+        )
+    }
+    assert len(ids) == 6, "every message has ids of its own"
+
+
+def _connections_received(client) -> int:
+    return int(client.info("stats")["total_connections_received"])
+
+
+def test_pushes_share_one_connection(redis_client, broker_url):
+    publisher = publish.RedisPublisher(broker_url)
+    before = _connections_received(redis_client)
+
+    for n in range(20):
+        assert publisher.publish("t", "q", [[f"run-{n}"]]) == 1
+
+    assert _connections_received(redis_client) - before == 1
+    assert redis_client.llen("q") == 20
+
+
+def test_a_forked_child_pushes_on_a_connection_of_its_own(redis_client, broker_url):
+    """A child that inherited the parent's open connection must not write on it: the two
+    processes' commands and replies would interleave on one socket."""
+    publisher = publish.RedisPublisher(broker_url)
+    assert publisher.publish("t", "q", [["parent-1"]]) == 1
+    before = _connections_received(redis_client)
+
+    pid = os.fork()
+    if pid == 0:  # the child: exit status 0 only if its push landed
+        try:
+            os._exit(0 if publisher.publish("t", "q", [["child"]]) == 1 else 1)
+        except BaseException:
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert _connections_received(redis_client) - before == 1  # the child's own
+    assert publisher.publish("t", "q", [["parent-2"]]) == 1  # the parent's still answers
+    bodies = [
+        json.loads(base64.b64decode(json.loads(m)["body"]))[0][0]
+        for m in redis_client.lrange("q", 0, -1)
+    ]
+    assert sorted(bodies) == ["child", "parent-1", "parent-2"]
