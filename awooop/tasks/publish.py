@@ -97,7 +97,8 @@ def envelope(
     }
 
 
-# Placeholders in a message template: strings json.dumps leaves alone and no value contains.
+# Placeholders in a message template, found in the template by their JSON form; no value
+# written into a message contains a control character unescaped.
 _SLOTS = ("\x01body\x01", "\x01id\x01", "\x01argsrepr\x01", "\x01reply_to\x01", "\x01tag\x01")
 _SLOT = re.compile("|".join(re.escape(json.dumps(slot)) for slot in _SLOTS))
 
@@ -106,7 +107,7 @@ _SLOT = re.compile("|".join(re.escape(json.dumps(slot)) for slot in _SLOTS))
 def _writer(task_name: str, queue: str) -> Callable[[list[Any]], str]:
     """A function from a task's args to its message as JSON: ``json.dumps(envelope(...))``
     with fresh ids, built by filling the message's five varying strings into a template made
-    once (about a fifth of the CPU of encoding the whole envelope each time)."""
+    once, which costs less than encoding the whole envelope for every message."""
     template = envelope(task_name, queue, [], task_id=_SLOTS[1])
     template["body"] = _SLOTS[0]
     template["headers"]["argsrepr"] = _SLOTS[2]
@@ -152,8 +153,8 @@ class RedisPublisher:
 
     The pushes share one connection, held between them (redis-py's single-connection client:
     its lock serialises callers). A pooled client would check a connection out and in for
-    every push, polling its socket each time; the run sender pushes once per admission or
-    so, and that checkout cost about a third of a push. After a failed push the connection
+    every push, polling its socket each time, and the run sender pushes about once per
+    admission (bench/NOTES.md has the measurement). After a failed push the connection
     is closed; the next push opens a new one (to the master the sentinels name now, with a
     ``sentinel://`` URL)."""
 
