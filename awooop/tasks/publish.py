@@ -155,8 +155,8 @@ class RedisPublisher:
     its lock serialises callers). A pooled client would check a connection out and in for
     every push, polling its socket each time, and the run sender pushes about once per
     admission (bench/NOTES.md has the measurement). After a failed push the connection
-    is closed; the next push opens a new one (to the master the sentinels name now, with a
-    ``sentinel://`` URL)."""
+    goes back to the pool, closed; the next push checks one out again, which with a
+    ``sentinel://`` URL connects to the master the sentinels name now."""
 
     def __init__(
         self,
@@ -192,6 +192,12 @@ class RedisPublisher:
         except redis.RedisError:
             with self._lock:
                 self._skip_until = self._clock() + self._retry_seconds
+                # The next push checks a connection out of the pool again: a held one
+                # reconnects to the address it had, and the pool's checkout is what asks
+                # the sentinels where the master is now.
+                client, self._client = self._client, None
+            if client is not None:
+                client.close()
             raise
         return len(messages)
 
