@@ -117,19 +117,17 @@ def _writer(task_name: str, queue: str) -> Callable[[list[Any]], str]:
     order = [_SLOTS.index(json.loads(m.group())) for m in _SLOT.finditer(text)]
 
     def write(args: list[Any]) -> str:
-        task_id = str(ids.uuid4())
-        values = (
-            _body(args),
-            task_id,
+        # Each slot's JSON: base64 and ids need no escaping, the args' repr may.
+        tokens = (
+            f'"{_body(args)}"',
+            f'"{ids.uuid4()}"',
             json.dumps(repr(tuple(args))),
-            str(ids.uuid4()),
-            str(ids.uuid4()),
+            f'"{ids.uuid4()}"',
+            f'"{ids.uuid4()}"',
         )
         out = [parts[0]]
         for slot, part in zip(order, parts[1:], strict=True):
-            value = values[slot]
-            out.append(value if slot == 2 else f'"{value}"')
-            out.append(part)
+            out += (tokens[slot], part)
         return "".join(out)
 
     return write
