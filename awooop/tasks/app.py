@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import logging
 import signal
+import threading
 
-from celery import Celery
+from celery import Celery, beat, platforms
 from celery.loaders.app import AppLoader
 from celery.signals import (
     beat_init,
@@ -67,6 +68,21 @@ def _log_worker_settings(**_: object) -> None:
 @beat_init.connect
 def _log_beat_settings(**_: object) -> None:
     bootstrap.log_settings(config.get_settings(), "beat")
+
+
+@beat_init.connect
+def _stop_beat_on_signal(sender: beat.Service, **_: object) -> None:
+    # Celery's own SIGTERM/SIGINT handler closes the schedule file, then raises SystemExit.
+    # Python runs a handler between any two bytecodes of the main thread, a finalizer's
+    # included, and an exception raised in a finalizer is only reported: beat then ticks on
+    # over the closed file and dies with a traceback. This handler only asks the loop to end
+    # (raising SystemExit to cut its sleep short); the loop's way out saves and closes the file.
+    def stop(signum: int, frame: object) -> None:
+        sender._is_shutdown.set()  # Service.stop() would log from inside the handler
+        raise SystemExit()
+
+    if threading.current_thread() is threading.main_thread():  # not a beat in a thread
+        platforms.signals.update(SIGTERM=stop, SIGINT=stop)
 
 
 @worker_process_init.connect
