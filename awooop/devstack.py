@@ -138,6 +138,10 @@ class NotInstalled(RuntimeError):
     """An embedded server's package is missing; the message says what to do instead."""
 
 
+class StartFailed(RuntimeError):
+    """An embedded server did not start; the message names its log."""
+
+
 def _require(package: str, server: str, variable: str) -> None:
     if importlib.util.find_spec(package) is None:
         raise NotInstalled(
@@ -299,7 +303,7 @@ def start_postgres(paths: Paths, port: int) -> str:
     # `make bench` measures this server on a fresh machine, and its figures must come
     # from a durable database (a commit's flush costs 0.3-0.5 ms on this project's machines).
     options = f"-h 127.0.0.1 -p {port} -k {paths.pgdata} -c max_connections=200"
-    subprocess.run(
+    started = subprocess.run(
         [
             str(_pg_bin("pg_ctl")),
             "-D",
@@ -313,10 +317,12 @@ def start_postgres(paths: Paths, port: int) -> str:
             "60",
             "start",
         ],
-        check=True,
+        check=False,
         capture_output=True,
         user=run_as,
     )
+    if started.returncode != 0:
+        raise StartFailed(f"the embedded PostgreSQL did not start; see {paths.pglog}")
     require_password(paths, port)
     # The password goes to psql in its environment, never on a command line.
     admin = [str(_pg_bin("psql")), "-h", "127.0.0.1", "-p", str(port), "-U", PG_USER, "postgres"]
@@ -336,6 +342,27 @@ def start_postgres(paths: Paths, port: int) -> str:
             env=with_password,
         )
     return postgres_url(paths, port)
+
+
+def running_postgres_port(paths: Paths) -> int | None:
+    """The port of the embedded server running on ``paths.pgdata``, or None.
+
+    Read from the data directory's ``postmaster.pid`` (its first line the server's pid, its
+    fourth the port), not from the env file: the env file may be gone or rewritten while the
+    server runs, and a second server cannot start on the same directory.
+    """
+    try:
+        lines = (paths.pgdata / "postmaster.pid").read_text().splitlines()
+        pid, port = int(lines[0]), int(lines[3])
+    except (OSError, ValueError, IndexError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None  # a stale file left by a crash: pg_ctl start replaces it
+    except PermissionError:
+        pass  # alive, run as the server's own user
+    return port if port_open(port) else None
 
 
 def stop_postgres(paths: Paths) -> bool:
@@ -392,7 +419,7 @@ def start_redis(paths: Paths, port: int) -> str:
     deadline = time.monotonic() + 10
     while not port_open(port):
         if time.monotonic() > deadline:
-            raise RuntimeError(f"embedded redis did not start; see {paths.redis_dir}/redis.log")
+            raise StartFailed(f"the embedded Redis did not start; see {paths.redis_dir}/redis.log")
         time.sleep(0.05)
     return redis_url(paths, port)
 
@@ -493,9 +520,8 @@ def up(root: Path, environ: dict[str, str] | None = None) -> dict[str, str]:
     if env.get("AWOOOP_DATABASE_URL"):
         values["AWOOOP_DATABASE_URL"] = env["AWOOOP_DATABASE_URL"]
     else:
-        url = state.get("AWOOOP_EMBEDDED_DATABASE_URL", "")
-        port = _port_of(url)
-        if port and port_open(port) and (paths.pgdata / "postmaster.pid").exists():
+        port = running_postgres_port(paths)
+        if port is not None:
             require_password(paths, port)
             url = postgres_url(paths, port)
         else:

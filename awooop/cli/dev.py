@@ -106,6 +106,9 @@ def cmd_dev_up(args: argparse.Namespace) -> int:
         values = devstack.up(args.state_dir)
     except devstack.NotInstalled as exc:
         raise UsageError(str(exc)) from None
+    except devstack.StartFailed as exc:
+        print(f"awooop: error: {exc}", file=sys.stderr)
+        return 1
     for key in ("AWOOOP_DATABASE_URL", "AWOOOP_BROKER_URL"):
         embedded = values.get(key.replace("AWOOOP_", "AWOOOP_EMBEDDED_")) == values[key]
         shown = config.mask_url(values[key])  # the full URL is in the env file only

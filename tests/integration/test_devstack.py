@@ -18,7 +18,7 @@ import pytest
 import redis
 from sqlalchemy.engine import make_url
 
-from awooop import devstack
+from awooop import cli, devstack
 from tests.conftest import IN_CI
 
 # The broker is configured, so `devstack.up` starts only PostgreSQL (no Redis is touched).
@@ -117,3 +117,36 @@ def test_the_passwords_are_readable_by_their_owner_only(state):
         assert (state / secret).stat().st_mode & 0o077 == 0, secret
     assert (state / "redis").stat().st_mode & 0o077 == 0
     assert os.stat(state / "pgdata").st_mode & 0o077 == 0
+
+
+def test_a_running_embedded_postgresql_is_found_again_when_the_env_file_is_gone(state):
+    # The env file names the embedded server's port; without it, the data directory still
+    # says where its server listens (postmaster.pid), and a second server cannot start there.
+    first = devstack.up(state, dict(CONFIGURED_BROKER))["AWOOOP_DATABASE_URL"]
+    postmaster = (state / "pgdata" / "postmaster.pid").read_text()
+    (state / "env").unlink()
+
+    second = devstack.up(state, dict(CONFIGURED_BROKER))["AWOOOP_DATABASE_URL"]
+
+    assert make_url(second).port == make_url(first).port
+    assert (state / "pgdata" / "postmaster.pid").read_text() == postmaster  # the same server
+    connect(second, make_url(second).password)
+
+
+def test_an_embedded_postgresql_that_does_not_start_is_one_line_naming_its_log(
+    state, capsys, monkeypatch
+):
+    monkeypatch.delenv("AWOOOP_DATABASE_URL", raising=False)
+    monkeypatch.setenv("AWOOOP_BROKER_URL", CONFIGURED_BROKER["AWOOOP_BROKER_URL"])
+    # Given a data directory of a PostgreSQL version this server cannot read.
+    paths = devstack.Paths(state)
+    devstack._prepare_pgdata(paths)
+    devstack.up(state, dict(CONFIGURED_BROKER))
+    devstack.down(state)
+    (paths.pgdata / "PG_VERSION").write_text("9\n")
+
+    code = cli.main(["dev", "--state-dir", str(state), "up"])
+
+    assert code == 1
+    err = capsys.readouterr().err
+    assert err == f"awooop: error: the embedded PostgreSQL did not start; see {paths.pglog}\n"
