@@ -173,19 +173,36 @@ class SentinelGroup:
     def wait_failover(self, old: Redis, timeout: float = 60) -> Redis:
         """Wait until every live sentinel names a master other than ``old`` and that server
         answers ``ROLE`` as a master; the new master."""
+        return self._wait_master(timeout, "the sentinels to promote a replica", besides=old)
 
-        def promoted() -> Redis | None:
+    def current_master(self, timeout: float = 60) -> Redis:
+        """The master every live sentinel names now, once it answers ``ROLE`` as one. Not
+        necessarily the one :meth:`wait_failover` returned: with a short
+        ``down-after-milliseconds``, a loaded machine can make the sentinels fail over again."""
+        return self._wait_master(timeout, "the sentinels to agree on a master")
+
+    def switches(self) -> int:
+        """How many times the sentinels changed master (``+switch-master`` in a sentinel's log;
+        each sentinel logs every switch it learns of)."""
+        logs = [s.dir / "sentinel.log" for s in self.sentinels]
+        return max(
+            (p.read_text(errors="replace").count("+switch-master") for p in logs if p.exists()),
+            default=0,
+        )
+
+    def _wait_master(self, timeout: float, what: str, besides: Redis | None = None) -> Redis:
+        def agreed() -> Redis | None:
             named = {s.master() for s in self.live_sentinels()}
             if len(named) != 1 or None in named:
                 return None
             (address,) = named
             assert address is not None
             server = self._server(address)
-            if server is old or self._role(server) != "master":
+            if server is besides or self._role(server) != "master":
                 return None
             return server
 
-        found = wait_until(promoted, timeout, "the sentinels to promote a replica")
+        found = wait_until(agreed, timeout, what)
         assert isinstance(found, Redis)
         return found
 
