@@ -15,6 +15,7 @@ import sys
 import pytest
 from celery import beat, signals
 
+from awooop.tasks import app as tasks_app
 from awooop.tasks.app import app
 
 
@@ -33,13 +34,19 @@ def service(tmp_path):
     service = beat.Service(
         app, schedule_filename=str(tmp_path / "schedule"), scheduler_cls=beat.PersistentScheduler
     )
-    # What `celery beat` does before it starts the service, then what the service sends.
+    # What `celery beat` does before it starts the service, then AwoooP's beat_init receiver
+    # (alone: the others would serve metrics from this process).
     app.Beat().install_sync_handler(service)
-    signals.beat_init.send(sender=service)
+    tasks_app._stop_beat_on_signal(sender=service)
     yield service
     service.scheduler.close()
     for sig, handler in previous.items():
         signal.signal(sig, handler)
+
+
+def test_the_handler_is_installed_when_beat_starts():
+    receivers = [ref() for _, ref in signals.beat_init.receivers]
+    assert tasks_app._stop_beat_on_signal in receivers
 
 
 def test_a_sigterm_whose_exit_is_lost_leaves_a_beat_that_ticks_then_stops(service, monkeypatch):
