@@ -42,13 +42,18 @@ async def step_three(run: int) -> None:
 
 
 @app.task(name=STEPS[1])
-async def step_two(run: int) -> None:
+async def step_two(run: int, first_started: float) -> None:
     await step_three.defer_async(run=run)
 
 
 @app.task(name=STEPS[0])
 async def step_one(run: int) -> None:
-    await step_two.defer_async(run=run)
+    """``first_started``: when this step's code began, by the clock its worker reads, as
+    AwoooP's and DBOS's steps stamp theirs (Procrastinate's own ``started`` event is stamped
+    by the fetch statement, before its commit). It travels in the write the step makes
+    anyway."""
+    started = time.time()
+    await step_two.defer_async(run=run, first_started=started)
 
 
 async def admit(n: int, first: int = 0, rate: float = 0.0) -> None:
