@@ -12,10 +12,12 @@ one per connection pool."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kombu import Connection, Exchange, Producer, Queue
@@ -55,6 +57,18 @@ def test_installed_for_every_redis_scheme():
     assert resolve_transport("sentinel") is redis_transport.SentinelTransport
 
 
+@contextlib.contextmanager
+def _channel_with_empty_queue(broker_url: str, name: str) -> Iterator[tuple[Any, Queue]]:
+    """A channel of AwoooP's Redis transport, and a queue of its own, declared and empty."""
+    redis_transport.install()
+    queue = Queue(name, Exchange(name), name)
+    with Connection(broker_url) as conn:
+        channel = conn.default_channel
+        queue(channel).declare()
+        queue(channel).purge()
+        yield channel, queue
+
+
 def _clients_built(channel) -> list:
     """Every client ``channel`` builds from now on."""
     built: list = []
@@ -68,41 +82,36 @@ def _clients_built(channel) -> list:
     return built
 
 
-def _taken_and_acked(channel, queue: Queue, count: int) -> None:
+def _taken_and_acked(channel, queue: Queue, count: int) -> list[str]:
+    """``count`` messages published, then taken and acked one by one; their delivery tags."""
     producer = Producer(channel)
     for n in range(count):
         producer.publish({"n": n}, exchange=queue.exchange, routing_key=queue.routing_key)
+    tags = []
     for n in range(count):
         message = queue(channel).get(no_ack=False)
         assert message is not None and message.payload == {"n": n}
         message.ack()
+        tags.append(message.delivery_tag)
+    return tags
 
 
 def test_a_channel_sends_every_message_s_bookkeeping_and_ack_through_one_client(broker_url):
-    redis_transport.install()
-    queue = Queue("awooop-test-one-client", Exchange("awooop-test-one-client"), "one-client")
-    with Connection(broker_url) as conn:
-        channel = conn.default_channel
-        queue(channel).declare()
-        queue(channel).purge()
+    with _channel_with_empty_queue(broker_url, "awooop-test-one-client") as (channel, queue):
         built = _clients_built(channel)
 
-        _taken_and_acked(channel, queue, 20)
+        tags = _taken_and_acked(channel, queue, 20)
 
         # the one client may already have been built by the declare and purge above;
         # kombu's own channel built 100 here, five a message
         assert len(built) <= 1
-        assert channel.qos.can_consume()  # every ack landed: nothing is left unacknowledged
+        # every ack landed: none of the messages is left in the unacknowledged set
+        assert channel.client.hmget(channel.unacked_key, tags) == [None] * len(tags)
         assert channel.client.llen(queue.name) == 0
 
 
 def test_a_channel_whose_pool_was_replaced_sends_through_a_client_of_the_new_pool(broker_url):
-    redis_transport.install()
-    queue = Queue("awooop-test-new-pool", Exchange("awooop-test-new-pool"), "new-pool")
-    with Connection(broker_url) as conn:
-        channel = conn.default_channel
-        queue(channel).declare()
-        queue(channel).purge()
+    with _channel_with_empty_queue(broker_url, "awooop-test-new-pool") as (channel, queue):
         _taken_and_acked(channel, queue, 1)
         old_pool = channel.pool
         built = _clients_built(channel)
