@@ -119,6 +119,7 @@ class Knobs:
 class Snapshot:
     cpu: dict[str, float]  # CPU seconds so far, by what is measured
     machine: procs.Sample
+    ours: set[int]  # the processes the bench runs (and RabbitMQ's), alive at the snapshot
     at: float = field(default_factory=time.monotonic)
 
 
@@ -220,12 +221,14 @@ class Bench:
         return out
 
     def snapshot(self, sources: dict[str, Callable[[], float]]) -> Snapshot:
-        return Snapshot({n: read() for n, read in sources.items()}, self.noise.sample())
-
-    def between(self, a: Snapshot, b: Snapshot) -> Interval:
         ours = set(procs.running_pids()) | {os.getpid()}
         ours |= {p for r in procs.rabbitmq_pids() for p in procs.tree(r)}
-        split = procs.split(a.machine, b.machine, ours)
+        return Snapshot({n: read() for n, read in sources.items()}, self.noise.sample(), ours)
+
+    def between(self, a: Snapshot, b: Snapshot) -> Interval:
+        # Whose processes were ours is read at the snapshots: a phase's worker may be stopped
+        # by the time its interval is computed (it would count as other CPU otherwise).
+        split = procs.split(a.machine, b.machine, a.ours | b.ours)
         cpu = {n: b.cpu[n] - a.cpu[n] for n in a.cpu}
         return Interval(cpu, b.at - a.at, split["other"], split["io"])
 

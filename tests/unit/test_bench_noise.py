@@ -5,6 +5,8 @@ from a fake /proc tree."""
 from __future__ import annotations
 
 import math
+import sys
+import time
 from pathlib import Path
 
 from bench import procs
@@ -86,3 +88,31 @@ def test_a_process_started_during_the_phase_counts_whole_and_a_reused_pid_afresh
     shares = procs.split(a, b, ours=set())
 
     assert math.isclose(shares["other"], 30.0)
+
+
+def test_capacity_counts_a_worker_stopped_after_its_phase_as_ours_not_other_cpu(tmp_path):
+    # Given a measured process that burns CPU between two snapshots, as a worker drains runs,
+    # and is stopped before the phase's interval is computed (as the execution phase does)
+    from bench import capacity
+
+    b = capacity.Bench(None, None, tmp_path, {}, None, [])
+    burner = procs.Proc(
+        "burner", [sys.executable, "-c", "while True: pass"], procs.child_env(), tmp_path
+    )
+    try:
+        sources = b.sources(capacity.Broker("Redis", {}, lambda: 0, "", lambda: 0), w=burner)
+        before = b.snapshot(sources)
+        deadline = time.monotonic() + 30
+        while burner.cpu_seconds() < 0.5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        after = b.snapshot(sources)
+    finally:
+        burner.stop(timeout=5)
+
+    # When the interval is computed once the process is gone
+    interval = b.between(before, after)
+
+    # Then its CPU is the phase's own: other CPU holds at most a small part of it
+    burned_pct = interval.cpu["w"] / (after.machine.total - before.machine.total) * 100
+    assert interval.cpu["w"] >= 0.5
+    assert interval.other_cpu_pct < burned_pct / 2, (interval.other_cpu_pct, burned_pct)
