@@ -26,14 +26,20 @@ except ConfigError as exc:
 
 broker_url = _settings.broker_url
 broker_connection_retry_on_startup = True
-# Redis: a message not acked within this long is redelivered; the database claim makes the
-# second delivery harmless, so this only needs to exceed the longest queue wait we tolerate.
-broker_transport_options: dict[str, object] = {"visibility_timeout": 3600}
+broker_transport_options: dict[str, object] = {}
 if _settings.broker_sentinel_master:
     # A sentinel:// broker URL: the group its sentinels monitor (required with one).
     broker_transport_options["master_name"] = _settings.broker_sentinel_master
 if redis_client.is_redis_url(broker_url):
     redis_transport.install()  # a worker survives losing Redis while it holds a message
+    # No acknowledgement emulation: kombu would keep a copy in Redis of each message a worker
+    # takes until it is acked (a transaction when it takes it, one when it acks, in the
+    # worker's parent, serial with every run) to deliver it again an hour later if the worker
+    # vanished. PostgreSQL holds every run: the reaper hands a dead worker's runs on and the
+    # orphan sweep re-sends a message that was lost, within minutes. A message is still put
+    # back on its queue, from the parent's memory, when the process running it dies
+    # (task_reject_on_worker_lost) and when the worker stops before running it.
+    broker_transport_options["ack_emulation"] = False
 
 task_serializer = "json"
 result_serializer = "json"

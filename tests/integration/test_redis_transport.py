@@ -50,6 +50,33 @@ def test_a_redis_channel_closed_after_its_transport_does_not_raise_attribute_err
     conn.close()  # kombu's own channel raised AttributeError here
 
 
+@pytest.mark.parametrize("transport_gone", [True, False], ids=["transport-closed", "server-gone"])
+def test_a_message_that_cannot_go_back_to_a_lost_redis_is_left_to_the_sweeps(
+    server, monkeypatch, caplog, transport_gone
+):
+    # Without acknowledgement emulation the message a worker holds is put back from memory
+    # when its channel closes; with Redis gone that fails, and kombu would log an error and
+    # dump the message to a temporary file. The run is in PostgreSQL and the orphan sweep
+    # sends it again: one warning says so.
+    from kombu.transport.virtual import base
+
+    dumped: list = []
+    monkeypatch.setattr(base, "emergency_dump_state", lambda *a, **k: dumped.append(a))
+    redis_transport.install()
+    conn = holding_a_message(server.url, ack_emulation=False)
+    server.kill()
+    if transport_gone:
+        conn._do_close_transport()  # what Celery's consumer does when the connection is lost
+
+    with caplog.at_level("WARNING"):
+        conn.close()
+
+    assert dumped == []
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+    warned = [r for r in caplog.records if getattr(r, "action", None) == "message_not_restored"]
+    assert len(warned) == 1
+
+
 def test_installed_for_every_redis_scheme():
     redis_transport.install()
     assert resolve_transport("redis") is redis_transport.Transport
@@ -121,3 +148,62 @@ def test_a_channel_whose_pool_was_replaced_sends_through_a_client_of_the_new_poo
 
         assert channel.pool is not old_pool
         assert [client.connection_pool for client in built] == [channel.pool]
+
+
+# --- the worker's channel as celeryconfig configures it: no acknowledgement emulation -------
+
+
+@contextlib.contextmanager
+def _worker_channel(broker_url: str, name: str) -> Iterator[tuple[Any, Queue]]:
+    """A channel with the transport options of ``celeryconfig.py`` (as a worker's), and a
+    queue of its own with one message on it."""
+    import celeryconfig
+
+    redis_transport.install()
+    queue = Queue(name, Exchange(name), name)
+    options = celeryconfig.broker_transport_options
+    with Connection(broker_url, transport_options=options) as conn:
+        channel = conn.default_channel
+        queue(channel).declare()
+        queue(channel).purge()
+        Producer(channel).publish({"run_id": "r1"}, exchange=name, routing_key=name)
+        yield channel, queue
+
+
+def test_a_worker_takes_a_message_without_writing_a_copy_back_to_redis(broker_url):
+    # PostgreSQL holds every run and the sweeps re-send a lost message: kombu's copy of each
+    # taken message in Redis (two transactions a message in the worker's parent) buys nothing
+    with _worker_channel(broker_url, "awooop-test-no-copy") as (channel, queue):
+        message = queue(channel).get(no_ack=False)
+        assert message is not None and message.payload == {"run_id": "r1"}
+
+        assert channel.client.hlen(channel.unacked_key) == 0
+        assert channel.client.zcard(channel.unacked_index_key) == 0
+
+        message.ack()
+        assert channel.client.llen(queue.name) == 0
+
+
+def test_a_message_whose_worker_process_died_goes_back_on_the_queue(broker_url):
+    # task_reject_on_worker_lost: Celery rejects the message with requeue
+    with _worker_channel(broker_url, "awooop-test-requeue") as (channel, queue):
+        message = queue(channel).get(no_ack=False)
+        assert message is not None
+
+        message.reject(requeue=True)
+
+        again = queue(channel).get(no_ack=False)
+        assert again is not None and again.payload == {"run_id": "r1"}
+        again.ack()
+        assert channel.client.llen(queue.name) == 0
+
+
+def test_messages_taken_and_not_acked_go_back_on_the_queue_when_the_worker_stops(broker_url):
+    with _worker_channel(broker_url, "awooop-test-restore") as (channel, queue):
+        assert queue(channel).get(no_ack=False) is not None
+        client = channel.client
+        assert client.llen(queue.name) == 0
+
+        channel.close()  # a worker stopping with a message it has not run
+
+        assert client.llen(queue.name) == 1
