@@ -15,7 +15,9 @@ its run is in PostgreSQL, and a run whose message is gone is re-sent by the orph
 ``celeryconfig.py`` turns kombu's acknowledgement emulation off, so a worker holds the
 messages it took in memory and, when its channel closes, puts them back on their queue
 itself. With Redis gone that fails, and kombu would log an error and dump the messages to a
-temporary file; here each is one warning instead, naming the orphan sweep that re-sends it.
+temporary file; here each is one warning instead: what the message asked for is in
+PostgreSQL (a run, a notification in the outbox), and the orphan or outbox sweep sends it
+again (beat sends its sweeps again on their schedule).
 
 kombu builds a new ``redis.Redis`` for each command it sends outside its consumer's own
 client (each publish; with acknowledgement emulation, also the bookkeeping of each message
@@ -60,8 +62,8 @@ class _UnrestorableLeftToTheSweeps:
             super()._restore(message, leftmost)  # type: ignore[misc]
         except self.connection_errors as exc:
             log.warning(
-                "a message taken from the broker could not be put back on its queue; "
-                "the orphan sweep sends its run again",
+                "a message taken from the broker could not be put back on its queue; what it "
+                "asked for is in PostgreSQL, and the sweeps send it again",
                 extra={
                     "action": "message_not_restored",
                     "routing_key": message.delivery_info.get("routing_key"),
