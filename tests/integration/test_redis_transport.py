@@ -8,7 +8,11 @@ error, which kombu ignores while closing.
 
 kombu also built a new ``redis.Redis`` for each command outside its consumer's client (two a
 message in a worker's parent, each copying redis-py's response callbacks); these channels keep
-one per connection pool."""
+one per connection pool.
+
+A worker configured by ``celeryconfig.py`` takes messages without kombu's acknowledgement
+emulation (no copy written back to Redis), still puts a message back when its process dies or
+it stops, and leaves a message it cannot put back on a lost Redis to the sweeps."""
 
 from __future__ import annotations
 
