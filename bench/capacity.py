@@ -1,6 +1,6 @@
 """``make bench-capacity`` (``python -m bench.capacity``): what one unit of work costs (a
-request, a run, a held lease), so a team can size a deployment (``docs/scaling.md``). The
-phases: bench/NOTES.md.
+request, a run, a held lease) and PostgreSQL's commit ceiling, so a team can size a
+deployment (``docs/scaling.md``). How it measures: bench/NOTES.md.
 
 Knobs: BENCH_CAPACITY_RUNS (2000), BENCH_CAPACITY_HOLD_RUNS ("8,32"),
 BENCH_CAPACITY_WINDOW (s, 20), BENCH_CAPACITY_AMQP_URL, BENCH_CAPACITY_CEILING_SECONDS (15),
@@ -17,9 +17,7 @@ import contextlib
 import json
 import os
 import re
-import shlex
 import shutil
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,11 +37,12 @@ NEW_DOCUMENT = (
     "What a deployment needs for a given load; the figures between the markers below are "
     "written by `make bench-capacity`.\n"
 )
+METHOD = "[bench/NOTES.md](../bench/NOTES.md#make-bench-capacity-benchcapacitypy)"
 CONNECTIONS = 16
 INGRESS_LIMIT_PER_MINUTE = 10_000_000  # asked on every request, never refuses
 POLL_S = 0.2
 FLUSH_S = 0.3  # a phase's backends have exited, and flushed their statistics, within this
-HEARTBEAT_S = 1.0  # phase 3: many renewals per window; TTL and reaper interval only valid
+HEARTBEAT_S = 1.0  # lease keeping: many renewals per window; TTL and reaper interval to match
 HOLD_TIMINGS = {
     "AWOOOP_HEARTBEAT_INTERVAL_SECONDS": f"{HEARTBEAT_S:g}",
     "AWOOOP_LEASE_TTL_SECONDS": f"{10 * HEARTBEAT_S:g}",
@@ -53,28 +52,46 @@ IDLE_FLUSH_S = 10.0  # PostgreSQL's PGSTAT_IDLE_INTERVAL
 DRAINED_STOP_S = 3.0  # a drained worker's time to stop before it is killed
 CEILING_CLIENTS = 16
 CEILING_TABLE = "bench_capacity_commit_probe"
+LIBPQ_ENV = {"host": "PGHOST", "port": "PGPORT", "user": "PGUSER", "dbname": "PGDATABASE"}
 
 
 @dataclass(frozen=True)
 class Knobs:
     quick: bool
     runs: int
+    warmup_requests: int
     hold_runs: tuple[int, ...]
     window: float
+    settle: float  # lease keeping: from the last run RUNNING to the window
+    start_spread_s: float  # lease keeping: the most the last run may start after the first
+    concurrencies: tuple[int, ...]
+    web_workers: dict[str, str]
     amqp_url: str
     timeout: float
     output: Path
-    ceiling_seconds: float = 15.0
+    ceiling_seconds: float
     json_path: Path = ROOT / ".awooop" / "capacity.json"
 
     @classmethod
     def from_env(cls, quick: bool) -> Knobs:
         quick = quick or os.environ.get("BENCH_CAPACITY_QUICK") == "1"
-        knobs = cls(
+        runs = env_int("BENCH_CAPACITY_RUNS", 100 if quick else 2000)
+        window = env_float("BENCH_CAPACITY_WINDOW", 4 if quick else 20)
+        if runs < 20:
+            raise BenchError("BENCH_CAPACITY_RUNS must be at least 20")
+        if window <= 2 * HEARTBEAT_S:
+            raise BenchError(f"BENCH_CAPACITY_WINDOW must exceed {2 * HEARTBEAT_S:g} s")
+        return cls(
             quick=quick,
-            runs=env_int("BENCH_CAPACITY_RUNS", 100 if quick else 2000),
+            runs=runs,
+            warmup_requests=max(20, min(200, runs // 5)),
             hold_runs=env_ints("BENCH_CAPACITY_HOLD_RUNS", "4" if quick else "8,32"),
-            window=env_float("BENCH_CAPACITY_WINDOW", 4 if quick else 20),
+            window=window,
+            # Past IDLE_FLUSH_S the claims' statistics are in (quick: every keeper renewed once).
+            settle=HEARTBEAT_S + 0.5 if quick else IDLE_FLUSH_S + 1.0,
+            start_spread_s=1.5 if quick else 10.0,
+            concurrencies=(1,) if quick else (1, 2),
+            web_workers={"AWOOOP_WEB_WORKERS": "2"} if quick else {},
             amqp_url=os.environ.get(
                 "BENCH_CAPACITY_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//"
             ),
@@ -82,60 +99,9 @@ class Knobs:
             output=ROOT / os.environ.get("BENCH_CAPACITY_OUTPUT", "docs/scaling.md"),
             ceiling_seconds=env_float("BENCH_CAPACITY_CEILING_SECONDS", 3 if quick else 15),
         )
-        if knobs.runs < 20:
-            raise BenchError("BENCH_CAPACITY_RUNS must be at least 20")
-        if knobs.window <= 2 * HEARTBEAT_S:
-            raise BenchError(f"BENCH_CAPACITY_WINDOW must exceed {2 * HEARTBEAT_S:g} s")
-        return knobs
-
-    @property
-    def warmup_requests(self) -> int:
-        return max(20, min(200, self.runs // 5))
-
-    @property
-    def concurrencies(self) -> tuple[int, ...]:
-        return (1,) if self.quick else (1, 2)
-
-    @property
-    def settle_s(self) -> float:
-        """Phase 3: from the last run RUNNING to the window; past IDLE_FLUSH_S the claims'
-        statistics are in (quick mode: only until every keeper renewed once)."""
-        return HEARTBEAT_S + 0.5 if self.quick else IDLE_FLUSH_S + 1.0
-
-    @property
-    def web_workers(self) -> dict[str, str]:
-        return {"AWOOOP_WEB_WORKERS": "2"} if self.quick else {}
-
-    @property
-    def start_spread_s(self) -> float:
-        """Phase 3: how far apart the first and the last run may start (the hold covers it)."""
-        return 1.5 if self.quick else 10.0
 
 
-# --- CPU ---------------------------------------------------------------------------------------
-
-
-@dataclass
-class Snapshot:
-    cpu: dict[str, float]  # CPU seconds so far, by what is measured
-    machine: procs.Sample
-    ours: set[int]  # the processes the bench runs (and RabbitMQ's), alive at the snapshot
-    at: float = field(default_factory=time.monotonic)
-
-
-@dataclass(frozen=True)
-class Interval:
-    """What happened between two snapshots."""
-
-    cpu: dict[str, float]
-    seconds: float
-    other_cpu_pct: float
-    io_cpu_pct: float
-
-    def ms_per(self, name: str, count: float) -> float | None:
-        if name not in self.cpu or count <= 0:
-            return None
-        return self.cpu[name] * 1000 / count
+# --- brokers and CPU ---------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -143,26 +109,14 @@ class Broker:
     """The broker a phase's processes use: their environment, how to empty ``runs``."""
 
     name: str  # "Redis" or "RabbitMQ"
-    env: dict[str, str]
     purge: Callable[[], int]
-    version: str
-    consumers: Callable[[], int]  # clients already consuming its queues
-
-
-def redis_broker(url: str) -> Broker:
-    client = redis.Redis.from_url(url, socket_timeout=10)
-    version = str(client.info("server").get("redis_version", "?"))
-    return Broker(
-        "Redis",
-        {},
-        lambda: database.purge_queue(client),
-        version,
-        lambda: sum(1 for c in client.client_list() if c.get("cmd") in ("brpop", "blpop")),
-    )
+    env: dict[str, str] = field(default_factory=dict)
+    version: str = ""
 
 
 def rabbitmq_broker(amqp_url: str, rate_limit_url: str) -> Broker | None:
-    """RabbitMQ at ``amqp_url``; None when it does not answer (logged)."""
+    """RabbitMQ at ``amqp_url``, the rate limiter left on Redis; None when it does not answer
+    (logged). A warning when something already consumes its ``runs`` queue."""
     import kombu
     from kombu.utils.url import sanitize_url
 
@@ -170,7 +124,6 @@ def rabbitmq_broker(amqp_url: str, rate_limit_url: str) -> Broker | None:
         with kombu.Connection(amqp_url, connect_timeout=5) as conn:
             conn.ensure_connection(max_retries=1)
             version = (getattr(conn.connection, "server_properties", {}) or {}).get("version", "?")
-            version = version.decode() if isinstance(version, bytes) else version
     except Exception as exc:  # any failure to connect means "skip"
         log(f"RabbitMQ phases skipped: no answer at {sanitize_url(amqp_url)} ({exc})")
         return None
@@ -182,13 +135,22 @@ def rabbitmq_broker(amqp_url: str, rate_limit_url: str) -> Broker | None:
             except conn.channel_errors:  # no such queue yet
                 return 0
 
+    if on_runs(lambda ch: ch.queue_declare("runs", passive=True).consumer_count):
+        log("warning: RabbitMQ's runs queue has other consumers; they may take the bench's runs")
     return Broker(
         "RabbitMQ",
-        {"AWOOOP_BROKER_URL": amqp_url, "AWOOOP_RATE_LIMIT_REDIS_URL": rate_limit_url},
         lambda: on_runs(lambda ch: ch.queue_purge("runs")),
-        str(version),
-        lambda: on_runs(lambda ch: ch.queue_declare("runs", passive=True).consumer_count),
+        {"AWOOOP_BROKER_URL": amqp_url, "AWOOOP_RATE_LIMIT_REDIS_URL": rate_limit_url},
+        version.decode() if isinstance(version, bytes) else str(version),
     )
+
+
+@dataclass
+class Snapshot:
+    cpu: dict[str, float]  # CPU seconds so far, by what is measured
+    machine: procs.Sample
+    ours: set[int]  # the processes the bench runs (and RabbitMQ's), alive at the snapshot
+    at: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -199,44 +161,45 @@ class Bench:
     tokens: dict[str, str]
     postgres_pid: int | None
     redis_pids: list[int]
+    noise: procs.Noise = field(default_factory=lambda: procs.Noise(procs.running_pids))
 
     @property
     def url(self) -> str:
         return str(self.settings.database_url)
 
-    def sources(self, broker: Broker, **measured: procs.Proc) -> dict[str, Callable[[], float]]:
-        """What a phase measures the CPU of: its processes, PostgreSQL's tree, Redis,
-        RabbitMQ (when it is the broker) and this process (the load, the polling)."""
-        out: dict[str, Callable[[], float]] = {n: p.cpu_seconds for n, p in measured.items()}
-        me = os.getpid()
-        out["bench"] = lambda: procs.cpu_seconds(me)
-        if (pg := self.postgres_pid) is not None:
-            out["postgres"] = lambda: sum(map(procs.cpu_seconds, procs.tree(pg)))
+    def snapshot(self, broker: Broker, **measured: procs.Proc) -> Snapshot:
+        """CPU seconds so far of the phase's processes, PostgreSQL's tree, Redis and (when it
+        is the broker) RabbitMQ; the machine's CPU, to split the rest into other and I/O."""
+        rabbitmq = [p for r in procs.rabbitmq_pids() for p in procs.tree(r)]
+        cpu = {name: proc.cpu_seconds() for name, proc in measured.items()}
+        if self.postgres_pid is not None:
+            cpu["postgres"] = sum(map(procs.cpu_seconds, procs.tree(self.postgres_pid)))
         if self.redis_pids:
-            out["redis"] = lambda: sum(map(procs.cpu_seconds, self.redis_pids))
-        if broker.name == "RabbitMQ" and (rabbits := procs.rabbitmq_pids()):
-            out["rabbitmq"] = lambda: sum(
-                procs.cpu_seconds(p) for r in rabbits for p in procs.tree(r)
-            )
-        return out
+            cpu["redis"] = sum(map(procs.cpu_seconds, self.redis_pids))
+        if broker.name == "RabbitMQ" and rabbitmq:
+            cpu["rabbitmq"] = sum(map(procs.cpu_seconds, rabbitmq))
+        ours = set(procs.running_pids()) | {os.getpid()} | set(rabbitmq)
+        return Snapshot(cpu, self.noise.sample(), ours)
 
-    def snapshot(self, sources: dict[str, Callable[[], float]]) -> Snapshot:
-        ours = set(procs.running_pids()) | {os.getpid()}
-        ours |= {p for r in procs.rabbitmq_pids() for p in procs.tree(r)}
-        return Snapshot({n: read() for n, read in sources.items()}, self.noise.sample(), ours)
 
-    def between(self, a: Snapshot, b: Snapshot) -> Interval:
-        # Whose processes were ours is read at the snapshots: a phase's worker may be stopped
-        # by the time its interval is computed (it would count as other CPU otherwise).
-        split = procs.split(a.machine, b.machine, a.ours | b.ours)
-        cpu = {n: b.cpu[n] - a.cpu[n] for n in a.cpu}
-        return Interval(cpu, b.at - a.at, split["other"], split["io"])
+def cpu_between(
+    a: Snapshot, b: Snapshot, side: str, per: float, suffix: str = ""
+) -> dict[str, Any]:
+    """CPU ms per ``per`` (units of work, or seconds) of the phase's ``side`` (web or worker)
+    and of each server, and the other and I/O shares of all CPUs, between two snapshots."""
 
-    noise: procs.Noise = field(default_factory=lambda: procs.Noise(procs.running_pids))
+    def ms(name: str) -> float | None:
+        return (b.cpu[name] - a.cpu[name]) * 1000 / per if name in a.cpu and per > 0 else None
+
+    # Whose processes were ours is read at the snapshots: a phase's worker may be stopped
+    # by the time its interval is computed (it would count as other CPU otherwise).
+    split = procs.split(a.machine, b.machine, a.ours | b.ours)
+    out = {f"{n}_cpu_ms{suffix}": ms(n) for n in (side, "postgres", "redis", "rabbitmq")}
+    return out | {"other_cpu_pct": split["other"], "io_cpu_pct": split["io"]}
 
 
 def hold_env() -> dict[str, str]:
-    """Phase 3's processes: the bench workflows registered, the short lease timings."""
+    """Lease keeping's processes: the bench workflows registered, the short lease timings."""
     modules = [os.environ.get("AWOOOP_WORKFLOW_MODULES", ""), "bench.workflows"]
     return {"AWOOOP_WORKFLOW_MODULES": ",".join(m for m in modules if m), **HOLD_TIMINGS}
 
@@ -244,12 +207,9 @@ def hold_env() -> dict[str, str]:
 def admit(web: procs.Web, label: str, source: load.Source, n: int, spread: bool = True) -> Any:
     """``n`` requests over CONNECTIONS connections; every one must be answered 202. Runs
     merely queued for a later phase go as accepted (``spread`` False)."""
-    result = web.run(source, CONNECTIONS, spread=spread, timeout=max(60.0, n / 50))
+    result = web.admit(label, source, n, CONNECTIONS, spread=spread)
     if (accepted := result.statuses.get(202, 0)) != n:
-        raise web.failure(
-            f"{label}: {accepted}/{n} requests answered 202 ({dict(result.statuses)}, "
-            f"{result.errors} dropped)"
-        )
+        raise web.failure(f"{label}: {accepted}/{n} requests answered 202")
     return result
 
 
@@ -259,9 +219,8 @@ def admit_with_fresh_web(
     """Start a web (one gunicorn worker: its CPU is not measured), admit ``n`` runs, stop it."""
     env = {"AWOOOP_WEB_WORKERS": "1", **broker.env, **env}
     with procs.started(procs.Web(f"web-{label}", b.logdir, **env)) as web:
-        result = admit(web.wait(), label, source, n, spread=False)
+        admit(web.wait(), label, source, n, spread=False)
     time.sleep(FLUSH_S)
-    log(f"{label}: admitted {n} runs ({result.rps:.0f} req/s), web stopped")
 
 
 def counts(url: str) -> database.Counts:
@@ -269,18 +228,11 @@ def counts(url: str) -> database.Counts:
         return database.server_counts(conn)
 
 
-def cpu_fields(interval: Interval, count: float, *names: str) -> dict[str, Any]:
-    return {f"{n}_cpu_ms": interval.ms_per(n, count) for n in names} | {
-        "other_cpu_pct": interval.other_cpu_pct,
-        "io_cpu_pct": interval.io_cpu_pct,
-    }
-
-
-# --- 1. admission ------------------------------------------------------------------------------
+# --- the phases --------------------------------------------------------------------------------
 
 
 def measure_admission(b: Bench, broker: Broker, project_id: str, batch: str) -> dict[str, Any]:
-    """Phase 1; then the same web admits the first execution batch (into ``batch``)."""
+    """Admission; then the same web admits the first execution batch (into ``batch``)."""
     n, warm = b.knobs.runs, b.knobs.warmup_requests
     broker.purge()
     database.vacuum_runs(b.url)
@@ -288,21 +240,17 @@ def measure_admission(b: Bench, broker: Broker, project_id: str, batch: str) -> 
     name = f"web-admission-{broker.name.lower()}"
     with procs.started(procs.Web(name, b.logdir, **b.knobs.web_workers, **broker.env)) as web:
         web.wait()
-        prefix = os.urandom(4).hex()
-
-        def source(project: str, part: str, limit: int) -> load.Source:
-            return load.events(b.tokens, [project], load.unique_keys(f"{prefix}-{part}"), limit)
-
-        admit(web, "admission warm-up", source(project_id, "w", warm), warm)
-        sources = b.sources(broker, web=web)
-        before = b.snapshot(sources)
-        result = admit(web, "admission", source(project_id, "m", n), n)
-        interval = b.between(before, b.snapshot(sources))
+        admit(web, "admission warm-up", load.events(b.tokens, [project_id], limit=warm), warm)
+        before = b.snapshot(broker, web=web)
+        source = load.events(b.tokens, [project_id], limit=n)
+        result = admit(web, f"admission ({broker.name})", source, n)
+        cpu = cpu_between(before, b.snapshot(broker, web=web), "web", n)
         purged = broker.purge()
-        admit(web, "first execution batch", source(batch, "b", n), n, spread=False)
+        admit(web, "first execution batch", load.events(b.tokens, [batch], limit=n), n, False)
     time.sleep(FLUSH_S)
     delta = counts(b.url) - counts0
-    info: dict[str, Any] = {
+    return {
+        "label": f"admission ({broker.name})",
         "broker": broker.name,
         "connections": CONNECTIONS,
         "requests": n,
@@ -310,33 +258,20 @@ def measure_admission(b: Bench, broker: Broker, project_id: str, batch: str) -> 
         "req_per_s": result.rps,
         "p50_ms": result.p50,
         "p99_ms": result.p99,
-        **cpu_fields(interval, n, "web", "postgres", "redis", "rabbitmq"),
+        **cpu,
         "commits": delta.commits,
         # Every request the web answered: warm-up, measured, and the execution batch.
         "commits_per_request": delta.commits / (warm + 2 * n),
         "other_databases_commits": delta.other_commits,
         "purged_messages": purged,
     }
-    log(
-        f"admission ({broker.name}): {n} requests, {result.rps:.0f} req/s, web "
-        f"{fmt(info['web_cpu_ms'], 2)} / PostgreSQL {fmt(info['postgres_cpu_ms'], 2)} / Redis "
-        f"{fmt(info['redis_cpu_ms'], 2)}"
-        + (f" / RabbitMQ {fmt(info['rabbitmq_cpu_ms'], 2)}" if broker.name == "RabbitMQ" else "")
-        + f" CPU ms per request, {info['commits_per_request']:.2f} commits per request; "
-        f"purged {purged} messages; {procs.noise_text(info)}; then admitted "
-        f"{n} runs for the execution phase"
-    )
-    return info
-
-
-# --- 2. execution ------------------------------------------------------------------------------
 
 
 def measure_execution(
     b: Bench, broker: Broker, project_id: str, concurrency: int, queued: bool = False
 ) -> dict[str, Any]:
-    """Phase 2 with ``concurrency`` worker processes; ``queued``: the runs were admitted (and
-    their messages queued) by the admission phase's web."""
+    """Execution with ``concurrency`` worker processes; ``queued``: the runs were admitted
+    (and their messages queued) by the admission phase's web."""
     n = b.knobs.runs
     label = f"execution-{broker.name.lower()}-c{concurrency}"
     if not queued:
@@ -347,40 +282,31 @@ def measure_execution(
     progress = database.Progress.runs(b.url, [project_id])
     worker = procs.start_worker(f"worker-{label}", b.logdir, concurrency, **broker.env)
     try:
-        sources = b.sources(broker, worker=worker)
         # CPU once the worker is warm: from a tenth of the runs done to the last.
-        marks = progress.drain(n, worker, lambda: b.snapshot(sources), POLL_S)
+        (warm, done0), (end, done1) = progress.drain(
+            n, worker, lambda: b.snapshot(broker, worker=worker), POLL_S
+        )
         seconds = progress.span()
     finally:
         progress.close()
         worker.stop(DRAINED_STOP_S)
     time.sleep(FLUSH_S)
     delta = counts(b.url) - counts0
-    (warm, done0), (end, done1) = marks
-    measured = done1 - done0
-    interval = b.between(warm, end)
-    info: dict[str, Any] = {
+    runs_per_s = n / seconds if seconds > 0 else float("nan")
+    log(f"{label}: {n} runs in {seconds:.2f} s = {runs_per_s:.0f} runs/s")
+    return {
+        "label": f"execution ({broker.name}, {concurrency} processes)",
         "broker": broker.name,
         "worker_processes": concurrency,
         "runs": n,
-        "runs_per_s": n / seconds if seconds > 0 else float("nan"),
+        "runs_per_s": runs_per_s,
         "seconds": seconds,
-        "cpu_measured_runs": measured,
-        **cpu_fields(interval, measured, "worker", "postgres", "redis", "rabbitmq"),
+        "cpu_measured_runs": done1 - done0,
+        **cpu_between(warm, end, "worker", done1 - done0),
         "commits": delta.commits,
         "commits_per_run": delta.commits / n,
         "other_databases_commits": delta.other_commits,
     }
-    log(
-        f"execution ({broker.name}, -c {concurrency}): {n} runs in {seconds:.2f} s = "
-        f"{info['runs_per_s']:.0f} runs/s; worker {fmt(info['worker_cpu_ms'], 2)} / PostgreSQL "
-        f"{fmt(info['postgres_cpu_ms'], 2)} CPU ms per run (over {measured} warm runs), "
-        f"{info['commits_per_run']:.2f} commits per run; {procs.noise_text(info)}"
-    )
-    return info
-
-
-# --- 3. lease keeping --------------------------------------------------------------------------
 
 
 def wait_all_running(
@@ -403,9 +329,8 @@ def wait_all_running(
 def measure_lease_keeping(b: Bench, broker: Broker, project_id: str, n: int) -> dict[str, Any]:
     from awooop.config import Settings
 
-    knobs, window = b.knobs, b.knobs.window
     # Every run is still holding when the window ends, however late in the spread it started.
-    hold = knobs.start_spread_s + knobs.settle_s + window + 1.0
+    hold = b.knobs.start_spread_s + b.knobs.settle + b.knobs.window + 1.0
     label = f"hold-{n}"
     broker.purge()
     database.vacuum_runs(b.url)
@@ -415,29 +340,22 @@ def measure_lease_keeping(b: Bench, broker: Broker, project_id: str, n: int) -> 
     metrics_dir = b.logdir / f"metrics-{label}"
     metrics_dir.mkdir()
     progress = database.Progress.runs(b.url, [project_id])
-    worker = procs.start_worker(
-        f"worker-{label}",
-        b.logdir,
-        n,
-        PROMETHEUS_MULTIPROC_DIR=str(metrics_dir),
-        **broker.env,
-        **hold_env(),
-    )
+    env = {"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir), **broker.env, **hold_env()}
+    worker = procs.start_worker(f"worker-{label}", b.logdir, n, **env)
 
     def renewals(*outcomes: str) -> float:
         name = "awooop_lease_renewals_total"
         return sum(database.metric_sum(metrics_dir, name, outcome=o) for o in outcomes)
 
     try:
-        wait_all_running(progress, worker, n, knobs.start_spread_s)
-        time.sleep(knobs.settle_s)
-        sources = b.sources(broker, worker=worker)
+        wait_all_running(progress, worker, n, b.knobs.start_spread_s)
+        time.sleep(b.knobs.settle)
         # One connection for both readings: no backend start inside the window.
         with database.connect(b.url) as conn:
             counts0, renewed0 = database.server_counts(conn), renewals("renewed")
-            before = b.snapshot(sources)
-            time.sleep(window)
-            interval = b.between(before, b.snapshot(sources))
+            before = b.snapshot(broker, worker=worker)
+            time.sleep(b.knobs.window)
+            after = b.snapshot(broker, worker=worker)
             renewed1, counts1 = renewals("renewed"), database.server_counts(conn)
         if (still := progress.counts()[3]) != n:
             raise worker.failure(
@@ -448,20 +366,20 @@ def measure_lease_keeping(b: Bench, broker: Broker, project_id: str, n: int) -> 
     finally:
         progress.close()
         worker.stop(DRAINED_STOP_S)
-    lost = renewals("lost", "error")
-    seconds, delta = interval.seconds, counts1 - counts0
-    renewed = renewed1 - renewed0
-    renewals_per_s = renewed / seconds
+    seconds, delta, renewed = after.at - before.at, counts1 - counts0, renewed1 - renewed0
+    cpu = cpu_between(before, after, "worker", seconds, "_per_s")
+    postgres_ms = cpu["postgres_cpu_ms_per_s"]
+    postgres_ms = float("nan") if postgres_ms is None else postgres_ms
     liveness = b.settings.worker_liveness_interval_seconds  # the worker's too
-    liveness_per_s = n / liveness  # one row per worker process (-c n: n processes)
+    # Writes: the renewals, and one liveness row per worker process (-c n: n processes).
+    writes_per_s = renewed / seconds + n / liveness
     commits_per_s = delta.commits / seconds
-    postgres_ms_per_s = interval.ms_per("postgres", seconds)
-    postgres_ms = float("nan") if postgres_ms_per_s is None else postgres_ms_per_s
-    writes_per_s = renewals_per_s + liveness_per_s
     default = Settings()
     beat, every = default.heartbeat_interval_seconds, default.worker_liveness_interval_seconds
-    default_writes = n / beat + n / every
-    info: dict[str, Any] = {
+    at_default = (n / beat + n / every) / writes_per_s  # the writes/s at the defaults, relative
+    log(f"{label}: {renewed:.0f} renewals in {seconds:.1f} s, {commits_per_s:.1f} commits/s")
+    return {
+        "label": f"lease keeping (N = {n})",
         "runs": n,
         "worker_processes": n,
         "heartbeat_s": HEARTBEAT_S,
@@ -469,102 +387,71 @@ def measure_lease_keeping(b: Bench, broker: Broker, project_id: str, n: int) -> 
         "hold_s": hold,
         "window_s": seconds,
         "renewals": renewed,
-        "renewals_per_s": renewals_per_s,
+        "renewals_per_s": renewed / seconds,
         "renewals_per_run_per_heartbeat": renewed / (n * seconds / HEARTBEAT_S),
-        "renewals_lost_or_failed": lost,
-        "liveness_writes_per_s": liveness_per_s,
+        "renewals_lost_or_failed": renewals("lost", "error"),
+        "liveness_writes_per_s": n / liveness,
         "commits": delta.commits,
         "commits_per_s": commits_per_s,
         "write_transactions_per_s": delta.next_xid / seconds,
         "other_databases_commits": delta.other_commits,
         "other_databases_commits_per_s": delta.other_commits / seconds,
-        "postgres_cpu_ms_per_s": postgres_ms_per_s,
-        "worker_cpu_ms_per_s": interval.ms_per("worker", seconds),
+        **cpu,
         "commits_per_write": commits_per_s / writes_per_s,
         "postgres_cpu_ms_per_write": postgres_ms / writes_per_s,
-        "other_cpu_pct": interval.other_cpu_pct,
-        "io_cpu_pct": interval.io_cpu_pct,
         "default": {
             "heartbeat_s": beat,
             "liveness_interval_s": every,
             "renewals_per_s": n / beat,
             "liveness_writes_per_s": n / every,
-            "commits_per_s": default_writes * commits_per_s / writes_per_s,
-            "postgres_cpu_ms_per_s": default_writes * postgres_ms / writes_per_s,
+            "commits_per_s": commits_per_s * at_default,
+            "postgres_cpu_ms_per_s": postgres_ms * at_default,
         },
     }
-    log(
-        f"lease keeping, {n} runs: {renewed:.0f} renewals in {seconds:.1f} s = "
-        f"{info['renewals_per_run_per_heartbeat']:.2f} per run per heartbeat; "
-        f"{commits_per_s:.1f} commits/s ({info['write_transactions_per_s']:.1f} write "
-        f"transactions/s on the server; other databases: "
-        f"{info['other_databases_commits_per_s']:.1f} commits/s), PostgreSQL "
-        f"{fmt(postgres_ms_per_s, 2)} / worker {fmt(info['worker_cpu_ms_per_s'], 2)} CPU ms/s; "
-        f"lost or failed renewals {lost:.0f}; {procs.noise_text(info)}"
-    )
-    return info
-
-
-# --- 5. commit ceiling -------------------------------------------------------------------------
 
 
 def pgbench_path() -> str | None:
     """The server's ``pgbench`` (PATH or Debian's versioned directory), else the ``pgserver``
     wheel's (the embedded development server)."""
-    if found := shutil.which("pgbench"):
-        return found
-    for candidate in sorted(Path("/usr/lib/postgresql").glob("*/bin/pgbench"), reverse=True):
-        return str(candidate)
+    wheel = None
     with contextlib.suppress(ImportError):
         import pgserver
 
         wheel = Path(pgserver.__file__).parent / "pginstall" / "bin" / "pgbench"
-        if wheel.exists():
-            return str(wheel)
+    debian = sorted(Path("/usr/lib/postgresql").glob("*/bin/pgbench"), reverse=True)
+    for candidate in (shutil.which("pgbench"), *debian, wheel):
+        if candidate and Path(candidate).exists():
+            return str(candidate)
     return None
 
 
 def measure_commit_ceiling(url: str, seconds: float, logdir: Path) -> dict[str, Any] | None:
     """Durable single-row commits/s the server takes from CEILING_CLIENTS clients."""
-    binary = pgbench_path()
-    if binary is None:
+    if (binary := pgbench_path()) is None:
         log("commit ceiling: no pgbench found (PATH, /usr/lib/postgresql/*/bin, pgserver); skipped")
         return None
-    dsn = psycopg2.extensions.parse_dsn(database.libpq_url(url))
+    dsn = {"host": "127.0.0.1", "port": "5432", "user": "postgres", "dbname": "postgres"}
+    dsn |= psycopg2.extensions.parse_dsn(database.libpq_url(url))
+    env = os.environ | {var: dsn[key] for key, var in LIBPQ_ENV.items()}
+    if dsn.get("password"):
+        env["PGPASSWORD"] = dsn["password"]
     script = logdir / "commit_probe.sql"
     script.write_text(f"INSERT INTO {CEILING_TABLE} (at) VALUES (now());\n")
     database.query(
         url, f"CREATE TABLE IF NOT EXISTS {CEILING_TABLE} (id bigserial, at timestamptz)"
     )
     argv = [binary, "-n", "-c", str(CEILING_CLIENTS), "-j", "2", "-T", f"{seconds:.0f}"]
-    env = {**os.environ, "PGHOST": dsn.get("host", "127.0.0.1"), "PGPORT": dsn.get("port", "5432")}
-    env.update(PGUSER=dsn.get("user", "postgres"), PGDATABASE=dsn.get("dbname", "postgres"))
-    if dsn.get("password"):
-        env["PGPASSWORD"] = dsn["password"]
     log(f"commit ceiling: {binary} with {CEILING_CLIENTS} clients for {seconds:.0f} s")
     try:
-        done = subprocess.run(
-            [*argv, "-f", str(script)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=seconds + 60,
-        )
-        [(fsync, synchronous_commit)] = database.query(
-            url, "SELECT current_setting('fsync'), current_setting('synchronous_commit')"
-        )
+        procs.run_to_end("pgbench", [*argv, "-f", str(script)], env, logdir, seconds + 60)
     finally:
         database.query(url, f"DROP TABLE IF EXISTS {CEILING_TABLE}")
-    (logdir / "pgbench.log").write_text(done.stdout + done.stderr)
-    match = re.search(r"tps = ([0-9.]+)", done.stdout)
-    if done.returncode != 0 or match is None:
-        raise BenchError(f"pgbench failed (exit {done.returncode}); log {logdir / 'pgbench.log'}")
+    if (tps := re.search(r"tps = ([0-9.]+)", (logdir / "pgbench.log").read_text())) is None:
+        raise BenchError(f"pgbench printed no tps; log {logdir / 'pgbench.log'}")
     return {
         "clients": CEILING_CLIENTS,
         "seconds": seconds,
-        "commits_per_s": float(match.group(1)),
-        "fsync": fsync,
-        "synchronous_commit": synchronous_commit,
+        "commits_per_s": float(tps.group(1)),
         "pgbench": binary,
     }
 
@@ -572,61 +459,57 @@ def measure_commit_ceiling(url: str, seconds: float, logdir: Path) -> dict[str, 
 # --- report ------------------------------------------------------------------------------------
 
 
-def cpu(r: dict[str, Any], side: str) -> str:
+def cpu_cells(r: dict[str, Any], side: str) -> str:
     return " | ".join(fmt(r[f"{n}_cpu_ms"], 2) for n in (side, "postgres", "redis", "rabbitmq"))
 
 
 def render_block(results: dict[str, Any]) -> str:
     """The markdown written between the capacity markers (and printed)."""
-    m, k = results["machine"], results["knobs"]
+    m, k, ceiling = results["machine"], results["knobs"], results["commit_ceiling"]
+    rabbitmq = f", RabbitMQ {results['rabbitmq']}" if results["rabbitmq"] else ""
+    lease, default = results["lease_keeping"][0], results["lease_keeping"][0]["default"]
+    sessions = ", ".join(f"{n} on `{db}`" for db, n in sorted(results["sessions_at_start"].items()))
     lines = [
-        f"Measured by `{results['command']}` on {m['date']}: {m['cpus']} × {m['cpu_model']}, "
-        f"PostgreSQL {m['postgresql']}, Redis {m['redis']}"
-        + (f", RabbitMQ {results['rabbitmq']}" if results.get("rabbitmq") else "")
-        + f"; code {m['code']}. Everything shares these CPUs. PostgreSQL CPU is the whole "
-        "server's (other databases on it count too; sessions on it at the start: "
-        f'{_sessions(results["sessions_at_start"])}); "other CPU" is the share of all CPUs '
-        'used by user-space processes not measured here, "I/O CPU" the kernel threads\' share.',
+        f"Measured by `{results['command']}` on {m['date']}: {m['cpus']} × {m['cpu_model']} "
+        f"shared by everything, PostgreSQL {m['postgresql']}, Redis {m['redis']}{rabbitmq}; "
+        f"code {m['code']}; sessions on the PostgreSQL server at the start: "
+        f"{sessions or 'none'}.",
         "",
-        f"**Admission**, per request: `POST /v1/projects/{{p}}/runs` (API channel, `noop-3`, new "
-        f"events), {CONNECTIONS} keep-alive connections, no worker running, "
-        f"{k['runs']} requests after {k['warmup_requests']} "
-        "warm-up requests. Each project has an ingress rate limit far above the load, so each "
-        "request also counts in Redis; RabbitMQ rows: RabbitMQ is the broker, the rate "
-        "limiter stays on Redis. Commits: over every request the web answered (the warm-up, "
-        "the measured ones, and the execution phase's first batch; its start included).",
+        "What one unit of work costs — a request admitted, a `noop-3` run executed (3 steps), "
+        "a second of N held leases — in CPU milliseconds of each process (PostgreSQL's: its "
+        "whole server) and in commits, with the share of all CPUs used meanwhile by other "
+        f"processes (other CPU) and by kernel threads (I/O CPU). How it is measured: {METHOD}.",
+        "",
+        f"**Admission**, per request: {k['runs']} requests after {k['warmup_requests']} "
+        f"warm-up requests, {CONNECTIONS} keep-alive connections.",
         "",
         *table(
             "broker | req/s | web CPU ms | PostgreSQL CPU ms | Redis CPU ms | RabbitMQ CPU ms "
             "| commits | other CPU | I/O CPU",
             [
-                f"{r['broker']} | {r['req_per_s']:,.0f} | {cpu(r, 'web')} | "
+                f"{r['broker']} | {r['req_per_s']:,.0f} | {cpu_cells(r, 'web')} | "
                 f"{r['commits_per_request']:.2f} | {report.noise_cells(r)}"
                 for r in results["admission"]
             ],
         ),
         "",
-        f"**Execution** of a `noop-3` run (3 steps), per run: {k['runs']} runs "
-        "admitted with no worker, then one prefork worker (`-c 1`, or `-c 2`: two processes) "
-        "drains them. runs/s: from the first claim to the last completion (database clock). "
-        "CPU: from the first tenth of the runs completed to the last (warm processes). "
-        "Commits: the execution alone (admission not included).",
+        f"**Execution**, per run: {k['runs']} runs drained by one worker.",
         "",
         *table(
             "broker | worker processes | runs/s | worker CPU ms | PostgreSQL CPU ms | Redis CPU ms "
             "| RabbitMQ CPU ms | commits | other CPU | I/O CPU",
             [
                 f"{r['broker']} | {r['worker_processes']} | {r['runs_per_s']:,.0f} | "
-                f"{cpu(r, 'worker')} | {r['commits_per_run']:.2f} | {report.noise_cells(r)}"
+                f"{cpu_cells(r, 'worker')} | {r['commits_per_run']:.2f} | {report.noise_cells(r)}"
                 for r in results["execution"]
             ],
         ),
-    ]
-    if results.get("rabbitmq") is None:
-        lines += ["", "RabbitMQ was not reachable: its rows are missing."]
-    lines += [
         "",
-        lease_paragraph(results),
+        f"**Lease keeping**, per second: N runs of `bench-hold` held by one worker with `-c N`, "
+        f"heartbeat {lease['heartbeat_s']:g} s, worker liveness every "
+        f"{lease['liveness_interval_s']:g} s, over {k['window']:g} s from {k['settle']:g} s "
+        f"after the last run was RUNNING; default: heartbeat {default['heartbeat_s']:g} s, "
+        f"liveness every {default['liveness_interval_s']:g} s.",
         "",
         *table(
             "N | renewals per run per heartbeat | commits/s | xids/s | PostgreSQL CPU ms/s "
@@ -644,106 +527,77 @@ def render_block(results: dict[str, Any]) -> str:
             "r" * 9,
         ),
         "",
+        f"**PostgreSQL's commit ceiling**: {ceiling['commits_per_s']:,.0f} commits/s (`pgbench`, "
+        f"{ceiling['clients']} clients, {ceiling['seconds']:g} s, one single-row `INSERT` per "
+        f"transaction; `fsync={m['fsync']}`, `synchronous_commit={m['synchronous_commit']}`)."
+        if ceiling
+        else "**PostgreSQL's commit ceiling**: not measured (no `pgbench`).",
     ]
-    if ceiling := results.get("commit_ceiling"):
-        lines.append(
-            f"**PostgreSQL's commit ceiling**: {ceiling['commits_per_s']:,.0f} commits/s — "
-            f"`pgbench` with {ceiling['clients']} clients for {ceiling['seconds']:g} s, each "
-            "transaction one single-row `INSERT` into a scratch table of this database "
-            f"(`fsync={ceiling['fsync']}`, `synchronous_commit={ceiling['synchronous_commit']}`,"
-            " as the server is configured), with nothing else of the bench running."
-        )
-    else:
-        lines.append("**PostgreSQL's commit ceiling**: not measured (no `pgbench`).")
-    lines += [""] + [f"- {note}" for note in results.get("notes", [])]
+    if not results["rabbitmq"]:
+        lines += ["", "RabbitMQ was not reachable: its rows are missing."]
+    lines += [""] + [f"- {note}" for note in results["notes"]]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def replace_block(current: str | None, block: str) -> str:
-    """The document with the text between the capacity markers replaced by ``block``, and
-    everything outside them kept; none yet (None): a title, one sentence and the markers."""
-    section = f"{BEGIN}\n{block.strip(chr(10))}\n{END}"
-    return report.place_between(NEW_DOCUMENT if current is None else current, section, BEGIN, END)
-
-
-def write_block(path: Path, block: str) -> None:
-    report.write_between(path, f"{BEGIN}\n{block.strip(chr(10))}\n{END}", BEGIN, END, NEW_DOCUMENT)
-
-
-def lease_paragraph(results: dict[str, Any]) -> str:
-    measured = results["lease_keeping"]
-    if not measured:
-        return "**Lease keeping**: not measured."
-    first, default = measured[0], measured[0]["default"]
-    beat, every = default["heartbeat_s"], default["liveness_interval_s"]
-    return (
-        "**Lease keeping**: N runs of `bench-hold` (one step waiting on its lease) held by one "
-        f"worker with `-c N` (N processes), heartbeat {first['heartbeat_s']:g} s, worker "
-        f"liveness every {first['liveness_interval_s']:g} s; measured over "
-        f"{results['knobs']['window']:g} s from {results['knobs']['settle']:g} s after the last "
-        "run was RUNNING (so the statistics of the claims are in). Renewals: the worker's own "
-        "counter. xids/s: write transactions (the server's next transaction id, so all its "
-        f"databases). Projected to the defaults (heartbeat {beat:g} s, liveness {every:g} s): "
-        f"N / {beat:g} renewals/s + N / {every:g} liveness writes/s, at the commits and "
-        "PostgreSQL CPU per write measured here. Worker CPU at the short heartbeat is an upper "
-        "bound for the default (its keeper wakes every heartbeat / 4)."
-    )
-
-
-def contention_notes(results: dict[str, Any]) -> list[str]:
+def contention_notes(rows: list[dict[str, Any]]) -> list[str]:
     """A line for each measurement during which the server's other databases committed more
     than a twentieth of what the bench's own did: its PostgreSQL CPU includes their work."""
-    rows = [(f"admission ({r['broker']})", r) for r in results["admission"]]
-    rows += [
-        (f"execution ({r['broker']}, {r['worker_processes']} processes)", r)
-        for r in results["execution"]
-    ]
-    rows += [(f"lease keeping (N = {r['runs']})", r) for r in results["lease_keeping"]]
     return [
-        f"{label}: other databases on the server committed {r['other_databases_commits']} "
+        f"{r['label']}: other databases on the server committed {r['other_databases_commits']} "
         f"transactions meanwhile (this database: {r['commits']}); its PostgreSQL CPU includes "
         "their work"
-        for label, r in rows
+        for r in rows
         if r["other_databases_commits"] > r["commits"] / 20
     ]
 
 
-def _sessions(sessions: dict[str, int]) -> str:
-    return ", ".join(f"{n} on `{db}`" for db, n in sorted(sessions.items())) or "none"
+def write_block(path: Path, block: str) -> None:
+    """``block`` between the capacity markers of the document at ``path``, everything outside
+    them kept (no markers yet: at its end; no document yet: a title and one sentence first)."""
+    report.write_between(path, f"{BEGIN}\n{block.strip()}\n{END}", BEGIN, END, NEW_DOCUMENT)
 
 
 # --- main --------------------------------------------------------------------------------------
 
 
-def command_line(quick_flag: bool) -> str:
-    """How this run was started: the make target (make sets MAKELEVEL) or the module, with
-    the BENCH_CAPACITY_* knobs set."""
-    knobs = [
-        f"{k}={shlex.quote(v)}"
-        for k, v in sorted(os.environ.items())
-        if k.startswith("BENCH_CAPACITY_") and k != "BENCH_CAPACITY_AMQP_URL"
-    ]
-    command = report.invoked_as("bench-capacity", "bench.capacity")
-    return " ".join([*knobs, command] + (["--quick"] if quick_flag else []))
+def local_servers(url: str, settings: Any, rabbit: Broker | None) -> tuple[Any, ...]:
+    """PostgreSQL's server pid and Redis's pids, when they run on this machine; a note for
+    each server whose CPU is therefore not measured."""
+    postgres_pid = procs.postgres_server_pid(url)
+    clients = (redis.Redis.from_url(u) for u in (settings.broker_url, settings.rate_limit_url))
+    redis_pids = sorted({p for r in clients for p in procs.redis_pids(r)})
+    absent = "does not run on this machine: its CPU is not measured"
+    notes = [f"PostgreSQL {absent} (or not in this process namespace)"] * (postgres_pid is None)
+    notes += [f"Redis {absent}"] * (not redis_pids)
+    notes += [f"RabbitMQ {absent}"] * (rabbit is not None and not procs.rabbitmq_pids())
+    return postgres_pid, redis_pids, notes
 
 
-def run_phases(
-    b: Bench, redis_: Broker, rabbit: Broker | None, ids: dict[str, str]
-) -> dict[str, Any]:
+def server_sessions(url: str) -> dict[str, int]:
+    """Client sessions on the PostgreSQL server by database, this one's own left out."""
+    rows = database.query(
+        url,
+        "SELECT coalesce(datname, '?'), count(*) FROM pg_stat_activity"
+        " WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() GROUP BY 1",
+    )
+    return {str(db): int(n) for db, n in rows}
+
+
+def run_phases(b: Bench, brokers: list[Broker], project: Callable[[str], str]) -> dict[str, Any]:
+    """Admission, execution (``-c 1``, then more) and, on Redis, lease keeping, for each
+    broker; then the commit ceiling."""
     results: dict[str, Any] = {"admission": [], "execution": [], "lease_keeping": []}
-    for broker, concurrencies in ((redis_, b.knobs.concurrencies), (rabbit, (1,))):
-        if broker is None:
-            continue
+    for broker in brokers:
         key = broker.name.lower()
-        first = ids[f"c1-{key}"]
-        results["admission"].append(measure_admission(b, broker, ids[f"adm-{key}"], first))
+        first = project(f"c1-{key}")
+        results["admission"].append(measure_admission(b, broker, project(f"adm-{key}"), first))
         results["execution"].append(measure_execution(b, broker, first, 1, queued=True))
-        for c in concurrencies[1:]:
-            results["execution"].append(measure_execution(b, broker, ids[f"c{c}-{key}"], c))
-        if broker is redis_:
+        if broker.name == "Redis":
+            for c in b.knobs.concurrencies[1:]:
+                results["execution"].append(measure_execution(b, broker, project(f"c{c}-{key}"), c))
             for n in b.knobs.hold_runs:
                 results["lease_keeping"].append(
-                    measure_lease_keeping(b, broker, ids[f"hold-{n}"], n)
+                    measure_lease_keeping(b, broker, project(f"hold-{n}"), n)
                 )
     results["commit_ceiling"] = measure_commit_ceiling(b.url, b.knobs.ceiling_seconds, b.logdir)
     return results
@@ -752,13 +606,10 @@ def run_phases(
 def configure(quick: bool) -> tuple[Knobs, Any]:
     from awooop.config import Settings
 
-    knobs, settings = Knobs.from_env(quick), Settings.from_env()
+    settings = Settings.from_env()
     if not settings.broker_url.startswith(("redis://", "rediss://")):
-        raise BenchError(
-            "AWOOOP_BROKER_URL must be Redis (phases 1-3 measure it; RabbitMQ is "
-            "BENCH_CAPACITY_AMQP_URL)"
-        )
-    return knobs, settings
+        raise BenchError("AWOOOP_BROKER_URL must be Redis (RabbitMQ is BENCH_CAPACITY_AMQP_URL)")
+    return Knobs.from_env(quick), settings
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -768,73 +619,39 @@ def main(argv: list[str] | None = None) -> None:
     knobs, settings = report.configure("bench-capacity", lambda: configure(args.quick))
     url = settings.database_url
     tag = f"cap-{time.strftime('%Y%m%d%H%M%S')}-{os.urandom(2).hex()}"
-    ids: dict[str, str] = {}
+    ids: list[str] = []
     brokers: list[Broker] = []
     try:
         with report.session("capacity", knobs.timeout, "BENCH_CAPACITY_TIMEOUT") as logdir:
-            if knobs.quick:
-                log("quick mode: tiny sizes, no markdown")
             machine = report.machine_info(url, settings.broker_url)
-            brokers.append(redis_ := redis_broker(settings.broker_url))
-            postgres_pid = procs.postgres_server_pid(url)
-            query = (
-                "SELECT coalesce(datname, '?'), count(*) FROM pg_stat_activity"
-                " WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() GROUP BY 1"
-            )
-            sessions = {str(db): int(n) for db, n in database.query(url, query)}
-            redises = (
-                redis.Redis.from_url(u) for u in (settings.broker_url, settings.rate_limit_url)
-            )
-            redis_pids = sorted({p for r in redises for p in procs.redis_pids(r)})
-            absent = "does not run on this machine: its CPU is not measured"
-            notes = [f"Redis {absent}"] * (not redis_pids)
-            if postgres_pid is None:
-                notes.insert(
-                    0,
-                    "PostgreSQL does not run on this machine (or not in this process "
-                    "namespace): its CPU is not measured",
-                )
-            log(
-                f"PostgreSQL server pid {postgres_pid}, Redis pid {redis_pids}; "
-                f"{database.sessions(url)} other sessions on this database; on the server: "
-                f"{_sessions(sessions)}"
-            )
+            sessions = server_sessions(url)
+            redis_client = redis.Redis.from_url(settings.broker_url, socket_timeout=10)
+            brokers.append(Broker("Redis", lambda: database.purge_queue(redis_client)))
             rabbit = rabbitmq_broker(knobs.amqp_url, settings.rate_limit_url)
-            if rabbit is not None:
-                brokers.append(rabbit)
-                notes += [f"RabbitMQ {absent}"] * (not procs.rabbitmq_pids())
-            for broker in brokers:
-                if broker.consumers():
-                    log(
-                        f"warning: {broker.name} has other consumers of the bench's queues "
-                        "(Celery workers?); they may take the bench's run messages"
-                    )
-            roles = ["adm-redis"] + [f"c{c}-redis" for c in knobs.concurrencies]
-            roles += ["adm-rabbitmq", "c1-rabbitmq"] if rabbit is not None else []
+            brokers += [rabbit] if rabbit is not None else []
+            postgres_pid, redis_pids, notes = local_servers(url, settings, rabbit)
+            roles = [f"{r}-{broker.name.lower()}" for broker in brokers for r in ("adm", "c1")]
+            roles += [f"c{c}-redis" for c in knobs.concurrencies[1:]]
             holds = [f"hold-{n}" for n in knobs.hold_runs]
-            ids = {role: f"{tag}-{role}" for role in roles + holds}
+            ids = [f"{tag}-{role}" for role in roles + holds]
             limits: dict[str, int | None] = {"ingress_per_minute": INGRESS_LIMIT_PER_MINUTE}
-            tokens = database.create_projects(url, [ids[r] for r in roles], limits=limits)
-            hold_ids = [ids[h] for h in holds]
-            tokens |= database.create_projects(url, hold_ids, {"api": HOLD}, limits)
-            log(f"projects {tag}-* created ({len(ids)})")
+            tokens = database.create_projects(url, ids[: len(roles)], limits=limits)
+            tokens |= database.create_projects(url, ids[len(roles) :], {"api": HOLD}, limits)
             b = Bench(knobs, settings, logdir, tokens, postgres_pid, redis_pids)
-            results = run_phases(b, redis_, rabbit, ids)
+            results = run_phases(b, brokers, lambda role: f"{tag}-{role}")
             results.update(
                 quick=knobs.quick,
-                command=command_line(args.quick),
+                command=report.invoked_as("bench-capacity", "bench.capacity"),
                 machine=machine,
                 rabbitmq=rabbit.version if rabbit else None,
                 sessions_at_start=sessions,
                 knobs={
-                    "runs": knobs.runs,
-                    "warmup_requests": knobs.warmup_requests,
-                    "hold_runs": list(knobs.hold_runs),
-                    "window": knobs.window,
-                    "settle": knobs.settle_s,
+                    k: getattr(knobs, k)
+                    for k in ("runs", "warmup_requests", "hold_runs", "window", "settle")
                 },
-                notes=notes + contention_notes(results),
             )
+            rows = results["admission"] + results["execution"] + results["lease_keeping"]
+            results["notes"] = notes + contention_notes(rows)
             print(render_block(results), flush=True)
             knobs.json_path.parent.mkdir(parents=True, exist_ok=True)
             knobs.json_path.write_text(json.dumps(results, indent=2, default=str) + "\n")
@@ -848,7 +665,7 @@ def main(argv: list[str] | None = None) -> None:
             with contextlib.suppress(Exception):
                 broker.purge()
         if ids:
-            database.delete_projects(url, list(ids.values()), tag)
+            database.delete_projects(url, ids, tag)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ BENCH_KEEP=1, BENCH_OUTPUT, BENCH_SPREAD=0. BENCH_GROWTH_QUICK=1: tiny sizes (1 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import time
@@ -21,17 +22,7 @@ from typing import Any
 import redis
 
 from bench import database, load, procs, report
-from bench.report import (
-    MARKER,
-    BenchError,
-    env_float,
-    env_int,
-    env_ints,
-    fmt,
-    log,
-    ratio,
-    table,
-)
+from bench.report import BenchError, env_float, env_int, env_ints, fmt, log, ratio, table
 
 BEGIN = "<!-- growth:begin (written by `make bench-growth`) -->"
 END = "<!-- growth:end -->"
@@ -94,12 +85,8 @@ def auth_miss_share(projects: int, web_workers: int, ttl: float, rps: float) -> 
     return min(1.0, projects * max(web_workers, 1) / (ttl * rps))
 
 
-def _size(n: int) -> str:
+def size_text(n: int) -> str:
     return f"{n // 1024} KiB" if n >= 1024 and n % 1024 == 0 else f"{n:,} B"
-
-
-def _projects(n: int) -> str:
-    return "1 project" if n == 1 else f"{n:,} projects"
 
 
 @dataclass
@@ -114,18 +101,21 @@ class Bench:
     web_env: dict[str, str]
 
 
-# --- (a) admission -----------------------------------------------------------------------------
+# --- admission ---------------------------------------------------------------------------------
 
 
 def bench_admission(b: Bench, ids: list[str], body: bytes) -> list[dict[str, Any]]:
+    """Every row (1 project, each count of projects, 1 project with big bodies) at each
+    connection count, on one web; each row's req/s against the 1-project row's."""
     k = b.knobs
     rows = [("1 project", 1, load.BODY)]
     rows += [(f"{n:,} projects", n, load.BODY) for n in k.projects]
-    rows.append((f"1 project, {_size(len(body))} bodies", 1, body))
+    rows.append((f"1 project, {size_text(len(body))} bodies", 1, body))
     results: list[dict[str, Any]] = []
     with procs.started(procs.Web("web-growth-admission", b.logdir, **b.web_env)) as web:
         web.wait()
         for conns in k.connections:
+            reference = None
             for label, n, row_body in rows:
                 source = load.events(b.tokens, ids[:n], body=row_body)
                 info = web.measure(
@@ -137,42 +127,33 @@ def bench_admission(b: Bench, ids: list[str], body: bytes) -> list[dict[str, Any
                     warmup=k.warmup,
                 )
                 workers = len(web.pids()) - 1  # all started by now (the load spread over them)
+                reference = reference or info  # the first row: 1 project, small bodies
                 info.update(
                     label=label,
                     projects=n,
                     body_bytes=len(row_body),
                     web_workers=workers,
                     auth_miss_share=auth_miss_share(n, workers, b.auth_cache_seconds, info["rps"]),
+                    ratio=ratio(info["rps"], reference["rps"]),
                 )
                 results.append(info)
     log(f"purged {database.purge_queue(b.broker)} queued messages (no worker ran)")
-    for res in results:
-        ref = [
-            r
-            for r in results
-            if r["connections"] == res["connections"]
-            and r["projects"] == 1
-            and r["body_bytes"] == len(load.BODY)
-        ]
-        res["ratio"] = ratio(res["rps"], ref[0]["rps"] if ref else None)
     return results
 
 
-# --- (b) end to end ----------------------------------------------------------------------------
+# --- end to end ----------------------------------------------------------------------------------
 
 
 def bench_e2e(
     b: Bench, web: procs.Web, key: str, ids: list[str], concurrency: int, body: bytes
 ) -> dict[str, Any]:
+    """``e2e_runs`` runs admitted over HTTP with no worker running, then drained by one
+    worker with ``concurrency`` processes."""
     n = b.knobs.e2e_runs
-    label = f"e2e {_projects(len(ids))}, {_size(len(body))}, -c {concurrency}"
-    info: dict[str, Any] = {
-        "label": label,
-        "projects": len(ids),
-        "body_bytes": len(body),
-        "concurrency": concurrency,
-        "runs": n,
-    }
+    projects = "1 project" if len(ids) == 1 else f"{len(ids):,} projects"
+    label = f"e2e {projects}, {size_text(len(body))}, -c {concurrency}"
+    info: dict[str, Any] = dict(label=label, projects=len(ids), body_bytes=len(body))
+    info.update(concurrency=concurrency, runs=n)
     database.purge_queue(b.broker)
     database.vacuum_runs(b.url)
     source = load.events(b.tokens, ids, limit=n, body=body)
@@ -200,14 +181,10 @@ def bench_e2e(
         if worker is not None:
             worker.stop(3.0)
     info["per_s"] = n / info["seconds"] if info["seconds"] > 0 else float("nan")
-    info["cpu_measured_runs"] = done1 - done0
-    info["worker_cpu_ms"] = (
-        (cpu1 - cpu0) * 1000 / (done1 - done0) if done1 > done0 else float("nan")
-    )
+    info["cpu_measured_runs"] = warm = done1 - done0
+    info["worker_cpu_ms"] = (cpu1 - cpu0) * 1000 / warm if warm > 0 else float("nan")
     log(
-        f"{label}: {n} runs, first claim to last completion {info['seconds']:.2f} s = "
-        f"{info['per_s']:.0f} runs/s; worker CPU {info['worker_cpu_ms']:.2f} ms/run (over "
-        f"{done1 - done0} warm runs); worker start to done {info['wall_s']:.1f} s; "
+        f"{label}: {info['per_s']:.0f} runs/s, worker CPU {info['worker_cpu_ms']:.2f} ms/run, "
         f"{procs.noise_text(info)}"
     )
     return info
@@ -217,49 +194,45 @@ def e2e_ratios(results: list[dict[str, Any]]) -> None:
     """Each row's runs/s against the 1-project, small-event row with as many worker processes
     (``ratio``) and, for ``-c 2``, against the same projects and events with ``-c 1``
     (``scaling``: what the second process adds on these cores)."""
-
-    def find(projects: int, body_bytes: int, concurrency: int) -> dict[str, Any]:
-        key = (projects, body_bytes, concurrency)
-        return next(
-            (r for r in results if (r["projects"], r["body_bytes"], r["concurrency"]) == key), {}
-        )
-
-    for res in results:
-        ref = find(1, len(load.BODY), res["concurrency"])
-        res["ratio"] = ratio(res.get("per_s"), ref.get("per_s"))
-        single = find(res["projects"], res["body_bytes"], 1)
-        res["scaling"] = (
-            ratio(res.get("per_s"), single.get("per_s")) if res["concurrency"] != 1 else None
-        )
+    per_s = {(r["projects"], r["body_bytes"], r["concurrency"]): r["per_s"] for r in results[::-1]}
+    for r in results:
+        r["ratio"] = ratio(r["per_s"], per_s.get((1, len(load.BODY), r["concurrency"])))
+        single = per_s.get((r["projects"], r["body_bytes"], 1))
+        r["scaling"] = ratio(r["per_s"], single) if r["concurrency"] != 1 else None
 
 
 # --- report ------------------------------------------------------------------------------------
 
 
-def _scaling(res: dict[str, Any]) -> str:
-    return "" if res.get("scaling") is None else fmt(res["scaling"], 2)
-
-
 def failures(results: dict[str, Any]) -> list[str]:
-    return [
-        line
-        for part in ("admission", "e2e")
-        for r in results[part]
-        for line in r.get("failures", [])
-    ]
+    return [line for part in ("admission", "e2e") for r in results[part] for line in r["failures"]]
 
 
 def render_block(results: dict[str, Any]) -> str:
     """The markdown between the growth markers."""
-    m, k = results["machine"], results["knobs"]
-    command = results["command"]
+    k = results["knobs"]
+    anchor = "../bench/NOTES.md#make-bench-growth-benchgrowthpy"
+    max_body = f"`AWOOOP_MAX_BODY_BYTES` {k['max_body_bytes']:,}, " + (
+        "raised for the bench" if k["max_body_raised"] else "as configured"
+    )
     lines = [
         BEGIN,
         "## Cost as work grows (`make bench-growth`)",
         "",
-        report.written_by(command, "bench.growth", m)
-        + " The ratios compare rows of the same run; the absolute figures are not comparable "
-        "with `make bench`'s above (another run, another moment of the machine).",
+        report.written_by(results["command"], "bench.growth", results["machine"]),
+        "",
+        "Admission and `noop-3` runs end to end as `make bench` measures them, with the events "
+        "spread over more projects, with bigger bodies, and with a second worker process. The "
+        "ratios compare rows of this run; the absolute figures are not comparable with "
+        "`make bench`'s above (another run, another moment of the machine). How it is "
+        f"measured: [bench/NOTES.md]({anchor}).",
+        "",
+        f"Settings: {k['web_workers']} gunicorn workers; admission {k['warmup']:g} s warm-up "
+        f"then {k['duration']:g} s per row; bodies {len(load.BODY)} B or {k['body_bytes']:,} B "
+        f"({max_body}); `AWOOOP_AUTH_CACHE_SECONDS` {k['auth_cache_seconds']:g} s; end to end "
+        f"{k['e2e_runs']:,} runs per row, admitted over {ADMIT_CONNECTIONS} connections; "
+        f"{results['projects_created']:,} projects created in {results['create_seconds']:.1f} s "
+        "in one transaction, deleted at the end.",
         "",
         "### Admission",
         "",
@@ -280,8 +253,9 @@ def render_block(results: dict[str, Any]) -> str:
             "projects | event body | worker processes | runs | runs/s | vs 1 project | vs `-c 1` "
             "| worker CPU ms/run | non-2xx | other CPU | I/O CPU",
             [
-                f"{r['projects']:,} | {_size(r['body_bytes'])} | {r['concurrency']} | "
-                f"{r['runs']:,} | {fmt(r['per_s'], 0)} | {fmt(r['ratio'], 2)} | {_scaling(r)} | "
+                f"{r['projects']:,} | {size_text(r['body_bytes'])} | {r['concurrency']} | "
+                f"{r['runs']:,} | {fmt(r['per_s'], 0)} | {fmt(r['ratio'], 2)} | "
+                f"{'' if r['scaling'] is None else fmt(r['scaling'], 2)} | "
                 f"{fmt(r['worker_cpu_ms'], 2)} | {r['non_2xx']} | {report.noise_cells(r)}"
                 for r in results["e2e"]
             ],
@@ -290,49 +264,7 @@ def render_block(results: dict[str, Any]) -> str:
     ]
     if fails := failures(results):
         lines += [""] + [f"- **FAIL** {line}" for line in fails]
-    lines += [
-        "",
-        f"Admission as `make bench` (a) measures AwoooP's new events ({k['web_workers']} "
-        f"gunicorn workers, no worker running, {k['warmup']:g} s warm-up then "
-        f"{k['duration']:g} s per row), with the requests spread round-robin over the row's "
-        "projects, each to its own path with its own API token (`bench.load.RoundRobin`), so "
-        "the web's per-process cache of a project's routes and token hashes "
-        f"(`AWOOOP_AUTH_CACHE_SECONDS`, {k['auth_cache_seconds']:g} s) misses more often; "
-        '"auth misses" is the share the model min(1, projects × workers / (ttl × req/s)) '
-        f"gives, not a count. Bodies are `make bench`'s {len(load.BODY)} bytes, or a JSON "
-        f"object of exactly {k['body_bytes']:,} bytes of random hex that TOAST cannot shrink "
-        f"(`AWOOOP_MAX_BODY_BYTES` {k['max_body_bytes']:,}"
-        + (", as configured" if not k["max_body_raised"] else ", raised for the bench")
-        + "). End to end as `make bench` (b): "
-        f"{k['e2e_runs']:,} `noop-3` runs admitted over HTTP ({ADMIT_CONNECTIONS} connections) "
-        "with no worker running, then ONE worker with `-c 1` or `-c 2` drains them; runs/s "
-        "from the first claim to the last completion (database clock), worker CPU per run "
-        "once warm (from the first tenth of the runs completed). vs 1 project compares with "
-        "the 1-project, small-body row at the same connections or worker processes; vs `-c 1` "
-        "is what a second worker process adds on these 2 cores. The "
-        f"{results['projects_created']:,} projects were created in "
-        f"{results['create_seconds']:.1f} s in one transaction, and deleted at the end. Every "
-        "answer of every phase must be 2xx (a FAIL line lists any that was not).",
-        "",
-        "`make bench-growth` (migrations first, then `python -m bench.growth`), about 3-4 "
-        "minutes. Knobs: `BENCH_DURATION`, `BENCH_WARMUP`, `BENCH_CONNECTIONS`, "
-        "`BENCH_GROWTH_PROJECTS` (`100,1000`), `BENCH_GROWTH_BODY_BYTES` (65536), "
-        "`BENCH_GROWTH_E2E_RUNS` (1500), `BENCH_TIMEOUT`, `BENCH_KEEP=1`, `BENCH_OUTPUT`, "
-        "`BENCH_SPREAD=0`; `BENCH_GROWTH_QUICK=1` is a smoke test of tiny sizes that writes "
-        "only to `BENCH_OUTPUT` when it is set.",
-        END,
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def place_block(current: str, block: str) -> str:
-    """``current`` with the growth block replaced by ``block`` (markers included), or appended
-    below ``make bench``'s marker (added when missing)."""
-    return report.place_between(current, block, BEGIN, END, after=MARKER)
-
-
-def write_block(path: Path, block: str) -> None:
-    report.write_between(path, block, BEGIN, END, after=MARKER)
+    return "\n".join([*lines, END]) + "\n"
 
 
 # --- main --------------------------------------------------------------------------------------
@@ -350,34 +282,28 @@ def main() -> None:
     ids: list[str] = []
     try:
         with report.session("bench-growth", knobs.timeout) as logdir:
-            log(
-                ("quick mode: tiny sizes; " if knobs.quick else "")
-                + f"writes {knobs.output or 'no markdown'}"
-            )
+            log(f"writes {knobs.output or 'no markdown (quick mode)'}")
             machine = report.machine_info(url, settings.broker_url)
             body = big_body(knobs.body_bytes)
-            web_env: dict[str, str] = {}
             max_body = max(settings.max_body_bytes, len(body))
-            if raised := len(body) > settings.max_body_bytes:
-                web_env["AWOOOP_MAX_BODY_BYTES"] = str(max_body)
-            log(f"AWOOOP_MAX_BODY_BYTES={max_body} for {len(body)}-byte bodies (raised: {raised})")
+            raised = len(body) > settings.max_body_bytes
+            web_env = {"AWOOOP_MAX_BODY_BYTES": str(max_body)} if raised else {}
             many = max(knobs.projects)
+            # The end-to-end rows: (key, projects, worker processes, body)
             rows = [
                 ("e1c1", 1, 1, load.BODY),
                 ("e1c2", 1, 2, load.BODY),
                 ("emc1", many, 1, load.BODY),
+                ("emc2", many, 2, load.BODY),
+                ("e1c1big", 1, 1, body),
             ]
-            rows += [("emc2", many, 2, load.BODY), ("e1c1big", 1, 1, body)]
             admission_ids = [f"{tag}-a{i}" for i in range(many)]
             e2e_ids = {key: [f"{tag}-{key}-{i}" for i in range(n)] for key, n, _, _ in rows}
             ids = admission_ids + [p for group in e2e_ids.values() for p in group]
             t0 = time.perf_counter()
             tokens = database.create_projects(url, ids)
             create_seconds = time.perf_counter() - t0
-            log(
-                f"created {len(ids):,} projects ({tag}-*) in {create_seconds:.1f} s"
-                " (one transaction)"
-            )
+            log(f"created {len(ids):,} projects ({tag}-*) in {create_seconds:.1f} s")
             noise = procs.Noise(procs.running_pids)
             b = Bench(
                 knobs, url, logdir, broker, noise, tokens, settings.auth_cache_seconds, web_env
@@ -392,12 +318,7 @@ def main() -> None:
                 + report.invoked_as("bench-growth", "bench.growth"),
                 "machine": machine,
                 "knobs": {
-                    "duration": knobs.duration,
-                    "warmup": knobs.warmup,
-                    "connections": list(knobs.connections),
-                    "projects": list(knobs.projects),
-                    "body_bytes": len(body),
-                    "e2e_runs": knobs.e2e_runs,
+                    **dataclasses.asdict(knobs),
                     "max_body_bytes": max_body,
                     "max_body_raised": raised,
                     "auth_cache_seconds": settings.auth_cache_seconds,

@@ -1,13 +1,12 @@
-"""``make bench-peers`` (``python -m bench.peers``): AwoooP beside Procrastinate
-(``bench/peers_procrastinate.py``) and DBOS Transact (``bench/peers_dbos.py``): the same
-three-step workflows admitted then drained by one worker, then latency at half the drain
-rate. How, and why each setting: bench/NOTES.md.
+"""``make bench-peers`` (``python -m bench.peers``): the same three-step workflows on AwoooP,
+Procrastinate (``bench/peers_procrastinate.py``) and DBOS Transact (``bench/peers_dbos.py``),
+admitted then drained by one worker, then latency at half the drain rate. How: bench/NOTES.md.
 
 Knobs: BENCH_PEERS_RUNS (2,000), BENCH_PEERS_SYSTEMS (a partial run writes no report unless
 BENCH_OUTPUT is set), BENCH_PEERS_PROCRASTINATE_CONCURRENCY (30), BENCH_PEERS_DBOS_CONCURRENCY
-(1000), BENCH_PEERS_DBOS_THREADS (512), BENCH_PEERS_LATENCY_S (10), BENCH_TIMEOUT (s, 900),
-BENCH_KEEP=1, BENCH_OUTPUT. A short trial: ``BENCH_PEERS_RUNS=300 BENCH_PEERS_LATENCY_S=3
-BENCH_OUTPUT=/tmp/peers.md make bench-peers``.
+(1000), BENCH_PEERS_DBOS_THREADS (512), BENCH_PEERS_LATENCY_S (10; 0 leaves the latency phase
+out), BENCH_TIMEOUT (s, 900), BENCH_KEEP=1, BENCH_OUTPUT. A short trial:
+``BENCH_PEERS_RUNS=300 BENCH_PEERS_LATENCY_S=3 BENCH_OUTPUT=/tmp/peers.md make bench-peers``.
 """
 
 from __future__ import annotations
@@ -19,25 +18,15 @@ import math
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import redis
 
 from bench import database, procs, report
 from bench.procs import BIN
-from bench.report import (
-    BenchError,
-    env_choice,
-    env_float,
-    env_int,
-    fmt,
-    knob,
-    log,
-    md_target,
-    ratio,
-    table,
-)
+from bench.report import BenchError, env_choice, env_float, env_int, fmt, knob, log, table
 
 BEGIN = "<!-- peers:begin (written by `make bench-peers`) -->"
 END = "<!-- peers:end -->"
@@ -51,6 +40,7 @@ TARGET_FIRST_STEP_P50_MS = 10.0  # AwoooP, admission -> first step started, at h
 WARM_UP = 20  # workflows run before the latency phase's measured ones
 POLL_S = 0.1
 PACKAGES = "procrastinate dbos celery kombu redis SQLAlchemy psycopg2-binary psycopg psycopg-pool"
+METHOD = "[bench/NOTES.md](../bench/NOTES.md#make-bench-peers-benchpeerspy)"
 
 
 @dataclass(frozen=True)
@@ -65,93 +55,78 @@ class Knobs:
 
 
 # --- each system's records ---------------------------------------------------------------------
-# counts: (done, failed, claimed); span: first claim, last completion; latency: per workflow
-# admitted since %(since)s (epoch s): admitted, first step's code began, completed (epoch s).
+# (counts, span, latency) of each system. counts: done, failed, claimed; span: first claim, last
+# completion; latency, each workflow admitted since %(since)s: admitted, first step's code began,
+# completed (epoch s).
 
-_AWOOOP_COUNTS = """
-SELECT count(*) FILTER (WHERE status = 'COMPLETED'),
+QUERIES = {
+    "awooop": (
+        """SELECT count(*) FILTER (WHERE status = 'COMPLETED'),
        count(*) FILTER (WHERE status IN ('FAILED', 'CANCELLED')),
        count(*) FILTER (WHERE status <> 'PENDING')
-FROM awooop_run_state WHERE project_id = ANY(%(p)s)
-"""
-
-_AWOOOP_LATENCY = """
-SELECT extract(epoch FROM created_at),
+FROM awooop_run_state WHERE project_id = ANY(%(p)s)""",
+        database.RUNS_SPAN,
+        """SELECT extract(epoch FROM created_at),
        extract(epoch FROM (saga_steps->0->>'recorded_at')::timestamptz)
          - (saga_steps->0->>'duration_ms')::float / 1000,
        extract(epoch FROM finished_at)
-FROM awooop_run_state
-WHERE project_id = ANY(%(p)s) AND status = 'COMPLETED' AND created_at >= to_timestamp(%(since)s)
-"""
-
-_PROCRASTINATE_COUNTS = """
-SELECT count(*) FILTER (WHERE status = 'succeeded' AND task_name = %(last)s),
+FROM awooop_run_state WHERE project_id = ANY(%(p)s) AND status = 'COMPLETED'
+  AND created_at >= to_timestamp(%(since)s)""",
+    ),
+    "procrastinate": (
+        """SELECT count(*) FILTER (WHERE status = 'succeeded' AND task_name = %(last)s),
        count(*) FILTER (WHERE status IN ('failed', 'cancelled', 'aborted')),
        count(*) FILTER (WHERE status <> 'todo')
-FROM procrastinate_jobs
-"""
-
-_PROCRASTINATE_SPAN = """
-SELECT min(at) FILTER (WHERE type = 'started'), max(at) FILTER (WHERE type = 'succeeded')
-FROM procrastinate_events
-"""
-
-_PROCRASTINATE_LATENCY = """
-SELECT extract(epoch FROM d.at), (j2.args->>'first_started')::float8, extract(epoch FROM f.at)
+FROM procrastinate_jobs""",
+        """SELECT min(at) FILTER (WHERE type = 'started'),
+       max(at) FILTER (WHERE type = 'succeeded') FROM procrastinate_events""",
+        """SELECT extract(epoch FROM d.at), (j2.args->>'first_started')::float8,
+       extract(epoch FROM f.at)
 FROM procrastinate_jobs j1
 JOIN procrastinate_events d ON d.job_id = j1.id AND d.type = 'deferred'
 JOIN procrastinate_jobs j2 ON j2.task_name = %(second)s AND j2.args->'run' = j1.args->'run'
 JOIN procrastinate_jobs j3 ON j3.task_name = %(last)s AND j3.args->'run' = j1.args->'run'
 JOIN procrastinate_events f ON f.job_id = j3.id AND f.type = 'succeeded'
-WHERE j1.task_name = %(first)s AND d.at >= to_timestamp(%(since)s)
-"""
-
-_DBOS_COUNTS = """
-SELECT count(*) FILTER (WHERE status = 'SUCCESS'),
+WHERE j1.task_name = %(first)s AND d.at >= to_timestamp(%(since)s)""",
+    ),
+    "dbos": (
+        """SELECT count(*) FILTER (WHERE status = 'SUCCESS'),
        count(*) FILTER (WHERE status IN ('ERROR', 'CANCELLED', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED')),
        count(*) FILTER (WHERE status <> 'ENQUEUED')
-FROM dbos.workflow_status WHERE name = %(wf)s
-"""
-
-_DBOS_SPAN = """
-SELECT min(started_at_epoch_ms), max(completed_at)
-FROM dbos.workflow_status WHERE name = %(wf)s AND status = 'SUCCESS'
-"""
-
-_DBOS_LATENCY = """
-SELECT w.created_at / 1000.0,
+FROM dbos.workflow_status WHERE name = %(wf)s""",
+        """SELECT min(started_at_epoch_ms), max(completed_at)
+FROM dbos.workflow_status WHERE name = %(wf)s AND status = 'SUCCESS'""",
+        """SELECT w.created_at / 1000.0,
        (SELECT min(o.started_at_epoch_ms) FROM dbos.operation_outputs o
         WHERE o.workflow_uuid = w.workflow_uuid) / 1000.0,
        w.completed_at / 1000.0
 FROM dbos.workflow_status w
-WHERE w.name = %(wf)s AND w.status = 'SUCCESS' AND w.created_at >= %(since)s * 1000
-"""
+WHERE w.name = %(wf)s AND w.status = 'SUCCESS' AND w.created_at >= %(since)s * 1000""",
+    ),
+}
 
 
 @dataclass
 class System:
-    """One system under the same workload: its database, how to admit (``admit(count, first,
-    rate)``; rate 0: as fast as it goes) and start a worker, and where its records are."""
+    """A system under the workload: its database, ``admit(count, first, rate)`` (rate 0: as
+    fast as it goes), ``start_worker()``, its queries' parameters and its settings."""
 
     key: str
     url: str
     admit: Callable[[int, int, float], None]
     start_worker: Callable[[], procs.Proc]
-    counts: str
-    span: str
-    latency: str
     params: dict[str, Any]
-    extra: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, Any]
 
     @property
     def label(self) -> str:
         return LABELS[self.key].replace("`", "")
 
     def progress(self) -> database.Progress:
-        return database.Progress(self.url, self.params, self.counts, self.span)
+        return database.Progress(self.url, self.params, *QUERIES[self.key][:2])
 
 
-def awooop(knobs: Knobs, scratch: database.Scratch, broker: redis.Redis, logdir: Any) -> System:
+def awooop(knobs: Knobs, scratch: database.Scratch, broker: redis.Redis, logdir: Path) -> System:
     from awooop.config import Settings
     from awooop.tasks import runs as run_tasks
 
@@ -180,67 +155,54 @@ def awooop(knobs: Knobs, scratch: database.Scratch, broker: redis.Redis, logdir:
     def start_worker() -> procs.Proc:
         return procs.start_worker("worker-awooop", logdir, AWOOOP_DATABASE_URL=url)
 
-    params = {"p": [project]}
-    return System(
-        "awooop",
-        url,
-        admit,
-        start_worker,
-        _AWOOOP_COUNTS,
-        database.RUNS_SPAN,
-        _AWOOOP_LATENCY,
-        params,
-    )
+    return System("awooop", url, admit, start_worker, {"p": [project]}, {})
 
 
-def admit_command(
-    key: str, command: list[str], env: dict[str, str], logdir: Any
-) -> Callable[[int, int, float], None]:
-    """A peer's admission: ``command admit COUNT [FIRST RATE]`` run to its end."""
+def peer(
+    key: str,
+    url: str,
+    env: dict[str, str],
+    logdir: Path,
+    admit_command: list[str],
+    worker_command: list[str],
+    params: dict[str, Any],
+    settings: dict[str, Any],
+) -> System:
+    """A peer driven by commands of its own: ``admit_command`` + ``admit COUNT [FIRST RATE]``,
+    run to its end, and ``worker_command``."""
 
     def admit(count: int, first: int, rate: float) -> None:
-        argv = [*command, "admit", str(count)] + ([str(first), str(rate)] if rate else [])
+        argv = [*admit_command, "admit", str(count)] + ([str(first), str(rate)] if rate else [])
         timeout = 60 + count / rate if rate else max(120.0, count / 10)
         procs.run_to_end(f"{key}-admit" + ("-paced" if rate else ""), argv, env, logdir, timeout)
 
-    return admit
+    def start_worker() -> procs.Proc:
+        return procs.Proc(f"worker-{key}", worker_command, env, logdir)
+
+    return System(key, url, admit, start_worker, params, settings)
 
 
-def procrastinate(knobs: Knobs, scratch: database.Scratch, _: Any, logdir: Any) -> System:
-    from bench import peers_procrastinate as names
+def procrastinate(knobs: Knobs, scratch: database.Scratch, _: Any, logdir: Path) -> System:
+    from bench.peers_procrastinate import STEPS
 
     c = knobs.procrastinate_concurrency
     _, url = scratch.empty("peers_procrastinate")
+    dsn = database.libpq_url(url)
     env = procs.child_env(
-        BENCH_PEERS_PROCRASTINATE_DSN=database.libpq_url(url),
-        BENCH_PEERS_PROCRASTINATE_CONCURRENCY=str(c),
+        BENCH_PEERS_PROCRASTINATE_DSN=dsn, BENCH_PEERS_PROCRASTINATE_CONCURRENCY=str(c)
     )
     cli = [str(BIN / "procrastinate"), "--app=bench.peers_procrastinate.app"]
     procs.run_to_end("procrastinate-schema", [*cli, "schema", "--apply"], env, logdir, 120)
-
+    # Not ``python -m``: Procrastinate warns about an App made in ``__main__``.
     code = "import sys; from bench import peers_procrastinate as p; p.main(sys.argv[1:])"
-    admit = admit_command("procrastinate", [sys.executable, "-c", code], env, logdir)
-
-    def start_worker() -> procs.Proc:
-        argv = [*cli, "worker", f"--concurrency={c}", "--name=bench-peers"]
-        return procs.Proc("worker-procrastinate", argv, env, logdir)
-
-    params = {"first": names.STEPS[0], "second": names.STEPS[1], "last": names.STEPS[-1]}
-    return System(
-        "procrastinate",
-        url,
-        admit,
-        start_worker,
-        _PROCRASTINATE_COUNTS,
-        _PROCRASTINATE_SPAN,
-        _PROCRASTINATE_LATENCY,
-        params,
-        {"concurrency": c},
-    )
+    admit = [sys.executable, "-c", code]
+    worker = [*cli, "worker", f"--concurrency={c}", "--name=bench-peers"]
+    params = {"first": STEPS[0], "second": STEPS[1], "last": STEPS[-1]}
+    return peer("procrastinate", url, env, logdir, admit, worker, params, {"concurrency": c})
 
 
-def dbos(knobs: Knobs, scratch: database.Scratch, _: Any, logdir: Any) -> System:
-    from bench import peers_dbos as names  # registers its workflow; launches nothing
+def dbos(knobs: Knobs, scratch: database.Scratch, _: Any, logdir: Path) -> System:
+    from bench.peers_dbos import WORKFLOW  # registers its workflow; launches nothing
 
     c, threads = knobs.dbos_concurrency, knobs.dbos_threads
     _, url = scratch.empty("peers_dbos")
@@ -251,17 +213,8 @@ def dbos(knobs: Knobs, scratch: database.Scratch, _: Any, logdir: Any) -> System
     )
     module = [sys.executable, "-m", "bench.peers_dbos"]
     procs.run_to_end("dbos-setup", [*module, "setup"], env, logdir, 120)
-
-    admit = admit_command("dbos", module, env, logdir)
-
-    def start_worker() -> procs.Proc:
-        return procs.Proc("worker-dbos", [*module, "worker"], env, logdir)
-
-    params = {"wf": names.WORKFLOW}
-    extra = {"concurrency": c, "threads": threads}
-    return System(
-        "dbos", url, admit, start_worker, _DBOS_COUNTS, _DBOS_SPAN, _DBOS_LATENCY, params, extra
-    )
+    settings = {"concurrency": c, "threads": threads}
+    return peer("dbos", url, env, logdir, module, [*module, "worker"], {"wf": WORKFLOW}, settings)
 
 
 SETUPS = {"awooop": awooop, "procrastinate": procrastinate, "dbos": dbos}
@@ -280,12 +233,11 @@ def drain(s: System, worker: procs.Proc, n: int, noise: procs.Noise, info: dict[
     """Until the worker has completed all n workflows; CPU (from the first claim) and span."""
     progress = s.progress()
     started = time.monotonic()
-    cpu_first: list[float] = []
 
     def on_poll(done: int) -> None:
-        if not cpu_first and progress.counts()[2] > 0:
-            cpu_first.append(worker.cpu_seconds())
-            info["startup_s"], info["startup_cpu_s"] = time.monotonic() - started, cpu_first[0]
+        if "startup_cpu_s" not in info and progress.counts()[2] > 0:  # the first claim
+            info["startup_s"] = time.monotonic() - started
+            info["startup_cpu_s"] = worker.cpu_seconds()
 
     try:
         if done := progress.counts()[0]:
@@ -296,35 +248,27 @@ def drain(s: System, worker: procs.Proc, n: int, noise: procs.Noise, info: dict[
     finally:
         progress.close()
     info["wall_s"] = time.monotonic() - started
-    info["worker_cpu_ms"] = (worker.cpu_seconds() - (cpu_first or [0.0])[0]) * 1000 / n
+    info["worker_cpu_ms"] = (worker.cpu_seconds() - info.get("startup_cpu_s", 0.0)) * 1000 / n
     info["per_s"] = n / info["seconds"] if info["seconds"] > 0 else float("nan")
-    log(
-        f"{s.label}: {n} workflows, first claim to last completion {info['seconds']:.2f} s = "
-        f"{info['per_s']:.0f}/s; worker CPU {info['worker_cpu_ms']:.2f} ms/workflow; "
-        f"{procs.noise_text(info)}"
-    )
 
 
 def measure(s: System, n: int, noise: procs.Noise, latency_s: int) -> dict[str, Any]:
     """Admission, then the drain by one worker, commits counted around each; then the latency
     phase at half the drain rate, on a worker of its own."""
-    info: dict[str, Any] = {"runs": n, "other_db_clients": database.sessions(s.url), **s.extra}
+    info: dict[str, Any] = {"runs": n, "other_db_clients": database.sessions(s.url), **s.settings}
     c0 = commits(s.url)
     t0 = time.perf_counter()
     s.admit(n, 0, 0.0)
     info["admit_s"] = time.perf_counter() - t0
     c1 = commits(s.url)
-    log(f"{s.label}: {n} workflows admitted in {info['admit_s']:.1f} s ({c1 - c0} commits)")
+    log(f"{s.label}: {n} workflows admitted in {info['admit_s']:.1f} s; draining")
     with procs.started(s.start_worker()) as worker:  # its sessions close as it stops
         drain(s, worker, n, noise, info)
     c2 = commits(s.url)
     info["commits_admission"], info["commits_drain"] = c1 - c0, c2 - c1
     info["commits_per_run"] = (c2 - c0) / n
-    log(
-        f"{s.label}: PostgreSQL commits {c1 - c0} admission + {c2 - c1} drain = "
-        f"{info['commits_per_run']:.2f} per workflow"
-    )
-    if latency_s > 0 and info["per_s"] == info["per_s"]:
+    if latency_s > 0 and not math.isnan(info["per_s"]):
+        log(f"{s.label}: drained at {info['per_s']:.0f}/s; latency at half that")
         info["latency"] = latency_phase(s, n, info["per_s"] / 2, latency_s)
     return info
 
@@ -353,7 +297,6 @@ def latency_phase(s: System, drained: int, rate: float, seconds: int) -> dict[st
     """Open loop at ``rate`` a second for ``seconds`` with one worker running (warmed by
     WARM_UP workflows first): each workflow's admission, first step and completion."""
     n = max(20, int(rate * seconds))
-    info: dict[str, Any] = {"rate": rate, "workflows": n}
     progress = s.progress()
     try:
         with procs.started(s.start_worker()) as worker:
@@ -363,86 +306,65 @@ def latency_phase(s: System, drained: int, rate: float, seconds: int) -> dict[st
                 total = first + count
                 progress.wait(total, [worker], max(60.0, 4 * total / rate), poll=POLL_S)
             with progress.conn.cursor() as cur:
-                cur.execute(s.latency, {**s.params, "since": since})
+                cur.execute(QUERIES[s.key][2], {**s.params, "since": since})
                 rows = [(float(a), float(b), float(c)) for a, b, c in cur.fetchall()]
     finally:
         progress.close()
     if len(rows) != n:
         raise BenchError(f"{s.label}: {len(rows)} of the latency phase's {n} workflows found")
-    info.update(latencies(rows))
-    admitted = [a for a, _, _ in rows]
-    # The arrival rate achieved, from the admissions' own times.
-    info["admit_per_s"] = (n - 1) / (max(admitted) - min(admitted)) if n > 1 else float("nan")
-    log(
-        f"{s.label}: {n} workflows at {rate:.1f}/s (admitted at {info['admit_per_s']:.1f}/s): "
-        f"to the first step p50 {info['first_p50']:.1f} ms p99 {info['first_p99']:.1f} ms; "
-        f"to completion p50 {info['done_p50']:.1f} ms p99 {info['done_p99']:.1f} ms"
-    )
-    return info
+    admitted = [a for a, _, _ in rows]  # the arrival rate achieved, from their own times
+    achieved = (n - 1) / (max(admitted) - min(admitted)) if n > 1 else float("nan")
+    return {"rate": rate, "workflows": n, "admit_per_s": achieved, **latencies(rows)}
 
 
 # --- report ------------------------------------------------------------------------------------
+
+RATIOS = (  # AwoooP's workflows/s over a peer's; steps/s over jobs/s is the same, times 3 each
+    ("AwoooP runs/s / DBOS Transact workflows/s", "dbos", TARGET_DBOS),
+    ("AwoooP steps/s (runs/s × 3) / Procrastinate jobs/s", "procrastinate", TARGET_PROCRASTINATE),
+)
 
 
 def targets(results: dict[str, dict[str, Any]]) -> list[report.Row]:
     """(what, measured, target text, verdict)."""
     ours = results.get("awooop", {}).get("per_s")
-    dbos_ = results.get("dbos", {}).get("per_s")
-    procrastinate_ = results.get("procrastinate", {}).get("per_s")
     rows = [
-        report.target_row(
-            "AwoooP runs/s / DBOS Transact workflows/s", ratio(ours, dbos_), TARGET_DBOS, True
-        ),
-        # steps/s over jobs/s: both sides times three steps (one job per step).
-        report.target_row(
-            "AwoooP steps/s (runs/s x 3) / Procrastinate jobs/s",
-            ratio(
-                ours * STEPS if ours else None, procrastinate_ * STEPS if procrastinate_ else None
-            ),
-            TARGET_PROCRASTINATE,
-            True,
-        ),
+        report.target_row(what, report.ratio(ours, results.get(peer, {}).get("per_s")), t, True)
+        for what, peer, t in RATIOS
     ]
     p50 = {k: r["latency"]["first_p50"] for k, r in results.items() if "latency" in r}
     value = p50.get("awooop", float("nan"))
     verdict = report.verdict(value, TARGET_FIRST_STEP_P50_MS, False)
-    if verdict == "met" and not all(value <= v for k, v in p50.items() if k != "awooop"):
+    if verdict == "met" and not all(value <= v for v in p50.values()):
         verdict = "MISSED"
     what = "AwoooP p50 ms, admission to first step, half capacity"
-    rows.append((what, value, f"<= {TARGET_FIRST_STEP_P50_MS:.0f}, lowest", verdict))
-    return rows
-
-
-def _f(value: Any, digits: int = 0) -> str:
-    return fmt(float(value) if isinstance(value, int) else value, digits)
+    return [*rows, (what, value, f"<= {TARGET_FIRST_STEP_P50_MS:.0f}, lowest", verdict)]
 
 
 def render_markdown(
     machine: dict[str, str],
     knobs: Knobs,
     results: dict[str, dict[str, Any]],
-    rows: list[report.Row],
     packages: dict[str, str],
 ) -> str:
-    n = knobs.runs
-    lines = [
-        BEGIN,
-        "## Peers (`make bench-peers`)",
-        "",
-        report.written_by("make bench-peers", "bench.peers", machine)
-        + " Packages: "
-        + ", ".join(f"{p} {v}" for p, v in packages.items())
-        + ".",
-        "",
-    ]
-    if n != DEFAULT_RUNS:
-        lines += [
-            f"**A reduced run: {n:,} workflows per system** (`BENCH_PEERS_RUNS={n}`; the "
-            f"benchmark's size is {DEFAULT_RUNS:,}). Start-up, the first poll and the tail "
-            "weigh more in a short drain: read these figures as a trial, not as the comparison.",
-            "",
-        ]
-    lines += table(
+    n, pc = knobs.runs, knobs.procrastinate_concurrency
+    versions = ", ".join(f"{p} {v}" for p, v in packages.items())
+    written = report.written_by("make bench-peers", "bench.peers", machine)
+    intro = (
+        f"{n:,} three-step no-op workflows with durable steps per system, each in a scratch "
+        "database of its own, admitted with no worker running, then drained by ONE worker "
+        f"process; then, on a fresh worker warmed by {WARM_UP} workflows, {knobs.latency_s} s "
+        "of arrivals at half the drain rate. Settings: AwoooP `-c 1` (task events off); "
+        f"Procrastinate `--concurrency={pc}`, a pool of {pc + 1} connections; DBOS "
+        f"`worker_concurrency={knobs.dbos_concurrency}`, "
+        f"`max_executor_threads={knobs.dbos_threads}`. How it is measured and why each "
+        f"setting: {METHOD}."
+    )
+    reduced = (
+        f"**A reduced run: {n:,} workflows per system** (`BENCH_PEERS_RUNS={n}`; the "
+        f"benchmark's size is {DEFAULT_RUNS:,}): a trial, not the comparison.\n"
+    )
+    drains = table(
         "system | workflows | drain s | workflows/s | steps/s | commits / workflow | "
         "of which admission | of which drain | worker CPU ms / workflow | other CPU | I/O CPU",
         [
@@ -453,7 +375,7 @@ def render_markdown(
             for system, r in results.items()
         ],
     )
-    lines += [""] + table(
+    latency = table(
         "latency at half capacity | arrivals/s (achieved) | workflows | to first step p50 ms "
         "| p99 ms | to completion p50 ms | p99 ms",
         [
@@ -464,57 +386,14 @@ def render_markdown(
             if (lat := r.get("latency"))
         ],
     )
-    lines += [""] + table(
+    verdicts = table(
         "target | measured | target | ",
-        [(w.replace(" x ", " × "), _f(v, 2), md_target(t), vd) for w, v, t, vd in rows],
+        [(w, fmt(v, 2), report.md_target(t), vd) for w, v, t, vd in targets(results)],
         "lrll",
     )
-    pc = results.get("procrastinate", {}).get("concurrency", knobs.procrastinate_concurrency)
-    dc = results.get("dbos", {}).get("concurrency", knobs.dbos_concurrency)
-    dt_ = results.get("dbos", {}).get("threads", knobs.dbos_threads)
-    lines += [
-        "",
-        f"The same workload for each system, one after the other: {n:,} three-step no-op "
-        "workflows with durable steps, admitted first with one library call each and no worker "
-        "running, then drained by ONE worker process, each system in a scratch database of its "
-        "own on the server above and configured as its documentation recommends for "
-        "throughput. AwoooP: `noop-3`, admitted with the API channel's statement "
-        "(`awooop.store.admission.admit`, no HTTP), one prefork process (`-c 1`, task events "
-        "off). Procrastinate (`bench/peers_procrastinate.py`): three `async` jobs per "
-        "workflow, each deferring the next (a job is its unit of durability), "
-        f"`--concurrency={pc}` and a pool of {pc + 1} connections. DBOS Transact "
-        "(`bench/peers_dbos.py`): an `async` workflow of three steps on a queue with "
-        f"`worker_concurrency={dc}` and `max_executor_threads={dt_}`, as DBOS's own queue "
-        "benchmark runs it. workflows/s: workflows / (first claim → last completion), on the "
-        "database's clock; commits: `xact_commit` of the system's database after admission and "
-        "after the drain, everything that committed in it included; worker CPU: the worker's "
-        "process tree over the drain. Why each setting: [bench/NOTES.md](../bench/NOTES.md).",
-        "",
-        "Latency: after the drain, a worker of the same kind is started again, "
-        f"{WARM_UP} workflows are run to warm it, then workflows arrive on a fixed schedule "
-        "(open loop, one library call each, as in admission) at half the drain rate just "
-        f"measured, for {knobs.latency_s} s. From each system's own records: admitted = the "
-        "row its admission commits (AwoooP `created_at`, Procrastinate the first job's "
-        "`deferred` event, DBOS `workflow_status.created_at`); first step started = AwoooP "
-        "the journal's first entry (`recorded_at` less its `duration_ms`), Procrastinate the "
-        "time its first job's code began (it passes `time.time()` to the second job, whose "
-        "arguments it writes anyway: its `started` event is stamped by the fetch statement, "
-        "before that commits and the job runs), DBOS the first step's `started_at_epoch_ms`: "
-        "each when the step's own code began; completed "
-        "= AwoooP `finished_at`, Procrastinate the third job's `succeeded` event, DBOS "
-        "`completed_at`. The target: AwoooP's p50 to the first step at most "
-        f"{TARGET_FIRST_STEP_P50_MS:.0f} ms and the lowest of the three.",
-        "",
-        "`make bench-peers` installs the `bench` extra (procrastinate and dbos, pinned in "
-        "`constraints.txt`, never runtime dependencies) and runs `python -m bench.peers`. "
-        "Knobs: `BENCH_PEERS_RUNS` (2000), `BENCH_PEERS_SYSTEMS`, "
-        "`BENCH_PEERS_PROCRASTINATE_CONCURRENCY` (30), `BENCH_PEERS_DBOS_CONCURRENCY` "
-        "(1000), `BENCH_PEERS_DBOS_THREADS` (512), `BENCH_PEERS_LATENCY_S` (10; 0 leaves the "
-        "latency phase out), `BENCH_TIMEOUT`, `BENCH_KEEP=1`.",
-        "",
-        END,
-    ]
-    return "\n".join(lines) + "\n"
+    head = [BEGIN, "## Peers (`make bench-peers`)", "", f"{written} Packages: {versions}.", ""]
+    body = [intro, "", *([reduced] if n != DEFAULT_RUNS else []), *drains, "", *latency, ""]
+    return "\n".join([*head, *body, *verdicts, "", END]) + "\n"
 
 
 # --- main ----------------------------------------------------------------------------------
@@ -524,13 +403,18 @@ def _configure() -> tuple[Knobs, Any]:
     from awooop.config import Settings
 
     knobs = Knobs()
-    missing = [p for p in ("procrastinate", "dbos") if importlib.util.find_spec(p) is None]
-    if missing:
+    if missing := [p for p in ("procrastinate", "dbos") if importlib.util.find_spec(p) is None]:
         raise BenchError(
             f"{' and '.join(missing)} not installed: `make bench-peers` installs the "
             "bench extra (pip install -c constraints.txt -e '.[bench]')"
         )
     return knobs, Settings.from_env()
+
+
+def version(package: str) -> str:
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+        return importlib.metadata.version(package)
+    return "not installed"
 
 
 def main() -> None:
@@ -541,22 +425,14 @@ def main() -> None:
     try:
         with report.session("bench-peers", knobs.timeout) as logdir:
             machine = report.machine_info(base.database_url, base.broker_url)
-            packages = {}
-            for package in PACKAGES.split():
-                try:
-                    packages[package] = importlib.metadata.version(package)
-                except importlib.metadata.PackageNotFoundError:
-                    packages[package] = "not installed"
-            log("packages: " + ", ".join(f"{p} {v}" for p, v in packages.items()))
+            packages = {package: version(package) for package in PACKAGES.split()}
             noise = procs.Noise(procs.running_pids)
             results: dict[str, dict[str, Any]] = {}
-            for key in SYSTEMS:
-                if key in knobs.systems:
-                    log(f"--- {LABELS[key].replace('`', '')}")
-                    system = SETUPS[key](knobs, scratch, broker, logdir)
-                    results[key] = measure(system, knobs.runs, noise, knobs.latency_s)
-            rows = targets(results)
-            markdown = render_markdown(machine, knobs, results, rows, packages)
+            for key in (k for k in SYSTEMS if k in knobs.systems):
+                log(f"--- {LABELS[key].replace('`', '')}")
+                system = SETUPS[key](knobs, scratch, broker, logdir)
+                results[key] = measure(system, knobs.runs, noise, knobs.latency_s)
+            markdown = render_markdown(machine, knobs, results, packages)
             print(markdown, flush=True)
             raw = {"machine": machine, "packages": packages, "results": results}
             report.save_results(logdir, raw)

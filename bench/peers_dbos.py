@@ -1,17 +1,10 @@
-"""DBOS Transact's side of ``make bench-peers``: a workflow of three steps, through a queue,
-configured as DBOS's own queue benchmark runs its workers (why each setting: bench/NOTES.md).
+"""DBOS Transact's side of ``make bench-peers``: a workflow of three steps through a queue,
+set up as DBOS's own queue benchmark runs its workers (why: bench/NOTES.md). ``bench.peers``
+runs ``python -m bench.peers_dbos setup`` (system tables and queue), ``admit N [FIRST RATE]``
+(a DBOSClient enqueues) and ``worker`` (until SIGTERM), each in a process of its own.
 
-Used three ways, each in a process of its own that ``bench.peers`` starts:
-
-- ``python -m bench.peers_dbos setup``: creates DBOS's system tables (launch runs the
-  migrations) and registers the queue;
-- ``python -m bench.peers_dbos admit N [FIRST RATE]``: N workflows enqueued with a
-  ``DBOSClient``, at RATE a second when given;
-- ``python -m bench.peers_dbos worker``: one process that dequeues and runs them until
-  SIGTERM.
-
-Environment: BENCH_PEERS_DBOS_URL (the system database), BENCH_PEERS_DBOS_CONCURRENCY
-(the queue's worker_concurrency), BENCH_PEERS_DBOS_THREADS (max_executor_threads).
+Environment: BENCH_PEERS_DBOS_URL (the system database), BENCH_PEERS_DBOS_CONCURRENCY (the
+queue's worker_concurrency), BENCH_PEERS_DBOS_THREADS (max_executor_threads).
 """
 
 from __future__ import annotations
@@ -22,12 +15,13 @@ import sys
 import threading
 import time
 
-from dbos import DBOS, DBOSClient, DBOSConfig, EnqueueOptions
+from dbos import DBOS, DBOSClient, EnqueueOptions
 
 APP_NAME = "awooop-bench-peers"
 APP_VERSION = "bench-peers"
 QUEUE = "bench-peers"
 WORKFLOW = "peers_noop3"
+URL = os.environ.get("BENCH_PEERS_DBOS_URL", "")
 CONCURRENCY = int(os.environ.get("BENCH_PEERS_DBOS_CONCURRENCY", "1000"))
 THREADS = int(os.environ.get("BENCH_PEERS_DBOS_THREADS", "512"))
 
@@ -54,29 +48,24 @@ async def noop3(run: int) -> int:
     return await step_three(run)
 
 
-def config() -> DBOSConfig:
-    return {
-        "name": APP_NAME,
-        "application_version": APP_VERSION,
-        "system_database_url": os.environ["BENCH_PEERS_DBOS_URL"],
-        "executor_id": f"bench-peers-{os.getpid()}",
-        "max_executor_threads": THREADS,
-    }
-
-
-def setup() -> None:
-    DBOS(config=config())
+def launch() -> None:
+    """DBOS launched in this process (launch runs the system database's migrations)."""
+    DBOS(
+        config={
+            "name": APP_NAME,
+            "application_version": APP_VERSION,
+            "system_database_url": URL,
+            "executor_id": f"bench-peers-{os.getpid()}",
+            "max_executor_threads": THREADS,
+        }
+    )
     DBOS.launch()
-    DBOS.register_queue(QUEUE, worker_concurrency=CONCURRENCY, on_conflict="always_update")
-    DBOS.destroy()
 
 
 def admit(n: int, first: int = 0, rate: float = 0.0) -> None:
-    """Enqueue n workflows (numbered from ``first``), one call each: one after the other, or
-    ``rate`` a second on a fixed schedule (open loop) when given."""
-    client = DBOSClient(
-        system_database_url=os.environ["BENCH_PEERS_DBOS_URL"], application_name=APP_NAME
-    )
+    """Enqueue n workflows numbered from ``first``, one call each: one after the other, or
+    ``rate`` a second on a fixed schedule (open loop)."""
+    client = DBOSClient(system_database_url=URL, application_name=APP_NAME)
     options: EnqueueOptions = {
         "queue_name": QUEUE,
         "workflow_name": WORKFLOW,
@@ -92,22 +81,25 @@ def admit(n: int, first: int = 0, rate: float = 0.0) -> None:
         client.destroy()
 
 
-def worker() -> None:
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    DBOS(config=config())
-    DBOS.launch()
-    stop.wait()
-    DBOS.destroy()
+def main(argv: list[str]) -> None:
+    match argv:
+        case ["setup"]:
+            launch()
+            DBOS.register_queue(QUEUE, worker_concurrency=CONCURRENCY, on_conflict="always_update")
+            DBOS.destroy()
+        case ["admit", n]:
+            admit(int(n))
+        case ["admit", n, first, rate]:
+            admit(int(n), int(first), float(rate))
+        case ["worker"]:
+            stop = threading.Event()
+            signal.signal(signal.SIGTERM, lambda *_: stop.set())
+            launch()
+            stop.wait()
+            DBOS.destroy()
+        case _:
+            sys.exit("usage: python -m bench.peers_dbos setup | admit N [FIRST RATE] | worker")
 
 
 if __name__ == "__main__":
-    command = sys.argv[1:2]
-    if command == ["setup"]:
-        setup()
-    elif command == ["admit"] and len(sys.argv) in (3, 5):
-        admit(int(sys.argv[2]), *((int(sys.argv[3]), float(sys.argv[4])) if sys.argv[4:] else ()))
-    elif command == ["worker"]:
-        worker()
-    else:
-        sys.exit("usage: python -m bench.peers_dbos setup | admit N [FIRST RATE] | worker")
+    main(sys.argv[1:])

@@ -1,17 +1,11 @@
 """Procrastinate's side of ``make bench-peers``: a three-step no-op workflow as three jobs (a
-job is its unit of durability), each deferring the next (why: bench/NOTES.md).
+job is its unit of durability), each deferring the next (why: bench/NOTES.md). ``bench.peers``
+runs, each in a process of its own: ``procrastinate --app=bench.peers_procrastinate.app schema
+--apply``, :func:`main` ``admit N [FIRST RATE]``, and ``procrastinate
+--app=bench.peers_procrastinate.app worker --concurrency C``.
 
-Used three ways, each in a process of its own that ``bench.peers`` starts:
-
-- ``procrastinate --app=bench.peers_procrastinate.app schema --apply`` (the schema);
-- ``bench.peers_procrastinate.main(["admit", N, FIRST, RATE])``: defers N first steps, one
-  call each, at RATE a second when given;
-- ``procrastinate --app=bench.peers_procrastinate.app worker --concurrency C`` (the worker).
-
-Environment: BENCH_PEERS_PROCRASTINATE_DSN (libpq connection string of the scratch
-database), BENCH_PEERS_PROCRASTINATE_CONCURRENCY (the worker's concurrency, which sizes the
-connection pool: concurrency + 1, as the docs' "Mind the size of your PostgreSQL pool" asks
-for short jobs).
+Environment: BENCH_PEERS_PROCRASTINATE_DSN (libpq connection string of the scratch database),
+BENCH_PEERS_PROCRASTINATE_CONCURRENCY (the worker's; its pool has one connection more).
 """
 
 from __future__ import annotations
@@ -48,17 +42,14 @@ async def step_two(run: int, first_started: float) -> None:
 
 @app.task(name=STEPS[0])
 async def step_one(run: int) -> None:
-    """``first_started``: when this step's code began, by the clock its worker reads, as
-    AwoooP's and DBOS's steps stamp theirs (Procrastinate's own ``started`` event is stamped
-    by the fetch statement, before its commit). It travels in the write the step makes
-    anyway."""
-    started = time.time()
-    await step_two.defer_async(run=run, first_started=started)
+    """``first_started``: when this step's code began, as AwoooP's and DBOS's steps stamp
+    theirs, carried by the write the step makes anyway."""
+    await step_two.defer_async(run=run, first_started=time.time())
 
 
 async def admit(n: int, first: int = 0, rate: float = 0.0) -> None:
-    """Defer n workflows' first steps (numbered from ``first``), one call each: one after the
-    other, or ``rate`` a second on a fixed schedule (open loop) when given."""
+    """Defer n workflows' first steps numbered from ``first``, one call each: one after the
+    other, or ``rate`` a second on a fixed schedule (open loop)."""
     async with app.open_async():
         t0 = time.monotonic()
         for i in range(n):
@@ -68,8 +59,6 @@ async def admit(n: int, first: int = 0, rate: float = 0.0) -> None:
 
 
 def main(argv: list[str]) -> None:
-    """``admit N [FIRST RATE]``. Called as ``python -c "…; main(sys.argv[1:])" admit N``,
-    not with ``python -m``: Procrastinate warns about an App instantiated in ``__main__``."""
     if len(argv) not in (2, 4) or argv[0] != "admit":
         sys.exit("usage: admit N [FIRST RATE]")
     rest = (int(argv[2]), float(argv[3])) if len(argv) == 4 else ()

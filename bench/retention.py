@@ -12,10 +12,12 @@ BENCH_OUTPUT is set. At full size it takes about half an hour on 2 cores.
 
 from __future__ import annotations
 
+import collections
+import contextlib
+import http.client
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -26,13 +28,15 @@ from typing import Any
 import redis
 
 from bench import database, load, procs, report
-from bench.report import ROOT, BenchError, env_float, env_int, log
+from bench.report import BenchError, env_float, env_int, fmt, log
 
 BEGIN = "<!-- retention:begin (written by `make bench-retention`) -->"
 END = "<!-- retention:end -->"
 TARGET_LATENCY_RATIO = 1.20
 TARGET_SCRAPE_MS = 100.0
-PROJECTS = ("gen-0", "gen-1", "gen-2", "gen-3")
+KINDS = ("empty", "loaded")
+BENCH_PROJECT = "bench"  # the measured admissions and claims
+PROJECTS = ("gen-0", "gen-1", "gen-2", "gen-3")  # the generated history
 LONG_PROJECT = "gen-3"  # keeps its runs 90 days
 SPAN_DAYS = 40.0
 DEDUPE_SPAN_DAYS = 8.0
@@ -40,6 +44,10 @@ WAITING_RUNS = 1000
 OUTBOX_ROWS = 200_000
 CHUNK = 1_000_000
 WARM_UP = 300
+HTTP_CONNECTIONS = 16
+HTTP_WARMUP = 1.5
+TABLES = ("awooop_run_state", "awooop_run_event", "awooop_channel_event_dedupe", "awooop_outbox")
+OLD_SCRAPE_READ = "SELECT status, count(*) FROM awooop_run_state GROUP BY status"
 
 
 @dataclass(frozen=True)
@@ -68,10 +76,8 @@ class Knobs:
         )
 
 
-# --- statistics --------------------------------------------------------------------------
-
-
 def summary(values: list[float]) -> dict[str, float]:
+    """Count, mean, p50, p90, p99 and max of durations in seconds, in ms."""
     return {
         "n": len(values),
         "mean": statistics.fmean(values) * 1000 if values else float("nan"),
@@ -93,6 +99,8 @@ CREATE TEMP TABLE template_event AS
 SELECT kind, from_status, to_status, trigger, trigger_id, actor, detail,
        at - (SELECT created_at FROM awooop_run_state WHERE run_id = %(r)s) AS after
 FROM awooop_run_event WHERE run_id = %(r)s;
+DELETE FROM awooop_run_state WHERE run_id = %(r)s;
+DELETE FROM awooop_channel_event_dedupe WHERE run_id = %(r)s;
 """
 
 # Runs g = lo..hi of n, created one after the other over SPAN_DAYS up to now; input keeps its
@@ -172,192 +180,183 @@ CROSS JOIN LATERAL (
 ) c
 """
 
+# What the sweeps have to delete: runs past retention, dedupe rows past their TTL, messages
+# sent or parked past theirs.
+_BACKLOG = """
+SELECT (SELECT count(*) FROM awooop_run_state r JOIN awooop_project p USING (project_id)
+        WHERE r.status IN ('COMPLETED', 'FAILED', 'CANCELLED')
+          AND r.finished_at < now() - COALESCE(p.run_retention_days, %(runs)s)
+                                      * interval '1 day'),
+       (SELECT count(*) FROM awooop_channel_event_dedupe
+        WHERE created_at < now() - make_interval(secs => %(dedupe)s)),
+       (SELECT count(*) FROM awooop_outbox WHERE status IN ('SENT', 'PARKED')
+          AND created_at < now() - %(outbox)s * interval '1 day')
+"""
+
+# The bench project's PENDING runs COMPLETED: a claimable backlog left behind would make later
+# claims slower (the claim is planned over the claimable index).
+_FINISH_PENDING = """
+UPDATE awooop_run_state SET status = 'COMPLETED', saga_status = 'COMPLETED', finished_at = now(),
+       updated_at = now()
+WHERE project_id = %s AND status = 'PENDING'
+"""
+
 
 def _chunks(n: int) -> Iterator[tuple[int, int]]:
     for lo in range(1, n + 1, CHUNK):
         yield lo, min(n, lo + CHUNK - 1)
 
 
-def generate(url: str, settings: Any, knobs: Knobs) -> dict[str, Any]:
-    """Fill the loaded database; returns how long each part took."""
+def _scalar(cur: Any, sql: str) -> int:
+    cur.execute(sql)
+    return int(cur.fetchone()[0])
+
+
+@contextlib.contextmanager
+def _timed(timings: dict[str, Any], key: str) -> Iterator[None]:
+    t0 = time.perf_counter()
+    yield
+    timings[key] = time.perf_counter() - t0
+    log(f"  {key.removesuffix('_s')}: {timings[key]:.0f} s")
+
+
+def template_run(url: str, settings: Any) -> Any:
+    """A ``noop-3`` run the runner drove to COMPLETED: the run every generated one copies."""
     from awooop import db
     from awooop.engine import lease, runner
 
-    timings: dict[str, Any] = {}
-    engine = db.make_engine(url, pool_size=2, settings=settings)
     store = database.Store(url, settings)
-    template = store.admit(PROJECTS[0], "template")
+    run_id = store.admit(PROJECTS[0], "template")
     store.close()
-    outcome = runner.execute(engine, settings, template)
+    engine = db.make_engine(url, pool_size=2, settings=settings)
+    outcome = runner.execute(engine, settings, run_id)
     lease.stop_keeper()
     engine.dispose()
     if outcome != runner.Outcome.COMPLETED:
         raise BenchError(f"the template run ended {outcome}")
+    return run_id
+
+
+def generate(url: str, settings: Any, knobs: Knobs) -> dict[str, Any]:
+    """Fill the loaded database; how long each part took and what it holds."""
+    template = template_run(url, settings)
+    g: dict[str, Any] = {}
     t_all = time.perf_counter()
     with database.connect(url) as conn, conn.cursor() as cur:
         cur.execute("SET synchronous_commit = on")
         cur.execute(_TEMPLATE_RUN, {"r": str(template)})
-        cur.execute("DELETE FROM awooop_run_state WHERE run_id = %s", (str(template),))
-        cur.execute("DELETE FROM awooop_channel_event_dedupe WHERE run_id = %s", (str(template),))
-        cur.execute("SELECT count(*) FROM template_event")
-        timings["events_per_run"] = int(cur.fetchone()[0])
-
-        t0 = time.perf_counter()
-        for lo, hi in _chunks(knobs.runs):
-            cur.execute(_RUNS, {"lo": lo, "hi": hi, "n": knobs.runs})
-            log(f"  runs {hi:,}/{knobs.runs:,} ({time.perf_counter() - t0:.0f} s)")
-        timings["runs_s"] = time.perf_counter() - t0
-
-        t0 = time.perf_counter()
-        cur.execute(
-            "SELECT min(created_at), max(created_at) + interval '1 second' FROM awooop_run_state"
-        )
-        first, last = cur.fetchone()
-        step = (last - first) / max(1, knobs.runs // CHUNK)
-        lo_at = first
-        while lo_at < last:
-            cur.execute(_EVENTS, {"lo": lo_at, "hi": lo_at + step})
-            lo_at += step
-        cur.execute("SELECT count(*) FROM awooop_run_event")
-        timings["events"] = int(cur.fetchone()[0])
-        timings["events_s"] = time.perf_counter() - t0
-        log(f"  {timings['events']:,} history rows ({timings['events_s']:.0f} s)")
-
+        g["events_per_run"] = _scalar(cur, "SELECT count(*) FROM template_event")
+        with _timed(g, "runs_s"):
+            for lo, hi in _chunks(knobs.runs):
+                cur.execute(_RUNS, {"lo": lo, "hi": hi, "n": knobs.runs})
+        with _timed(g, "events_s"):  # history rows in slices of creation time
+            cur.execute(
+                "SELECT min(created_at), max(created_at) + interval '1 second'"
+                " FROM awooop_run_state"
+            )
+            at, last = cur.fetchone()
+            step = (last - at) / max(1, knobs.runs // CHUNK)
+            while at < last:
+                cur.execute(_EVENTS, {"lo": at, "hi": at + step})
+                at += step
+            g["events"] = _scalar(cur, "SELECT count(*) FROM awooop_run_event")
         cur.execute(_WAITING)
         cur.execute(
             "UPDATE awooop_project SET run_retention_days = 90 WHERE project_id = %s",
             (LONG_PROJECT,),
         )
-
-        t0 = time.perf_counter()
-        cur.execute(_RUN_DEDUPE)
-        linked = cur.rowcount
-        others = max(0, knobs.dedupe - linked)
-        for lo, hi in _chunks(others):
-            cur.execute(_OTHER_DEDUPE, {"lo": lo, "hi": hi, "n": others})
-            took = time.perf_counter() - t0
-            log(f"  dedupe rows {linked + hi:,}/{knobs.dedupe:,} ({took:.0f} s)")
-        timings["dedupe_linked"] = linked
-        timings["dedupe_s"] = time.perf_counter() - t0
-
-        t0 = time.perf_counter()
-        cur.execute(_OUTBOX)
-        timings["outbox_s"] = time.perf_counter() - t0
-
-        t0 = time.perf_counter()
-        cur.execute("VACUUM (ANALYZE)")
-        timings["vacuum_s"] = time.perf_counter() - t0
-        log(f"  VACUUM (ANALYZE) ({timings['vacuum_s']:.0f} s)")
-        timings["total_s"] = time.perf_counter() - t_all
-        timings["counts"] = table_counts(cur)
-        cur.execute("SELECT pg_database_size(current_database())")
-        timings["database_bytes"] = int(cur.fetchone()[0])
-    return timings
-
-
-def table_counts(cur: Any) -> dict[str, int]:
-    counts = {}
-    for table in (
-        "awooop_run_state",
-        "awooop_run_event",
-        "awooop_channel_event_dedupe",
-        "awooop_outbox",
-    ):
-        cur.execute(f"SELECT count(*) FROM {table}")
-        counts[table] = int(cur.fetchone()[0])
-    return counts
+        with _timed(g, "dedupe_s"):
+            cur.execute(_RUN_DEDUPE)
+            g["dedupe_linked"] = cur.rowcount
+            others = max(0, knobs.dedupe - cur.rowcount)
+            for lo, hi in _chunks(others):
+                cur.execute(_OTHER_DEDUPE, {"lo": lo, "hi": hi, "n": others})
+        with _timed(g, "outbox_s"):
+            cur.execute(_OUTBOX)
+        with _timed(g, "vacuum_s"):
+            cur.execute("VACUUM (ANALYZE)")
+        g["total_s"] = time.perf_counter() - t_all
+        g["counts"] = {table: _scalar(cur, f"SELECT count(*) FROM {table}") for table in TABLES}
+        g["database_bytes"] = _scalar(cur, "SELECT pg_database_size(current_database())")
+    return g
 
 
 def backlog(url: str, settings: Any) -> dict[str, int]:
-    """What the sweeps have to delete: runs past retention, dedupe rows past their TTL."""
-    with database.connect(url) as conn, conn.cursor() as cur:
-        cur.execute(
-            """
-SELECT count(*) FROM awooop_run_state r JOIN awooop_project p USING (project_id)
-WHERE r.status IN ('COMPLETED', 'FAILED', 'CANCELLED')
-  AND r.finished_at < now() - COALESCE(p.run_retention_days, %s) * interval '1 day'
-""",
-            (settings.run_retention_days,),
-        )
-        runs = int(cur.fetchone()[0])
-        cur.execute(
-            "SELECT count(*) FROM awooop_channel_event_dedupe"
-            " WHERE created_at < now() - make_interval(secs => %s)",
-            (settings.dedupe_ttl_seconds,),
-        )
-        dedupe = int(cur.fetchone()[0])
-        cur.execute(
-            "SELECT count(*) FROM awooop_outbox WHERE status IN ('SENT', 'PARKED')"
-            " AND created_at < now() - %s * interval '1 day'",
-            (settings.outbox_retention_days,),
-        )
-        outbox = int(cur.fetchone()[0])
-    return {"runs": runs, "dedupe": dedupe, "outbox": outbox}
+    """How many rows are past their age: what the sweeps have to delete."""
+    args = {
+        "runs": settings.run_retention_days,
+        "dedupe": settings.dedupe_ttl_seconds,
+        "outbox": settings.outbox_retention_days,
+    }
+    runs, dedupe, outbox = database.query(url, _BACKLOG, args)[0]
+    return {"runs": int(runs), "dedupe": int(dedupe), "outbox": int(outbox)}
 
 
-def measure_pairs(
-    stores: dict[str, database.Store], project_id: str, n: int
-) -> dict[str, dict[str, list[float]]]:
-    """``n`` admissions and claims on each database, alternating operation by operation (and
-    which goes first), so both see the same machine: this one is shared, and its load
-    changes from second to second. After ``WARM_UP`` untimed ones each (connections,
-    prepared statements, the buffer cache)."""
+# --- latency: the store, HTTP, /metrics ----------------------------------------------------
+
+
+def op_summary(samples: list[tuple[float, float]]) -> dict[str, Any]:
+    """The summaries of (admission, claim) samples."""
+    return {
+        "admission": summary([a for a, _ in samples]),
+        "claim": summary([c for _, c in samples]),
+    }
+
+
+def measure_store(stores: dict[str, database.Store], n: int) -> dict[str, Any]:
+    """``n`` admissions, each followed by the claim of its run, on each database, after
+    ``WARM_UP`` untimed ones; the databases alternate operation by operation (and which goes
+    first) so both see the same moments of this shared machine."""
     for store in stores.values():
         for _ in range(WARM_UP):
-            store.admit_and_claim(project_id)
-    out: dict[str, dict[str, list[float]]] = {k: {"admission": [], "claim": []} for k in stores}
-    kinds = list(stores)
+            store.admit_and_claim(BENCH_PROJECT)
+    samples: dict[str, list[tuple[float, float]]] = {kind: [] for kind in KINDS}
     for i in range(n):
-        for kind in kinds if i % 2 == 0 else kinds[::-1]:
-            _, a, c = stores[kind].admit_and_claim(project_id)
-            out[kind]["admission"].append(a)
-            out[kind]["claim"].append(c)
+        for kind in KINDS if i % 2 == 0 else KINDS[::-1]:
+            _, admission, claim = stores[kind].admit_and_claim(BENCH_PROJECT)
+            samples[kind].append((admission, claim))
     for store in stores.values():
         store.finish_claimed()
-    return out
+    return {kind: op_summary(pairs) for kind, pairs in samples.items()}
 
 
-def finish_pending(url: str) -> None:
-    """The bench project's PENDING runs COMPLETED: a claimable backlog left behind would make
-    later claims slower (the claim is planned over the claimable index)."""
-    with database.connect(url) as conn, conn.cursor() as cur:
-        cur.execute(
-            "UPDATE awooop_run_state SET status = 'COMPLETED', saga_status = 'COMPLETED',"
-            " finished_at = now(), updated_at = now()"
-            " WHERE project_id = 'bench' AND status = 'PENDING'"
-        )
+def measure_http(webs: dict[str, procs.Web], tokens: dict[str, Any], seconds: float) -> dict:
+    """Admission over HTTP, one row per database in the order empty, loaded, loaded, empty;
+    each database's figures the means of its two rows."""
+    rows: dict[str, list[load.LoadResult]] = {kind: [] for kind in KINDS}
+    for kind in (*KINDS, *KINDS[::-1]):
+        source = load.events({BENCH_PROJECT: tokens[kind][BENCH_PROJECT]}, [BENCH_PROJECT])
+        result = webs[kind].run(source, HTTP_CONNECTIONS, duration=seconds, warmup=HTTP_WARMUP)
+        rows[kind].append(result)
+        log(f"http {kind:<6}: {result.summary()}")
+    return {
+        kind: {k: statistics.fmean(getattr(r, k) for r in results) for k in ("rps", "p50", "p99")}
+        for kind, results in rows.items()
+    }
 
 
-# --- HTTP: admission and /metrics -------------------------------------------------------
-
-
-def http_admission(web: procs.Web, project_id: str, token: str, duration: float) -> dict:
-    source = load.events({project_id: token}, [project_id])
-    result = web.run(source, 16, duration=duration, warmup=1.5)
-    return {k: getattr(result, k) for k in ("rps", "p50", "p99", "non_2xx", "errors")}
-
-
-def scrape_times(port: int, n: int) -> tuple[list[float], str]:
-    import http.client
-
-    times, body = [], ""
+def scrape_times(port: int, n: int) -> list[float]:
+    """``n`` ``GET /metrics`` in a row on one connection, after 3 untimed ones (they open
+    pooled connections); the last must say that the database answered."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    times, body = [], ""
     for i in range(n + 3):
         t0 = time.perf_counter()
         conn.request("GET", "/metrics")
         response = conn.getresponse()
         body = response.read().decode()
-        took = time.perf_counter() - t0
         if response.status != 200:
             raise BenchError(f"/metrics answered {response.status}")
-        if i >= 3:  # the first ones open pooled connections
-            times.append(took)
+        if i >= 3:
+            times.append(time.perf_counter() - t0)
     conn.close()
-    return times, body
+    if "awooop_metrics_database_up 1.0" not in body:
+        raise BenchError(f"/metrics on port {port} could not read the database")
+    return times
 
 
 def query_times(url: str, sqls: list[str], n: int) -> list[float]:
-    """Each sample: the statements one after the other, one connection."""
+    """Each sample: the statements one after the other, on one connection."""
     times = []
     with database.connect(url) as conn, conn.cursor() as cur:
         for _ in range(n):
@@ -369,6 +368,33 @@ def query_times(url: str, sqls: list[str], n: int) -> list[float]:
     return times
 
 
+def measure_web(
+    urls: dict[str, str], tokens: dict[str, Any], knobs: Knobs, logdir: Path
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A gunicorn per database: admission over HTTP, then ``/metrics`` scrapes; then the
+    database reads of a scrape, and the read they replaced, on their own."""
+    from awooop.store import monitoring
+
+    webs = {}
+    for kind, url in urls.items():
+        metrics_dir = logdir / f"metrics-{kind}"
+        metrics_dir.mkdir()
+        env = {"AWOOOP_DATABASE_URL": url, "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}
+        webs[kind] = procs.Web(f"web-{kind}", logdir, **env)
+    for web in webs.values():
+        web.wait()
+    http_stats = measure_http(webs, tokens, knobs.duration)
+    scrape = {kind: summary(scrape_times(web.port, knobs.scrapes)) for kind, web in webs.items()}
+    reads = [str(monitoring.RUNS_BY_STATUS), str(monitoring.OUTBOX_BACKLOG)]
+    for kind, url in urls.items():
+        scrape[f"{kind}_query"] = summary(query_times(url, reads, knobs.scrapes))
+        scrape[f"old_{kind}"] = summary(query_times(url, [OLD_SCRAPE_READ], 10))
+    log("scrape p50 ms: " + ", ".join(f"{k} {v['p50']:.2f}" for k, v in scrape.items()))
+    for web in webs.values():
+        web.stop()
+    return http_stats, scrape
+
+
 # --- the sweeps, in a process of their own -------------------------------------------------
 
 _SWEEP = """
@@ -378,7 +404,7 @@ from awooop.config import Settings
 from awooop.engine import sweeps
 settings = Settings.from_env(required=("database_url",))
 engine = db.make_engine(settings.database_url, pool_size=2, role=db.SWEEPS, settings=settings)
-what, gap = sys.argv[1], float(sys.argv[2])
+what, gap, out = sys.argv[1], float(sys.argv[2]), open(sys.argv[3], "w")
 while True:
     t0 = time.time()
     if what == "retention":
@@ -386,56 +412,46 @@ while True:
     else:
         done = {"awooop_channel_event_dedupe": sweeps.prune_dedupe_once(engine, settings)}
     t1 = time.time()
-    print(json.dumps({"start": t0, "end": t1, "rows": done}), flush=True)
+    print(json.dumps({"start": t0, "end": t1, "rows": done}), file=out, flush=True)
     if t1 - t0 < settings.sweep_pass_seconds:  # it ran out of work, not of time: caught up
         break
     time.sleep(gap)
 """
 
 
-def run_sweep(
-    what: str, url: str, store: database.Store, project_id: str, logdir: Path, gap: float
-) -> dict[str, Any]:
-    """The sweep in a child process, one pass after the other with ``gap`` seconds between
-    them, until a pass ends before its time is up (it caught up), while this process admits
-    and claims one run after the other. Latencies are split by whether they overlapped a pass
-    or fell in a gap."""
+def run_sweep(what: str, url: str, store: database.Store, logdir: Path, gap: float) -> dict:
+    """The sweep in a child process, one pass after the other ``gap`` seconds apart until a
+    pass ends before its time is up (it caught up), while this process admits and claims
+    one run after the other."""
+    passes_file = logdir / f"sweep-{what}.jsonl"
+    argv = [sys.executable, "-c", _SWEEP, what, str(gap), str(passes_file)]
     env = procs.child_env(AWOOOP_DATABASE_URL=url, AWOOOP_LOG_LEVEL="WARNING")
-    out = logdir / f"sweep-{what}.jsonl"
-    with open(out, "w") as sink, open(logdir / f"sweep-{what}.log", "w") as err:
-        child = subprocess.Popen(
-            [sys.executable, "-c", _SWEEP, what, str(gap)],
-            cwd=ROOT,
-            env=env,
-            stdout=sink,
-            stderr=err,
-            start_new_session=True,
-        )
-        samples: list[tuple[float, float, float]] = []
-        started = time.time()
-        try:
-            while child.poll() is None:
-                samples.append(store.admit_and_claim(project_id))
-                if time.time() - started > 3600:
-                    raise BenchError(f"the {what} sweep did not catch up within an hour")
-        finally:
-            if child.poll() is None:
-                child.kill()
-            child.wait()
-        store.finish_claimed()
-    if child.returncode != 0:
-        raise BenchError(
-            f"the {what} sweep failed: {(logdir / f'sweep-{what}.log').read_text()[-2000:]}"
-        )
-    passes = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+    child = procs.Proc(f"sweep-{what}", argv, env, logdir)
+    samples: list[tuple[float, float, float]] = []
+    started = time.time()
+    try:
+        while child.alive():
+            samples.append(store.admit_and_claim(BENCH_PROJECT))
+            if time.time() - started > 3600:
+                raise BenchError(f"the {what} sweep did not catch up within an hour")
+    finally:
+        child.stop()
+    store.finish_claimed()
+    if child.popen.returncode != 0:
+        raise child.failure(f"the {what} sweep failed")
+    passes = [json.loads(line) for line in passes_file.read_text().splitlines() if line.strip()]
+    return sweep_figures(passes, samples)
+
+
+def sweep_figures(passes: list[dict], samples: list[tuple[float, float, float]]) -> dict:
+    """What the passes deleted and how fast; the latencies split by whether the operation
+    overlapped a pass that deleted rows or fell between passes."""
     working = [p for p in passes if any(p["rows"].values())]
-    rows: dict[str, int] = {}
+    rows: collections.Counter[str] = collections.Counter()
     for p in passes:
-        for table, n in p["rows"].items():
-            rows[table] = rows.get(table, 0) + n
+        rows.update(p["rows"])
     busy = sum(p["end"] - p["start"] for p in working)
-    # perf_counter stamps to the wall clock the child's stamps use (one machine).
-    offset = time.time() - time.perf_counter()
+    offset = time.time() - time.perf_counter()  # perf_counter to the child's wall clock
 
     def overlaps(t: float, took: float) -> bool:
         start, end = t + offset, t + offset + took
@@ -448,253 +464,190 @@ def run_sweep(
         "busy_s": busy,
         "wall_s": passes[-1]["end"] - passes[0]["start"] if passes else 0.0,
         "longest_pass_s": max((p["end"] - p["start"] for p in working), default=0.0),
-        "rows": rows,
+        "rows": dict(rows),
         "rows_per_s": sum(rows.values()) / busy if busy else float("nan"),
-        "runs_per_s": rows.get("awooop_run_state", 0) / busy if busy else float("nan"),
-        "during": {
-            "admission": summary([a for a, _ in during]),
-            "claim": summary([c for _, c in during]),
-        },
-        "between": {
-            "admission": summary([a for a, _ in between]),
-            "claim": summary([c for _, c in between]),
-        },
+        "runs_per_s": rows["awooop_run_state"] / busy if busy else float("nan"),
+        "during": op_summary(during),
+        "between": op_summary(between),
     }
 
 
 # --- report --------------------------------------------------------------------------------
 
 
-def _f(value: float, digits: int = 2) -> str:
-    return "n/a" if value != value else f"{value:,.{digits}f}"
-
-
-def verdict(ok: bool) -> str:
-    return "met" if ok else "MISSED"
-
-
-def render(machine: dict[str, str], knobs: Knobs, r: dict[str, Any]) -> str:
-    g, store, http_ = r["generation"], r["store"], r["http"]
-    sweep, prune = r["sweeps"]["retention"], r["sweeps"]["prune"]
-    counts = g["counts"]
+def render(r: dict[str, Any], knobs: Knobs) -> str:
+    s, sweep, runs_aged = r["settings"], r["sweeps"]["retention"], r["backlog_before"]["runs"]
+    anchor = "../bench/NOTES.md#make-bench-retention-benchretentionpy"
     lines = [
         BEGIN,
         "## Retention: a database with a month of history (`make bench-retention`)",
         "",
-        f"Written by `make bench-retention` (`python -m bench.retention`) on {machine['date']}, "
-        f"code {machine['code']}; PostgreSQL {machine['postgresql']} on {machine['cpus']} × "
-        f"{machine['cpu_model']}, shared by everything. Two scratch databases on that server, "
-        "migrated to head: **empty**, and **loaded** with `generate_series` "
-        f"({_f(g['total_s'] / 60, 1)} min to generate and `VACUUM (ANALYZE)`: runs "
-        f"{_f(g['runs_s'], 0)} s, history {_f(g['events_s'], 0)} s, dedupe rows "
-        f"{_f(g['dedupe_s'], 0)} s, vacuum {_f(g['vacuum_s'], 0)} s; "
-        f"{g['database_bytes'] / 2**30:.1f} GiB):",
+        report.written_by(r["command"], "bench.retention", r["machine"]),
         "",
-        f"- {counts['awooop_run_state']:,} runs: {knobs.runs:,} finished `noop-3` runs (copies "
-        f"of one run the runner drove to COMPLETED, {g['events_per_run']} history rows each; "
-        "2 % FAILED, 1 % CANCELLED) created one after the other over the last 40 days in four "
-        f"projects, one of which keeps its runs 90 days, and {WAITING_RUNS:,} runs "
-        "WAITING_APPROVAL;",
-        f"- {counts['awooop_run_event']:,} history rows; {counts['awooop_channel_event_dedupe']:,} "
-        f"dedupe rows over the last 8 days ({g['dedupe_linked']:,} of them the keys of the runs "
-        f"of those days); {counts['awooop_outbox']:,} SENT outbox messages over 40 days;",
-        f"- past their age before the sweeps: {r['backlog_before']['runs']:,} runs, "
-        f"{r['backlog_before']['dedupe']:,} dedupe rows, {r['backlog_before']['outbox']:,} "
-        "outbox messages.",
+        "Two scratch databases on that server: **empty**, and **loaded** with a month of history "
+        "generated with SQL. The store's admission and claim statements, admission over HTTP "
+        "and `/metrics` scrapes are timed on both, alternating between them; then the sweeps "
+        "delete the loaded database's backlog while admissions and claims go on. "
+        f"How it is measured: [bench/NOTES.md]({anchor}).",
         "",
-        "| measure | empty | loaded | loaded / empty | target | |",
-        "|---|---:|---:|---:|---|---|",
-    ]
-    for what, key in (("admission", "admission"), ("claim", "claim")):
-        for stat in ("p50", "mean", "p99"):
-            e, l_ = store["empty"][key][stat], store["loaded"][key][stat]
-            ratio = l_ / e
-            target = f"≤ {TARGET_LATENCY_RATIO:.2f}" if stat in ("p50", "mean") else "—"
-            judged = verdict(ratio <= TARGET_LATENCY_RATIO) if stat in ("p50", "mean") else ""
-            lines.append(
-                f"| {what} statement {stat}, ms | {_f(e, 3)} | {_f(l_, 3)} | {_f(ratio)} | "
-                f"{target} | {judged} |"
-            )
-    for stat in ("p50", "p99"):
-        e, l_ = http_["empty"][stat], http_["loaded"][stat]
-        lines.append(
-            f"| admission over HTTP {stat}, ms (16 conns) | {_f(e, 1)} | {_f(l_, 1)} | "
-            f"{_f(l_ / e)} | — | |"
-        )
-    e, l_ = http_["empty"]["rps"], http_["loaded"]["rps"]
-    lines.append(
-        f"| admission over HTTP, req/s (16 conns) | {_f(e, 0)} | {_f(l_, 0)} | {_f(l_ / e)} | — | |"
-    )
-    sc = r["scrape"]
-    lines += [
-        f"| `/metrics` scrape p50, ms | {_f(sc['empty']['p50'], 1)} | "
-        f"{_f(sc['loaded']['p50'], 1)} | | < {TARGET_SCRAPE_MS:.0f} | "
-        f"{verdict(sc['loaded']['p99'] < TARGET_SCRAPE_MS)} (p99 {_f(sc['loaded']['p99'], 1)}, "
-        f"max {_f(sc['loaded']['max'], 1)}) |",
-        f"| its database read (runs + outbox), p50 ms | {_f(sc['empty_query']['p50'], 2)} | "
-        f"{_f(sc['loaded_query']['p50'], 2)} | | | |",
-        f"| the read it replaces (`GROUP BY status` over every run), p50 ms | "
-        f"{_f(sc['old_empty']['p50'], 2)} | {_f(sc['old_loaded']['p50'], 2)} | | | |",
+        f"Settings: {knobs.samples:,} store samples per database after {WARM_UP} untimed; HTTP "
+        f"{HTTP_CONNECTIONS} connections, {HTTP_WARMUP:g} s warm-up then {knobs.duration:g} s "
+        f"per row, two rows per database; {knobs.scrapes} scrapes; sweep passes of at most "
+        f"{s['pass_seconds']:g} s (`AWOOOP_SWEEP_PASS_SECONDS`), {knobs.gap:g} s apart, batches "
+        f"of {s['retention_batch']:,} runs and {s['prune_batch']:,} dedupe rows.",
         "",
-        f"Store statements: {knobs.samples:,} admissions on each database, each followed by the "
-        "claim of its run by id, as a worker claims — the production statements on one "
-        "connection each, timed in the client after 300 untimed ones, the two databases "
-        "alternating operation by operation so both see the same load on this shared machine. "
-        f"HTTP: gunicorn as in `make bench`, 16 connections, {knobs.duration:g} s per row, "
-        f"alternating. Scrapes: {knobs.scrapes} `GET /metrics` in a row on one connection.",
+        loaded_text(r, knobs),
         "",
-        "**The sweeps catching up** on the loaded database, each in another process with the "
-        "default batches (500 runs, 5,000 dedupe rows) and passes of at most "
-        f"`AWOOOP_SWEEP_PASS_SECONDS` = {r['pass_seconds']:g} s, {knobs.gap:g} s apart (a "
-        "maintenance worker waits 300 s), until a pass ended before its time was up, while "
-        "this process kept admitting and claiming; latencies during passes and between them:",
+        *latency_table(r),
         "",
-        "| sweep | passes | seconds deleting | longest pass s | rows deleted | rows/s "
-        "| admission p50 / p99 ms, during passes | between passes "
-        "| claim p50 / p99 ms, during passes | between passes |",
-        "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|",
-    ]
-    for name, sw in (("retention", sweep), ("dedupe prune", prune)):
-        rows = ", ".join(f"{t.replace('awooop_', '')} {n:,}" for t, n in sw["rows"].items())
-        cells = [
-            f"{_f(sw[when][op]['p50'], 2)} / {_f(sw[when][op]['p99'], 2)}"
-            for op in ("admission", "claim")
-            for when in ("during", "between")
-        ]
-        lines.append(
-            f"| {name} | {sw['passes']} | {_f(sw['busy_s'], 1)} | "
-            f"{_f(sw['longest_pass_s'], 1)} | {rows} | {_f(sw['rows_per_s'], 0)} | "
-            + " | ".join(cells)
-            + " |"
-        )
-    before = store["loaded"]
-    lines += [
+        "**The sweeps catching up** on the loaded database; admission and claim latencies "
+        "during passes and between them:",
         "",
-        f"Before the sweeps, on the loaded database: admission p50 / p99 "
-        f"{_f(before['admission']['p50'], 2)} / {_f(before['admission']['p99'], 2)} ms, claim "
-        f"{_f(before['claim']['p50'], 2)} / {_f(before['claim']['p99'], 2)} ms. "
-        f"Retention deleted {_f(sweep['runs_per_s'], 0)} runs/s with their rows while it ran; "
-        f"at one pass per `AWOOOP_RETENTION_INTERVAL_SECONDS` (300) the "
-        f"{r['backlog_before']['runs']:,} runs past their age take {sweep['passes']} passes, "
-        f"about {sweep['passes'] * 5} minutes. Left past their age after the sweeps: "
-        f"{r['backlog_after']['runs']:,} runs, {r['backlog_after']['dedupe']:,} dedupe rows, "
-        f"{r['backlog_after']['outbox']:,} outbox messages.",
+        *sweep_table(r["sweeps"]),
+        "",
+        f"Retention deleted {fmt(sweep['runs_per_s'])} runs/s with their rows while it ran: at "
+        f"one pass per `AWOOOP_RETENTION_INTERVAL_SECONDS` ({s['retention_interval_s']:g} s), "
+        f"the {runs_aged:,} runs past their age take {sweep['passes']} passes, about "
+        f"{sweep['passes'] * s['retention_interval_s'] / 60:.0f} minutes.",
         "",
         END,
     ]
     return "\n".join(lines) + "\n"
 
 
+def loaded_text(r: dict[str, Any], knobs: Knobs) -> str:
+    g, n = r["generation"], r["generation"]["counts"]
+    before, after = r["backlog_before"], r["backlog_after"]
+    return (
+        f"Loaded: {n['awooop_run_state']:,} runs ({knobs.runs:,} finished over {SPAN_DAYS:g} "
+        f"days, {WAITING_RUNS:,} WAITING_APPROVAL), {n['awooop_run_event']:,} history rows "
+        f"({g['events_per_run']} per finished run), {n['awooop_channel_event_dedupe']:,} dedupe "
+        f"rows over {DEDUPE_SPAN_DAYS:g} days ({g['dedupe_linked']:,} of them the keys of those "
+        f"days' runs), {n['awooop_outbox']:,} SENT outbox messages; "
+        f"{g['database_bytes'] / 2**30:.1f} GiB, generated in {g['total_s'] / 60:.1f} min "
+        f"(runs {fmt(g['runs_s'])} s, history {fmt(g['events_s'])} s, dedupe rows "
+        f"{fmt(g['dedupe_s'])} s, outbox {fmt(g['outbox_s'])} s, `VACUUM (ANALYZE)` "
+        f"{fmt(g['vacuum_s'])} s). Past their age before the sweeps: {before['runs']:,} runs, "
+        f"{before['dedupe']:,} dedupe rows, {before['outbox']:,} outbox messages; after: "
+        f"{after['runs']:,}, {after['dedupe']:,}, {after['outbox']:,}."
+    )
+
+
+def latency_table(r: dict[str, Any]) -> list[str]:
+    store, web, sc = r["store"], r["http"], r["scrape"]
+    rows = []
+    for op in ("admission", "claim"):
+        for stat in ("p50", "mean", "p99"):
+            e, l_ = store["empty"][op][stat], store["loaded"][op][stat]
+            ratio = report.ratio(l_, e)
+            judged = report.verdict(ratio, TARGET_LATENCY_RATIO, False)
+            target = "— | " if stat == "p99" else f"≤ {TARGET_LATENCY_RATIO:.2f} | {judged}"
+            cells = f"{fmt(e, 3)} | {fmt(l_, 3)} | {fmt(ratio, 2)} | {target}"
+            rows.append(f"{op} statement {stat}, ms | {cells}")
+    for what, stat, digits in (
+        (" p50, ms", "p50", 1),
+        (" p99, ms", "p99", 1),
+        (", req/s", "rps", 0),
+    ):
+        e, l_ = web["empty"][stat], web["loaded"][stat]
+        rows.append(
+            f"admission over HTTP{what} ({HTTP_CONNECTIONS} conns) | {fmt(e, digits)} | "
+            f"{fmt(l_, digits)} | {fmt(report.ratio(l_, e), 2)} | — | "
+        )
+    empty, loaded = sc["empty"], sc["loaded"]
+    judged = report.verdict(loaded["p99"], TARGET_SCRAPE_MS, False)
+    rows += [
+        f"`/metrics` scrape p50, ms | {fmt(empty['p50'], 1)} | {fmt(loaded['p50'], 1)} |  | "
+        f"< {TARGET_SCRAPE_MS:.0f} | {judged} (p99 {fmt(loaded['p99'], 1)}, "
+        f"max {fmt(loaded['max'], 1)})",
+        f"its database read (runs + outbox), p50 ms | {fmt(sc['empty_query']['p50'], 2)} | "
+        f"{fmt(sc['loaded_query']['p50'], 2)} |  |  | ",
+        "the read it replaces (`GROUP BY status` over every run), p50 ms | "
+        f"{fmt(sc['old_empty']['p50'], 2)} | {fmt(sc['old_loaded']['p50'], 2)} |  |  | ",
+    ]
+    return report.table("measure | empty | loaded | loaded / empty | target | ", rows, "lrrrll")
+
+
+def sweep_table(sweeps: dict[str, Any]) -> list[str]:
+    rows = []
+    for name, sw in (("retention", sweeps["retention"]), ("dedupe prune", sweeps["prune"])):
+        deleted = ", ".join(f"{t.replace('awooop_', '')} {n:,}" for t, n in sw["rows"].items())
+        latencies = [
+            f"{fmt(sw[when][op]['p50'], 2)} / {fmt(sw[when][op]['p99'], 2)}"
+            for op in ("admission", "claim")
+            for when in ("during", "between")
+        ]
+        rows.append(
+            [name, sw["passes"], fmt(sw["busy_s"], 1), fmt(sw["longest_pass_s"], 1), deleted]
+            + [fmt(sw["rows_per_s"]), *latencies]
+        )
+    return report.table(
+        "sweep | passes | seconds deleting | longest pass s | rows deleted | rows/s "
+        "| admission p50 / p99 ms, during passes | between passes "
+        "| claim p50 / p99 ms, during passes | between passes",
+        rows,
+        "lrrrlr",
+    )
+
+
 # --- main ----------------------------------------------------------------------------------
+
+
+def measure(knobs: Knobs, base: Any, scratch: database.Scratch, logdir: Path) -> dict:
+    from awooop.config import Settings
+
+    r: dict[str, Any] = {"machine": report.machine_info(base.database_url, base.broker_url)}
+    urls = {kind: scratch.migrated(f"awooop_bench_{kind}")[1] for kind in KINDS}
+    settings = {k: Settings(**{**base.__dict__, "database_url": u}) for k, u in urls.items()}
+    tokens = {k: database.create_projects(u, [BENCH_PROJECT, *PROJECTS]) for k, u in urls.items()}
+    log(f"generating {knobs.runs:,} finished runs and {knobs.dedupe:,} dedupe rows …")
+    r["generation"] = generate(urls["loaded"], settings["loaded"], knobs)
+    r["backlog_before"] = backlog(urls["loaded"], base)
+    log(f"rows: {r['generation']['counts']}; past their age: {r['backlog_before']}")
+    stores = {kind: database.Store(url, settings[kind]) for kind, url in urls.items()}
+    try:
+        r["store"] = measure_store(stores, knobs.samples)
+        r["http"], r["scrape"] = measure_web(urls, tokens, knobs, logdir)
+        database.purge_queue(redis.Redis.from_url(base.broker_url, socket_timeout=10))
+        for url in urls.values():  # the runs admitted over HTTP, as if workers had run them
+            database.query(url, _FINISH_PENDING, (BENCH_PROJECT,))
+        r["sweeps"] = {}
+        for what in ("retention", "prune"):
+            log(f"{what} sweep catching up …")
+            r["sweeps"][what] = run_sweep(what, urls["loaded"], stores["loaded"], logdir, knobs.gap)
+            log(f"{what}: {r['sweeps'][what]['passes']} passes, {r['sweeps'][what]['rows']}")
+    finally:
+        for store in stores.values():
+            store.close()
+    r["backlog_after"] = backlog(urls["loaded"], base)
+    return r
 
 
 def main() -> None:
     from awooop.config import Settings
-    from awooop.store import monitoring
 
-    knobs, base = report.configure("bench", lambda: (Knobs.from_env(), Settings.from_env()))
+    knobs, base = report.configure(
+        "bench-retention", lambda: (Knobs.from_env(), Settings.from_env())
+    )
     scratch = database.Scratch(base.database_url, report.keep())
-    stores: dict[str, database.Store] = {}
     try:
         with report.session("bench-retention", 24 * 3600) as logdir:
-            machine = report.machine_info(base.database_url, base.broker_url)
-            urls = {
-                kind: scratch.migrated(f"awooop_bench_{kind}")[1] for kind in ("empty", "loaded")
-            }
-            settings = {
-                k: Settings(**{**base.__dict__, "database_url": u}) for k, u in urls.items()
-            }
-            tokens = {k: database.create_projects(u, ["bench", *PROJECTS]) for k, u in urls.items()}
-
-            log(f"generating {knobs.runs:,} finished runs and {knobs.dedupe:,} dedupe rows …")
-            t0 = time.perf_counter()
-            generation = generate(urls["loaded"], settings["loaded"], knobs)
-            log(f"generated in {time.perf_counter() - t0:.0f} s: {generation['counts']}")
-            backlog_before = backlog(urls["loaded"], base)
-            log(f"past their age: {backlog_before}")
-
-            # Store latency, empty and loaded alternating operation by operation.
-            stores.update({kind: database.Store(url, settings[kind]) for kind, url in urls.items()})
-            paired = measure_pairs(stores, "bench", knobs.samples)
-            store_stats = {
-                kind: {key: summary(values) for key, values in ops.items()}
-                for kind, ops in paired.items()
-            }
-            for kind, ops in store_stats.items():
-                log(f"store {kind}: {ops}")
-
-            # HTTP admission and /metrics.
-            webs = {
-                kind: procs.Web(
-                    f"web-{kind}",
-                    logdir,
-                    AWOOOP_DATABASE_URL=url,
-                    PROMETHEUS_MULTIPROC_DIR=str(metrics_dir(logdir, kind)),
-                )
-                for kind, url in urls.items()
-            }
-            for web in webs.values():
-                web.wait()
-            http_parts: dict[str, list[dict[str, float]]] = {"empty": [], "loaded": []}
-            for i in range(2):
-                for kind in ("empty", "loaded") if i % 2 == 0 else ("loaded", "empty"):
-                    res = http_admission(webs[kind], "bench", tokens[kind]["bench"], knobs.duration)
-                    http_parts[kind].append(res)
-                    log(f"http {kind:<6}: {res}")
-            http_stats = {
-                kind: {k: statistics.fmean(p[k] for p in parts) for k in ("rps", "p50", "p99")}
-                for kind, parts in http_parts.items()
-            }
-            scrape: dict[str, Any] = {}
-            for kind, web in webs.items():
-                times, body = scrape_times(web.port, knobs.scrapes)
-                scrape[kind] = summary(times)
-                if "awooop_metrics_database_up 1.0" not in body:
-                    raise BenchError(f"/metrics of {kind} could not read the database")
-                log(f"scrape {kind}: {scrape[kind]}")
-            for kind, url in urls.items():
-                reads = [str(monitoring.RUNS_BY_STATUS), str(monitoring.OUTBOX_BACKLOG)]
-                scrape[f"{kind}_query"] = summary(query_times(url, reads, knobs.scrapes))
-                old = "SELECT status, count(*) FROM awooop_run_state GROUP BY status"
-                scrape[f"old_{kind}"] = summary(query_times(url, [old], 10))
-            for web in webs.values():
-                web.stop()
-            database.purge_queue(redis.Redis.from_url(base.broker_url, socket_timeout=10))
-            for url in urls.values():  # the runs admitted over HTTP, as if workers had run them
-                finish_pending(url)
-
-            # The sweeps catching up, admission and claims going on meanwhile.
-            sweeps_ = {}
-            for what in ("retention", "prune"):
-                log(f"{what} sweep catching up …")
-                sweeps_[what] = run_sweep(
-                    what, urls["loaded"], stores["loaded"], "bench", logdir, knobs.gap
-                )
-                log(f"{what}: {sweeps_[what]}")
-            results = {
-                "generation": generation,
-                "backlog_before": backlog_before,
-                "backlog_after": backlog(urls["loaded"], base),
-                "store": store_stats,
-                "http": http_stats,
-                "scrape": scrape,
-                "sweeps": sweeps_,
+            results = measure(knobs, base, scratch, logdir)
+            results["command"] = ("BENCH_RETENTION_QUICK=1 " if knobs.quick else "") + (
+                report.invoked_as("bench-retention", "bench.retention")
+            )
+            results["settings"] = {
                 "pass_seconds": base.sweep_pass_seconds,
+                "retention_batch": base.retention_batch_size,
+                "prune_batch": base.prune_batch_size,
+                "retention_interval_s": base.retention_interval_seconds,
             }
             report.save_results(logdir, results)
-            section = render(machine, knobs, results)
+            section = render(results, knobs)
             print(section)
             report.publish(knobs.output, section, BEGIN, END, logdir)
     finally:
-        for store in stores.values():
-            store.close()
         scratch.close()
-
-
-def metrics_dir(logdir: Path, kind: str) -> Path:
-    path = logdir / f"metrics-{kind}"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
-"""``make bench``: AwoooP against its baselines; prints a table, writes ``docs/benchmarks.md``
-down to ``MARKER`` (the other benches' sections below it are kept). (a) admission over HTTP
-against ``bench.baseline_app``; (b) end to end against raw Celery (``bench.raw_celery``), then
-a soak: CPU and PostgreSQL commits per run; (c) memory. How: bench/NOTES.md.
+"""``make bench`` (``python -m bench.run``): AwoooP against its baselines. (a) admission over
+HTTP against ``bench.baseline_app``; (b) end to end against raw Celery (``bench.raw_celery``),
+then a soak: CPU, PostgreSQL commits and WAL flushes per run; (c) memory. Writes
+``docs/benchmarks.md`` down to ``MARKER`` (the other benches' sections below it are kept). How:
+bench/NOTES.md.
 
-Knobs (environment): BENCH_DURATION (s, per measured phase, 3), BENCH_WARMUP (1),
+Knobs (environment): BENCH_DURATION (s per admission row, 3), BENCH_WARMUP (1),
 BENCH_CONNECTIONS ("16,64"), BENCH_RAW_TASKS (2000), BENCH_E2E_RUNS (1000),
 BENCH_E2E_CONCURRENCY ("2,1"), BENCH_SOAK_RUNS (10000), BENCH_TIMEOUT (s, 720), BENCH_KEEP=1,
 BENCH_OUTPUT (docs/benchmarks.md), BENCH_PHASES ("admission,e2e"; a partial run writes no
@@ -14,11 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import statistics
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,31 +27,14 @@ from typing import Any
 import psycopg2
 import redis
 
-from bench import database, load, procs, verdicts
+from bench import database, load, procs, report, verdicts
 from bench.baseline_app import RUN_LIST
-from bench.report import (
-    MARKER,
-    BenchError,
-    env_choice,
-    env_float,
-    env_int,
-    env_ints,
-    failure_summary,
-    fmt,
-    knob,
-    log,
-    md_target,
-    noise_cells,
-    ratio,
-    table,
-    target_row,
-    verdict,
-)
+from bench.report import MARKER, BenchError, fmt, knob, log, ratio, target_row, verdict
 
 TARGETS = {
     "admission_ratio": 0.80,  # AwoooP new events / baseline, req/s
     "duplicate_vs_baseline": 1.00,  # AwoooP duplicates / baseline new events, req/s
-    "p99_ratio": 1.20,  # AwoooP p99 / baseline p99 at 64 connections
+    "p99_ratio": 1.20,  # AwoooP p99 / baseline p99 at the most connections
     "e2e_ratio": 0.40,  # noop-3 runs/s / raw Celery tasks/s at -c 2 (the Procfile's)
     "e2e_ratio_c1": 0.33,  # at -c 1, where Celery's hand-over is serial with every run
     "e2e_stretch_c1": 0.40,
@@ -60,34 +44,31 @@ TARGETS = {
     "memory_growth_pct": 10.0,
 }
 # The end-to-end rows per worker concurrency: (target, suffix of the row's label).
-E2E_TARGETS: dict[int, tuple[tuple[str, str], ...]] = {
-    1: (("e2e_ratio_c1", ""), ("e2e_stretch_c1", " (stretch)")),
-    2: (("e2e_ratio", ""),),
-}
+E2E_TARGETS = {1: (("e2e_ratio_c1", ""), ("e2e_stretch_c1", " (stretch)")), 2: (("e2e_ratio", ""),)}
 PHASES = ("admission", "e2e")
-BODY = load.BODY
+E2E_ADMIT_CONNS = 16  # connections that admit an end-to-end batch
+SOAK_CONNS = 8
 SOAK_BUDGET_S = 75.0  # the soak runs at most this long at the measured rate
 STATS_IDLE_FLUSH_S = 11.0  # an idle backend flushes its statistics within 10 s
 
 
 @dataclass(frozen=True)
 class Knobs:
-    duration: float = knob(env_float, "BENCH_DURATION", 3.0)
-    warmup: float = knob(env_float, "BENCH_WARMUP", 1.0)
-    connections: tuple[int, ...] = knob(env_ints, "BENCH_CONNECTIONS", "16,64")
-    raw_tasks: int = knob(env_int, "BENCH_RAW_TASKS", 2000)
-    e2e_runs: int = knob(env_int, "BENCH_E2E_RUNS", 1000)
-    soak_runs: int = knob(env_int, "BENCH_SOAK_RUNS", 10000)
+    duration: float = knob(report.env_float, "BENCH_DURATION", 3.0)
+    warmup: float = knob(report.env_float, "BENCH_WARMUP", 1.0)
+    connections: tuple[int, ...] = knob(report.env_ints, "BENCH_CONNECTIONS", "16,64")
+    raw_tasks: int = knob(report.env_int, "BENCH_RAW_TASKS", 2000)
+    e2e_runs: int = knob(report.env_int, "BENCH_E2E_RUNS", 1000)
+    soak_runs: int = knob(report.env_int, "BENCH_SOAK_RUNS", 10000)
     # One series per worker concurrency, in this order; the last one's worker runs the soak.
-    e2e_concurrency: tuple[int, ...] = knob(env_ints, "BENCH_E2E_CONCURRENCY", "2,1")
-    timeout: float = knob(env_float, "BENCH_TIMEOUT", 720)
-    phases: tuple[str, ...] = knob(env_choice, "BENCH_PHASES", PHASES)
+    e2e_concurrency: tuple[int, ...] = knob(report.env_ints, "BENCH_E2E_CONCURRENCY", "2,1")
+    timeout: float = knob(report.env_float, "BENCH_TIMEOUT", 720)
+    phases: tuple[str, ...] = knob(report.env_choice, "BENCH_PHASES", PHASES)
 
 
 @dataclass
 class Bench:
-    """What the phases share: the knobs, the logs folder, the broker, the noise meter, the
-    projects' tokens, the scratch database's meter; during (b), its web and progress."""
+    """What the phases share; during (b), its web, progress and AwoooP's worker too."""
 
     knobs: Knobs
     logdir: Path
@@ -98,6 +79,7 @@ class Bench:
     e2e: dict[str, Any] = field(default_factory=dict)
     web: procs.Web | None = None
     progress: database.Progress | None = None
+    worker: procs.Proc | None = None
 
     def admit(self, label: str, project_id: str, n: int, conns: int, floor: float = 60) -> Any:
         """``n`` new events through (b)'s web; its answers counted into ``e2e``."""
@@ -109,77 +91,72 @@ class Bench:
         self.e2e["errors"] = self.e2e.get("errors", 0) + result.errors
         return result
 
+    def stop_worker(self) -> None:
+        if self.worker is not None:
+            self.worker.stop()
+            self.worker = None
+
+
+def measure_pairs(what: str, measure: Any) -> list[verdicts.Pair]:
+    """``measure(k)`` pair after pair until ``verdicts`` has enough; the counted ones marked."""
+    pairs: list[verdicts.Pair] = []
+    while verdicts.need_more(pairs):
+        pairs.append(pair := measure(len(pairs) + 1))
+        if pair.noisy:
+            log(f"{what}, pair {len(pairs)} is noisy: {'; '.join(pair.reasons)}")
+    verdicts.choose(pairs)
+    return pairs
+
 
 # --- (a) admission ---------------------------------------------------------------------------
 
 
-def bench_admission(
-    b: Bench, real_id: str, base_id: str
-) -> tuple[list[dict[str, Any]], dict[int, list[verdicts.Pair]]]:
-    """Admission at each connection count, in interleaved pairs (``bench.verdicts``)."""
-    k_ = b.knobs
+def admission_pair(
+    b: Bench, webs: tuple[Any, Any], ids: tuple[str, str], conns: int, k: int
+) -> Any:
+    """AwoooP's new events, the baseline's, then AwoooP's duplicates of its new events, one
+    right after the other, so a burst of outside load hits both sides alike: the three rows
+    and the pair."""
+
+    def measure(label: str, side: int, keys: Any) -> dict[str, Any]:
+        source = load.events(b.tokens, [ids[side]], keys)
+        kw = {"duration": b.knobs.duration, "warmup": b.knobs.warmup}
+        return webs[side].measure(f"{label} #{k}", source, conns, b.noise, **kw)
+
+    prefix = f"a{conns}-{secrets.token_hex(4)}"
+    new = measure("AwoooP new events", 0, load.unique_keys(prefix))
+    base = measure("baseline new events", 1, load.unique_keys(f"b{conns}-{secrets.token_hex(4)}"))
+    dup = measure("AwoooP duplicates", 0, load.replay_keys(prefix, new["issued"]))
+    other_cpu = {"AwoooP new events": new, "the baseline": base, "AwoooP duplicates": dup}
+    pair = verdicts.Pair(
+        {
+            "new": ratio(new["rps"], base["rps"]),
+            "duplicate": ratio(dup["rps"], base["rps"]),
+            "duplicate_own": ratio(dup["rps"], new["rps"]),
+            "p99": ratio(new["p99"], base["p99"]),
+        },
+        verdicts.noise_reasons({name: m["other_cpu_pct"] for name, m in other_cpu.items()}),
+    )
+    rows = [(new, "awooop", "new"), (base, "baseline", "new"), (dup, "awooop", "duplicate")]
+    return [{**m, "app": app, "kind": kind, "pair": k} for m, app, kind in rows], pair
+
+
+def bench_admission(b: Bench, ids: tuple[str, str]) -> tuple[list[dict[str, Any]], dict]:
+    """Admission at each connection count, in interleaved pairs; no worker runs."""
     results: list[dict[str, Any]] = []
     pairs: dict[int, list[verdicts.Pair]] = {}
-    with (
-        procs.started(procs.Web("web-awooop", b.logdir)) as real,
-        procs.started(
-            procs.Web("web-baseline", b.logdir, "bench.baseline_app:create_app()")
-        ) as base,
-    ):
+    baseline = procs.Web("web-baseline", b.logdir, "bench.baseline_app:create_app()")
+    with procs.started(procs.Web("web-awooop", b.logdir)) as real, procs.started(baseline):
         real.wait()
-        base.wait()
+        baseline.wait()
+        for conns in b.knobs.connections:
 
-        def phase(label: str, web: procs.Web, source: load.Source, conns: int) -> dict[str, Any]:
-            return web.measure(
-                label, source, conns, b.noise, duration=k_.duration, warmup=k_.warmup
-            )
+            def one_pair(k: int, conns: int = conns) -> verdicts.Pair:
+                rows, pair = admission_pair(b, (real, baseline), ids, conns, k)
+                results.extend(rows)
+                return pair
 
-        for conns in k_.connections:
-            series = pairs[conns] = []
-            while verdicts.need_more(series):
-                # AwoooP, the baseline, AwoooP's duplicates, one right after the other, so a
-                # burst of outside load hits both sides alike.
-                k = len(series) + 1
-                prefix = f"a{conns}-{secrets.token_hex(4)}"
-                keys = load.unique_keys(prefix)
-                unique = phase(
-                    f"AwoooP new events #{k}", real, load.events(b.tokens, [real_id], keys), conns
-                )
-                other = load.unique_keys(f"b{conns}-{secrets.token_hex(4)}")
-                baseline = phase(
-                    f"baseline new events #{k}",
-                    base,
-                    load.events(b.tokens, [base_id], other),
-                    conns,
-                )
-                again = load.replay_keys(prefix, unique["issued"])
-                duplicates = phase(
-                    f"AwoooP duplicates #{k}", real, load.events(b.tokens, [real_id], again), conns
-                )
-                results += [
-                    {**unique, "app": "awooop", "kind": "new", "pair": k},
-                    {**baseline, "app": "baseline", "kind": "new", "pair": k},
-                    {**duplicates, "app": "awooop", "kind": "duplicate", "pair": k},
-                ]
-                pair = verdicts.Pair(
-                    {
-                        "new": ratio(unique["rps"], baseline["rps"]),
-                        "duplicate": ratio(duplicates["rps"], baseline["rps"]),
-                        "duplicate_own": ratio(duplicates["rps"], unique["rps"]),
-                        "p99": ratio(unique["p99"], baseline["p99"]),
-                    },
-                    verdicts.noise_reasons(
-                        {
-                            "AwoooP new events": unique["other_cpu_pct"],
-                            "the baseline": baseline["other_cpu_pct"],
-                            "AwoooP duplicates": duplicates["other_cpu_pct"],
-                        }
-                    ),
-                )
-                series.append(pair)
-                if pair.noisy:
-                    log(f"admission @{conns}, pair {k} is noisy: {'; '.join(pair.reasons)}")
-            verdicts.choose(series)
+            pairs[conns] = measure_pairs(f"admission @{conns}", one_pair)
     dropped = database.purge_queue(b.r) + int(b.r.llen(RUN_LIST))
     b.r.delete(RUN_LIST)
     log(f"purged {dropped} queued messages (no worker ran during admission)")
@@ -231,33 +208,27 @@ def raw_celery(b: Bench, c: int, k: int) -> dict[str, Any]:
     info["per_s"] = n / (last - t_first) if last > t_first else float("nan")
     info["left_in_queue"] = int(b.r.llen(raw.QUEUE))
     b.r.delete(*raw.KEYS)
-    log(
-        f"raw Celery -c {c}: {n} no-op tasks in {info['seconds']:.2f} s = {info['per_s']:.0f} "
-        f"tasks/s (worker start to drained {info['wall_s']:.1f} s)  {procs.noise_text(info)}"
-    )
+    log(f"raw Celery -c {c} #{k}: {info['per_s']:.0f} tasks/s  {procs.noise_text(info)}")
     return info
 
 
-def awooop_batch(
-    b: Bench, project_id: str, c: int, label: str, on_first: Callable[[procs.Proc], None]
-) -> tuple[dict[str, Any], procs.Proc]:
-    """``e2e_runs`` runs admitted with no worker running, then one worker (``-c c``) drains
-    them; its figures, and the worker (still running)."""
+def awooop_batch(b: Bench, project_id: str, c: int, k: int) -> dict[str, Any]:
+    """AwoooP's previous worker stopped, ``e2e_runs`` runs admitted with no worker running,
+    then a new worker (``-c c``, left running as ``b.worker``) drains them."""
     assert b.web is not None and b.progress is not None
-    n, progress = b.knobs.e2e_runs, b.progress
+    b.stop_worker()
+    n, progress, label = b.knobs.e2e_runs, b.progress, f"AwoooP -c {c} #{k}"
     info: dict[str, Any] = {"runs": n, "concurrency": c}
     done0, _, total0, _ = progress.counts()
-    info["admit_per_s"] = b.admit(label, project_id, n, 16).rps
+    info["admit_per_s"] = b.admit(label, project_id, n, E2E_ADMIT_CONNS).rps
     if (total := progress.counts()[2]) != total0 + n:
         raise b.web.failure(f"{label}: {total - total0} runs admitted, expected {n}")
     since = progress.clock()
-    worker = procs.start_worker(f"worker-{label.replace(' ', '-').replace('#', '')}", b.logdir, c)
-    seen: list[int] = []
+    b.worker = worker = procs.start_worker(f"worker-awooop-c{c}-{k}", b.logdir, c)
 
-    def on_poll(done: int) -> None:
-        if not seen and done > done0:
-            seen.append(done)
-            on_first(worker)
+    def on_poll(done: int) -> None:  # the worker's memory once its first run is done
+        if "rss_at_first_mib" not in info and done > done0:
+            info["rss_at_first_mib"] = worker.rss_mib()
 
     started = time.perf_counter()
     with b.noise.measure(info):
@@ -266,111 +237,79 @@ def awooop_batch(
     info["worker_cpu_ms"] = worker.cpu_seconds() * 1000 / n
     info["seconds"] = progress.span(since)
     info["per_s"] = n / info["seconds"]
-    log(
-        f"{label}: {n} noop-3 runs, first claim to last completion {info['seconds']:.2f} s"
-        f" = {info['per_s']:.0f} runs/s (worker start to done {info['wall_s']:.1f} s)"
-        f"  {procs.noise_text(info)}"
-    )
-    return info, worker
+    log(f"{label}: {info['per_s']:.0f} noop-3 runs/s  {procs.noise_text(info)}")
+    return info
 
 
-def e2e_series(
-    b: Bench, project_id: str, c: int, keep_last: bool, on_first: Callable[[procs.Proc], None]
-) -> tuple[dict[str, Any], procs.Proc | None]:
-    """Raw Celery, AwoooP, raw Celery, AwoooP, … at ``-c c`` until three clean pairs; pair k
-    is AwoooP's batch k over the mean of the raw rates either side of it. AwoooP's worker
-    idles while the raw run after its batch is measured, and is then stopped (the last one
-    kept when ``keep_last``, and returned)."""
-    raws = [raw_celery(b, c, 1)]
-    batches: list[dict[str, Any]] = []
-    pairs: list[verdicts.Pair] = []
-    worker: procs.Proc | None = None
-    while verdicts.need_more(pairs):
-        k = len(pairs) + 1
-        if worker is not None:
-            worker.stop()
-        batch, worker = awooop_batch(b, project_id, c, f"AwoooP -c {c} #{k}", on_first)
-        batches.append(batch)
+def e2e_series(b: Bench, project_id: str, c: int) -> dict[str, Any]:
+    """Raw Celery, AwoooP, raw Celery, AwoooP, … at ``-c c``; pair k is AwoooP's batch k over
+    the mean of the raw rates either side of it (AwoooP's worker idling through the second)."""
+    raws, batches = [raw_celery(b, c, 1)], []
+
+    def one_pair(k: int) -> verdicts.Pair:
+        batches.append(batch := awooop_batch(b, project_id, c, k))
         raws.append(raw_celery(b, c, k + 1))
         before, after = raws[-2], raws[-1]
-        pair = verdicts.Pair(
+        phases = {"raw Celery before": before, "AwoooP's batch": batch, "raw Celery after": after}
+        return verdicts.Pair(
             {"e2e": ratio(batch["per_s"], (before["per_s"] + after["per_s"]) / 2)},
             verdicts.noise_reasons(
-                {
-                    "raw Celery before": before["other_cpu_pct"],
-                    "AwoooP's batch": batch["other_cpu_pct"],
-                    "raw Celery after": after["other_cpu_pct"],
-                },
+                {name: m["other_cpu_pct"] for name, m in phases.items()},
                 (before["per_s"], after["per_s"]),
             ),
         )
-        pairs.append(pair)
-        if pair.noisy:
-            log(f"end to end -c {c}, pair {k} is noisy: {'; '.join(pair.reasons)}")
-    verdicts.choose(pairs)
-    if worker is not None and not keep_last:
-        worker.stop()
-        worker = None
-    series = {
-        "concurrency": c,
-        "raw": raws,
-        "batches": batches,
-        "pairs": pairs,
-        "ratio": verdicts.median(pairs, "e2e"),
-    }
-    log(f"end to end -c {c}: ratio {series['ratio']:.2f} (median of the counted pairs)")
-    return series, worker
+
+    pairs = measure_pairs(f"end to end -c {c}", one_pair)
+    median = verdicts.median(pairs, "e2e")
+    log(f"end to end -c {c}: ratio {median:.2f} (median of the counted pairs)")
+    return {"concurrency": c, "raw": raws, "batches": batches, "pairs": pairs, "ratio": median}
 
 
 class SessionWatch(threading.Thread):
-    """Notes every session on ``database`` that is not the bench's or its children's, twice a
-    second, from a connection to ``url`` in one transaction that is rolled back."""
+    """Notes, twice a second, every session on the scratch database that is neither the
+    bench's nor its children's, from one transaction that is rolled back."""
 
-    def __init__(self, url: str, database_name: str) -> None:
+    def __init__(self, meter: database.Meter) -> None:
         super().__init__(name="bench-session-watch", daemon=True)
-        self.url, self.database = url, database_name
+        self.meter, self.error, self.halt = meter, None, threading.Event()
         self.foreign: dict[tuple[int, str], str] = {}  # (pid, backend_start) -> app name
-        self._mine: set[tuple[int, str]] = set()
-        self._halt = threading.Event()
-        self.error: str | None = None
+        self.mine: set[tuple[int, str]] = set()
 
     def run(self) -> None:
+        sql = (
+            "SELECT pid, backend_start::text, application_name, client_port FROM pg_stat_activity"
+            " WHERE datname = %s AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+        )
         try:
-            with database.connect(self.url, autocommit=False) as conn, conn.cursor() as cur:
-                port = conn.info.port
-                while not self._halt.wait(0.5):
+            url = self.meter.maintenance_url
+            with database.connect(url, autocommit=False) as conn, conn.cursor() as cur:
+                while not self.halt.wait(0.5):
                     cur.execute("SELECT pg_stat_clear_snapshot()")
-                    cur.execute(
-                        "SELECT pid, backend_start::text, application_name, client_port"
-                        " FROM pg_stat_activity WHERE datname = %s"
-                        " AND backend_type = 'client backend' AND pid <> pg_backend_pid()",
-                        (self.database,),
-                    )
+                    cur.execute(sql, (self.meter.database,))
                     for pid, started, app, client_port in cur.fetchall():
-                        key = (pid, started)
-                        if key in self._mine or key in self.foreign:
-                            continue
-                        ours = [os.getpid(), *procs.running_pids()]
-                        inode = procs.tcp_inode(client_port, port) if client_port else None
-                        if procs.socket_owner(ours, inode):
-                            self._mine.add(key)
-                        else:
-                            self.foreign[key] = app or "?"
+                        self.note((pid, started), app, client_port, conn.info.port)
                 conn.rollback()
         except psycopg2.Error as exc:
             self.error = str(exc)
 
+    def note(self, key: tuple[int, str], app: str, client_port: int, port: int) -> None:
+        if key not in self.mine and key not in self.foreign:
+            inode = procs.tcp_inode(client_port, port) if client_port else None
+            if procs.socket_owner([os.getpid(), *procs.running_pids()], inode):
+                self.mine.add(key)
+            else:
+                self.foreign[key] = app or "?"
+
     def stop(self) -> None:
-        self._halt.set()
+        self.halt.set()
         self.join(timeout=5)
 
 
-def bench_e2e(b: Bench, project_id: str) -> dict[str, Any]:
+def bench_e2e(b: Bench, project_id: str) -> None:
     """The series at each concurrency (the last one's worker then runs the soak); commits,
-    CPU and memory over the soak."""
+    CPU and memory over the soak, into ``b.e2e``."""
     k_, meter, info = b.knobs, b.meter, b.e2e
-    soak = k_.soak_runs
-    info.update(runs=k_.e2e_runs, soak_runs=soak, database=meter.database)
+    info.update(runs=k_.e2e_runs, soak_runs=k_.soak_runs, database=meter.database)
     database.purge_queue(b.r)
     idle = meter.idle_window()
     info["idle_commits"] = idle.runs
@@ -382,117 +321,54 @@ def bench_e2e(b: Bench, project_id: str) -> dict[str, Any]:
         )
     before = meter.read()  # the window opens before the web starts: its start-up counts
     info["other_db_clients"] = database.sessions(meter.maintenance_url, meter.database)
-    watch = SessionWatch(meter.maintenance_url, meter.database)
-    worker: procs.Proc | None = None
-    last_series: dict[str, Any] = {"raw": []}
-    warm: tuple[database.Reading, database.Reading] | None = None
-    admitted = 0
-    b.web = procs.Web("web-awooop-e2e", b.logdir)
+    watch, warm = SessionWatch(meter), None
+    b.web = web = procs.Web("web-awooop-e2e", b.logdir)
     try:
         watch.start()
-        b.web.wait()
-        mem: dict[str, dict[str, float]] = {"web": {"start": b.web.rss_mib()}, "worker": {}}
+        web.wait()
+        mem: dict[str, dict[str, float]] = {"web": {"start": web.rss_mib()}, "worker": {}}
         b.progress = database.Progress.runs(meter.url, [project_id], meter.tally)
         info["series"] = {}
-        for i, c in enumerate(k_.e2e_concurrency):
-            series, worker = e2e_series(
-                b,
-                project_id,
-                c,
-                keep_last=i == len(k_.e2e_concurrency) - 1,
-                on_first=lambda w: mem["worker"].__setitem__("start", w.rss_mib()),
-            )
-            info["series"][c] = series
-            admitted += len(series["batches"]) * k_.e2e_runs
-        assert worker is not None
-        last_series = info["series"][k_.e2e_concurrency[-1]]
-        info["per_s"] = per_s = last_series["batches"][-1]["per_s"]
-        mem["web"]["after_e2e"], mem["worker"]["after_e2e"] = b.web.rss_mib(), worker.rss_mib()
+        for c in k_.e2e_concurrency:
+            b.stop_worker()
+            info["series"][c] = series = e2e_series(b, project_id, c)
+        assert b.worker is not None
+        admitted = sum(len(s["batches"]) for s in info["series"].values()) * k_.e2e_runs
+        info["per_s"] = per_s = series["batches"][-1]["per_s"]
+        mem["worker"]["start"] = series["batches"][-1]["rss_at_first_mib"]
+        mem["web"]["after_e2e"], mem["worker"]["after_e2e"] = web.rss_mib(), b.worker.rss_mib()
+        soak = info["soak_runs"]
         if soak > 0 and per_s == per_s and (fits := max(100, int(per_s * SOAK_BUDGET_S))) < soak:
-            log(
-                f"soak: {soak} runs would take ~{soak / per_s:.0f} s at {per_s:.0f} runs/s;"
-                f" running {fits}"
-            )
+            log(f"soak: {soak} runs would take ~{soak / per_s:.0f} s; running {fits}")
             soak = info["soak_runs"] = fits
         if soak > 0:
-            warm = soak_phase(b, project_id, worker, soak, admitted + soak, mem)
+            warm = soak_phase(b, project_id, soak, admitted + soak)
+            mem["web"]["after_soak"] = web.rss_mib()
+            mem["worker"]["after_soak"] = b.worker.rss_mib()
         info["memory"] = mem
     finally:
         watch.stop()  # before our processes go: their sessions must look ours
         if b.progress is not None:
             b.progress.close()
-        # Stopping closes every session, which flushes its statistics before we read them.
-        for proc in (worker, b.web):
-            if proc is not None:
-                proc.stop()
-    after = meter.read()
-    raw_cpu = [m["cpu_ms"] for m in last_series["raw"] if "cpu_ms" in m]
-    info["raw_cpu_ms"] = statistics.median(raw_cpu) if raw_cpu else float("nan")
-    if "cpu_ms_per_run" in info:
-        info["cpu_ms"] = sum(info["cpu_ms_per_run"].values())
-        info["cpu_ratio"] = ratio(info["cpu_ms"], info["raw_cpu_ms"])
-        log(
-            f"CPU per run over the soak {info['cpu_ms']:.2f} ms ("
-            + ", ".join(f"{k} {v:.2f}" for k, v in info["cpu_ms_per_run"].items())
-            + f"); raw Celery {info['raw_cpu_ms']:.2f} ms per task: {info['cpu_ratio']:.2f}"
-        )
-    whole = database.Count.between(before, after)
-    info["commits_whole_window"] = {"total": whole.runs, "runs": admitted + soak}
-    # Over the soak (warm processes) when there was one; else over everything.
-    counted = soak if warm is not None else admitted + soak
-    count = database.Count.between(*warm) if warm is not None else whole
-    info.update(
-        commits_counted_runs=counted,
-        commits_sessions=count.sessions,
-        commits=count.total,
-        commits_runs=count.runs,
-        commits_background={
-            "liveness": count.liveness,
-            "auth_loads": count.auth_loads,
-            "harness": count.harness,
-        },
-        background_text=count.background_text(),
-        commits_per_run=count.per_run(counted),
-        foreign_sessions=sorted(set(watch.foreign.values())),
-        foreign_session_count=len(watch.foreign),
-    )
-    if "wal_syncs" in info:
-        info["wal_flushes_per_run"] = info["wal_syncs"] / soak
-    log(
-        f"PostgreSQL commits: {count.runs} for {counted} runs = "
-        f"{info['commits_per_run']:.3f} per run ({count.total} in {meter.database}, "
-        f"{count.background_text()}; sessions started meanwhile: {count.sessions}); "
-        f"over the whole e2e window, processes' start-up included: {whole.runs} for "
-        f"{admitted + soak} runs; other sessions on the database meanwhile: "
-        f"{len(watch.foreign)} {info['foreign_sessions'] or ''}"
-    )
-    if count.runs > TARGETS["commits_per_run"] * counted:
-        info.setdefault("target_failures", []).append(
-            f"PostgreSQL commits per run {info['commits_per_run']:.3f} > "
-            f"{TARGETS['commits_per_run']:.0f}: {count.runs} commits for {counted} runs "
-            f"after {count.background_text()}"
-        )
-    if warm is not None and count.sessions:
-        info.setdefault("target_failures", []).append(
-            f"commit counting: {count.sessions} sessions started while the soak was counted; "
-            "their set-up commits are in the figure, which is not exact"
-        )
+        b.stop_worker()  # stopping closes every session, which flushes its statistics
+        web.stop()
+    cpu_per_run(info, series["raw"])
+    count_commits(info, database.Count.between(before, meter.read()), warm, admitted)
+    info["foreign_sessions"] = sorted(set(watch.foreign.values()))
+    info["foreign_session_count"] = len(watch.foreign)
     if watch.error:
         log(f"(session watch failed: {watch.error})")
-    return info
 
 
-def soak_phase(
-    b: Bench, project_id: str, worker: procs.Proc, soak: int, expected: int, mem: dict[str, Any]
-) -> tuple[database.Reading, database.Reading]:
-    """``soak`` more runs on the warm web and worker: CPU per run, WAL flushes, memory; the
-    commit readings either side, each taken once the processes have idled long enough for
-    their statistics to be flushed (their sessions and prepared statements are set-up)."""
-    assert b.web is not None and b.progress is not None
-    meter, info, web = b.meter, b.e2e, b.web
+def soak_phase(b: Bench, project_id: str, soak: int, expected: int) -> tuple[Any, Any]:
+    """``soak`` more runs on the warm web and worker: CPU per run and WAL flushes; the commit
+    readings either side, each once the processes have idled long enough for their
+    statistics to be flushed."""
+    assert b.web is not None and b.worker is not None and b.progress is not None
+    meter, info, web, worker = b.meter, b.e2e, b.web, b.worker
+    wal_sql = "SELECT wal_sync FROM pg_stat_wal"
     time.sleep(STATS_IDLE_FLUSH_S)
-    warm_before = meter.read()
-    (wal0,) = database.query(meter.maintenance_url, "SELECT wal_sync FROM pg_stat_wal")[0]
+    warm_before, ((wal0,),) = meter.read(), database.query(meter.maintenance_url, wal_sql)
     groups = {
         "web": web.pids,
         "worker": worker.pids,
@@ -501,23 +377,62 @@ def soak_phase(
     }
     cpu0 = {name: procs.cpu_by_pid(pids()) for name, pids in groups.items()}
     t0 = time.perf_counter()
-    result = b.admit("soak", project_id, soak, 8, floor=120)
+    result = b.admit("soak", project_id, soak, SOAK_CONNS, floor=120)
     if result.statuses.get(202, 0) != soak:
         raise web.failure(f"soak: only {result.statuses.get(202, 0)}/{soak} admitted")
-    per_s = max(info["per_s"], 1.0)
-    b.progress.wait(expected, [worker, web], max(60.0, 2 * soak / per_s))
+    b.progress.wait(expected, [worker, web], max(60.0, 2 * soak / max(info["per_s"], 1.0)))
     info["soak_wall_s"] = time.perf_counter() - t0
     info["cpu_ms_per_run"] = {
         name: procs.cpu_delta(cpu0[name], procs.cpu_by_pid(pids())) * 1000 / soak
         for name, pids in groups.items()
     }
-    log(f"soak: {soak} more runs admitted and completed in {info['soak_wall_s']:.1f} s")
     time.sleep(STATS_IDLE_FLUSH_S)
-    warm_after = meter.read()
-    (wal1,) = database.query(meter.maintenance_url, "SELECT wal_sync FROM pg_stat_wal")[0]
+    warm_after, ((wal1,),) = meter.read(), database.query(meter.maintenance_url, wal_sql)
     info["wal_syncs"] = int(wal1) - int(wal0)
-    mem["web"]["after_soak"], mem["worker"]["after_soak"] = web.rss_mib(), worker.rss_mib()
+    info["wal_flushes_per_run"] = info["wal_syncs"] / soak
     return warm_before, warm_after
+
+
+def cpu_per_run(info: dict[str, Any], raw_batches: list[dict[str, Any]]) -> None:
+    """AwoooP's CPU per run over the soak against raw Celery's per task (the median of the
+    last series' raw batches)."""
+    raw_cpu = [m["cpu_ms"] for m in raw_batches if "cpu_ms" in m]
+    info["raw_cpu_ms"] = statistics.median(raw_cpu) if raw_cpu else float("nan")
+    if "cpu_ms_per_run" in info:
+        info["cpu_ms"] = sum(info["cpu_ms_per_run"].values())
+        info["cpu_ratio"] = ratio(info["cpu_ms"], info["raw_cpu_ms"])
+
+
+def count_commits(info: dict[str, Any], whole: database.Count, warm: Any, admitted: int) -> None:
+    """Commits per run over the soak (warm processes) when there was one, else over the
+    whole phase (``whole``, the processes' start-up included)."""
+    soak = info["soak_runs"] if warm is not None else 0
+    info["commits_whole_window"] = {"total": whole.runs, "runs": admitted + soak}
+    counted = soak if warm is not None else admitted
+    count = database.Count.between(*warm) if warm is not None else whole
+    info.update(
+        commits_counted_runs=counted,
+        commits_sessions=count.sessions,
+        commits=count.total,
+        commits_runs=count.runs,
+        commits_background={k: getattr(count, k) for k in ("liveness", "auth_loads", "harness")},
+        background_text=count.background_text(),
+        commits_per_run=count.per_run(counted),
+    )
+    failures = []
+    if count.runs > TARGETS["commits_per_run"] * counted:
+        failures.append(
+            f"PostgreSQL commits per run {info['commits_per_run']:.3f} > "
+            f"{TARGETS['commits_per_run']:.0f}: {count.runs} commits for {counted} runs "
+            f"after {count.background_text()}"
+        )
+    if warm is not None and count.sessions:
+        failures.append(
+            f"commit counting: {count.sessions} sessions started while the soak was counted; "
+            "their set-up commits are in the figure, which is not exact"
+        )
+    if failures:
+        info.setdefault("target_failures", []).extend(failures)
 
 
 # --- verdicts --------------------------------------------------------------------------------
@@ -533,14 +448,13 @@ def failed_answers(results: list[dict[str, Any]], e2e: dict[str, Any]) -> int:
 
 
 def durability_failures(machine: dict[str, str]) -> list[str]:
-    """The targets hold on a durable database (fsync on, synchronous_commit on): anything
-    else is a FAIL."""
-    off = [k for k in ("fsync", "synchronous_commit") if machine.get(k) == "off"]
+    """The targets hold on a durable database (fsync on, synchronous_commit on)."""
+    off = [f"{k}=off" for k in ("fsync", "synchronous_commit") if machine.get(k) == "off"]
     if not off:
         return []
     return [
-        f"PostgreSQL is not durable ({', '.join(f'{k}=off' for k in off)}): the targets are "
-        "measured on a durable database, and every figure that commits is flattered"
+        f"PostgreSQL is not durable ({', '.join(off)}): the targets are measured on a durable "
+        "database, and every figure that commits is flattered"
     ]
 
 
@@ -549,33 +463,25 @@ def target_failures(machine: dict[str, str], e2e: dict[str, Any]) -> list[str]:
     return durability_failures(machine) + e2e.get("target_failures", [])
 
 
-def ratios(
-    results: list[dict[str, Any]],
-    pairs: dict[int, list[verdicts.Pair]],
-    e2e: dict[str, Any],
-    conns: tuple[int, ...],
-) -> list[tuple[str, float, str, str]]:
+def growth_pct(memory: dict[str, float], since: str, until: str) -> float:
+    return (ratio(memory.get(until), memory.get(since)) - 1) * 100
+
+
+def ratios(results: list[dict], pairs: dict[int, list], e2e: dict[str, Any], conns: tuple) -> list:
     """(what, measured, target text, verdict); each ratio the median of its counted pairs."""
     rows = []
     for label, key, target in (
         ("AwoooP new events / baseline", "new", "admission_ratio"),
         ("AwoooP duplicates / baseline new events", "duplicate", "duplicate_vs_baseline"),
-        # What a duplicate costs against AwoooP's own new event: no target.
-        ("AwoooP duplicates / new events", "duplicate_own", None),
+        ("AwoooP duplicates / new events", "duplicate_own", None),  # what a duplicate costs
     ):
         for c in conns:
-            value = verdicts.median(pairs.get(c, []), key)
-            what = f"{label}, req/s @{c}"
-            rows.append(
-                (what, value, "(none)", "-")
-                if target is None
-                else target_row(what, value, TARGETS[target], True)
-            )
-    c = max(conns) if conns else 0
-    value = verdicts.median(pairs.get(c, []), "p99")
-    rows.append(
-        target_row(f"p99 AwoooP new events / baseline @{c}", value, TARGETS["p99_ratio"], False)
-    )
+            what, value = f"{label}, req/s @{c}", verdicts.median(pairs.get(c, []), key)
+            row = target_row(what, value, TARGETS[target], True) if target else None
+            rows.append(row or (what, value, "(none)", "-"))
+    c = max(conns, default=0)
+    what, value = f"p99 AwoooP new events / baseline @{c}", verdicts.median(pairs.get(c, []), "p99")
+    rows.append(target_row(what, value, TARGETS["p99_ratio"], False))
     for conc, series in sorted(e2e.get("series", {}).items()):
         for key, suffix in E2E_TARGETS.get(conc, (("e2e_ratio", ""),)):
             what = f"AwoooP noop-3 runs/s / raw Celery tasks/s, -c {conc}{suffix}"
@@ -588,24 +494,150 @@ def ratios(
         rows.append(target_row(what, e2e.get(key, float("nan")), TARGETS[key], False, digits))
     value = float(failed_answers(results, e2e))
     rows.append(("non-2xx answers and dropped connections", value, "= 0", verdict(value, 0, False)))
+    t = TARGETS["memory_growth_pct"]
     for side in ("web", "worker"):
-        m = e2e.get("memory", {}).get(side, {})
-        value = (ratio(m.get("after_soak"), m.get("after_e2e")) - 1) * 100
-        t = TARGETS["memory_growth_pct"]
-        rows.append(
-            (f"{side} RSS growth over the soak, %", value, f"< {t:.0f}", verdict(value, t, False))
-        )
+        value = growth_pct(e2e.get("memory", {}).get(side, {}), "after_e2e", "after_soak")
+        what = f"{side} RSS growth over the soak, %"
+        rows.append((what, value, f"< {t:.0f}", verdict(value, t, False)))
     return rows
 
 
 def noise_lines(pairs: dict[int, list[verdicts.Pair]], e2e: dict[str, Any]) -> list[str]:
     """Which pairs were measured again, or counted although noisy, and why."""
-    lines = [
-        line for c, s in sorted(pairs.items()) for line in verdicts.describe(s, f"admission @{c}")
-    ]
-    for c, series in sorted(e2e.get("series", {}).items()):
-        lines += verdicts.describe(series["pairs"], f"end to end -c {c}")
-    return lines
+    series = [(f"admission @{c}", s) for c, s in sorted(pairs.items())]
+    series += [(f"end to end -c {c}", s["pairs"]) for c, s in sorted(e2e.get("series", {}).items())]
+    return [line for what, s in series for line in verdicts.describe(s, what)]
+
+
+# --- report ----------------------------------------------------------------------------------
+
+# The page down to MARKER, formatted with the module's names and render_markdown's fields. A
+# backslash at the end of a line continues its paragraph or table row.
+PAGE = """\
+# Benchmarks
+
+What AwoooP costs, measured against what a user could run instead. Four commands write this \
+page: `make bench` the sections down to "Running it" (admission over HTTP against a plain Flask \
+baseline, runs end to end against raw Celery, memory), `make bench-retention`, `make \
+bench-peers` and `make bench-growth` a section each below. A target is a ratio of two figures \
+measured in the same run, so the machine's speed cancels out; a benchmark is not a test, and a \
+missed target fails nothing. How the benches came to measure what they do, profiles and \
+earlier runs: [bench/NOTES.md](../bench/NOTES.md).
+
+## Machine
+
+| | |
+|---|---|
+| date | {m[date]} |
+| CPUs (`nproc`) | {m[cpus]} × {m[cpu_model]} |
+| memory | {m[memory]} |
+| kernel | {m[kernel]} |
+| Python | {m[python]} |
+| PostgreSQL | {m[postgresql]} |
+| Redis | {m[redis]} |
+| load average at start | {m[load_before]} |
+| code measured | {m[code]} |
+
+Everything — load generator, gunicorn, Celery, PostgreSQL, Redis — shares these CPUs. "other \
+CPU" is the share of all CPUs that user-space processes outside the benchmark (and outside \
+PostgreSQL/Redis) used during a phase; above a few percent the figures are noisy. "I/O CPU" is \
+the kernel's threads' share (the writes and flushes of the durable commits, among others): the \
+cost of the system under test, not noise.
+
+## Targets
+
+| measure | measured | target | |
+|---|---:|---|---|
+{targets}{failures}
+
+Compared: (a) AwoooP's admission of an event over HTTP against a plain Flask app that writes \
+the same rows; (b) `noop-3` runs end to end against raw Celery no-op tasks on the same broker, \
+then a soak for CPU, PostgreSQL commits and WAL flushes per run; (c) memory over that soak. \
+How it is measured: {NOTES_LINK}.
+
+Settings: {k.warmup:g} s warm-up, then {k.duration:g} s measured per admission row; batches of \
+{k.raw_tasks} raw Celery tasks and of {k.e2e_runs} `noop-3` runs (admitted over \
+{E2E_ADMIT_CONNS} connections before ONE worker starts); a soak of {e[soak_runs]} runs \
+(admitted over {SOAK_CONNS} connections, cut to what fits in about {SOAK_BUDGET_S:.0f} s), \
+commits read after {STATS_IDLE_FLUSH_S:.0f} s idle; scratch database `{e[database]}`.
+
+Each ratio is the median of {verdicts.PAIRS} interleaved pairs; a pair with more than \
+{verdicts.OTHER_CPU_MAX_PCT:.0f} % other CPU, or (end to end) raw Celery rates more than \
+{verdicts.RAW_APART_MAX_PCT:.0f} % apart either side of AwoooP's batch, is measured again, up \
+to {verdicts.MAX_PAIRS} pairs. {noisy}
+
+## (a) Admission over HTTP
+
+| app | events | pair | conns | req/s | p50 ms | p99 ms | non-2xx | web CPU ms/req | other CPU | \
+I/O CPU |
+|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|
+{admission}
+
+| pairs | pair | AwoooP new events / baseline | | noisy because |
+|---|---:|---:|---|---|
+{admission_pairs}
+
+## (b) End to end
+
+| | count | per second | seconds | worker CPU ms/item | other CPU | I/O CPU |
+|---|---:|---:|---:|---:|---:|---:|
+{batches}
+
+| pairs | pair | AwoooP / mean of the raw rates either side | | noisy because |
+|---|---:|---:|---|---|
+{e2e_pairs}
+
+| CPU over the soak, ms per run | |
+|---|---:|
+| web | {cpu[web]} |
+| worker | {cpu[worker]} |
+| PostgreSQL | {cpu[PostgreSQL]} |
+| Redis | {cpu[Redis]} |
+| AwoooP, all four | {cpu[all]} |
+| raw Celery per task: producer + worker + Redis (median of the -c {last_c} raw \
+batches) | {cpu[raw]} |
+
+| PostgreSQL commits, counted over the soak | |
+|---|---|
+| committed in the bench's database | {e[commits]} |
+| not run work, subtracted | {e[background_text]} |
+| left, for the {e[commits_counted_runs]} runs of the soak (admission included) | \
+{e[commits_runs]} |
+| over the whole phase, the processes' start-up included | {whole[total]} for {whole[runs]} runs |
+| WAL flushes meanwhile, server-wide (`pg_stat_wal.wal_sync`) | {e[wal_syncs]} = \
+{wal_flushes_per_run} per run |
+| an idle window of 2 s before it (must be 0) | {e[idle_commits]} |
+| sessions started in the counted window (must be 0) | {e[commits_sessions]} |
+| sessions not of the benchmark seen on its database | {e[foreign_session_count]}{foreign} |
+
+## (c) Memory
+
+| process | RSS at start MiB | after e2e batch | after soak | growth over e2e batch | \
+growth over soak |
+|---|---:|---:|---:|---:|---:|
+| web (gunicorn master + workers) | {memory[web]} |
+| worker (celery parent + child) | {memory[worker]} |
+
+## Running it
+
+`make bench` (`python -m bench.run`, six to eight minutes) rewrites this file down to here and \
+keeps the other benches' sections below; its knobs: {NOTES_LINK}.
+
+{MARKER}
+"""
+NOTES_LINK = "[bench/NOTES.md](../bench/NOTES.md#make-bench-benchrunpy)"
+
+
+class Figures(dict):  # type: ignore[type-arg]
+    """Figures for PAGE: a missing one reads n/a."""
+
+    def __missing__(self, key: str) -> str:
+        return "n/a"
+
+
+def md_rows(rows: list[Any]) -> str:
+    """Table rows: each a string of cells joined by " | ", or the sequence of its cells."""
+    return "\n".join(f"| {r if isinstance(r, str) else ' | '.join(map(str, r))} |" for r in rows)
 
 
 def _digits(what: str) -> int:
@@ -614,37 +646,36 @@ def _digits(what: str) -> int:
     return 1 if "%" in what else 0 if "non-2xx" in what else 2
 
 
-def _chain(series: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """A series' measurements in the order taken: raw Celery, AwoooP, raw Celery, …"""
-    c = f"-c {series['concurrency']}"
-    out = [(f"raw Celery {c}, batch 1", series["raw"][0])]
-    for k, batch in enumerate(series["batches"], 1):
-        out += [
-            (f"AwoooP noop-3 {c}, batch {k}", batch),
-            (f"raw Celery {c}, batch {k + 1}", series["raw"][k]),
+def pair_rows(labelled: list[tuple[str, list[verdicts.Pair]]], key: str) -> str:
+    def mark(p: verdicts.Pair, last: bool) -> str:
+        if not p.noisy:
+            return "counted" if p.counted else "not needed"
+        return "counted, NOISY" if p.counted else "not counted" if last else "measured again"
+
+    return md_rows(
+        [
+            (label, i, fmt(p.ratios[key], 2), mark(p, i == len(s)), "; ".join(p.reasons) or "-")
+            for label, s in labelled
+            for i, p in enumerate(s, 1)
         ]
-    return out
-
-
-def _pair_mark(p: verdicts.Pair, last: bool) -> str:
-    if not p.noisy:
-        return "counted" if p.counted else "not needed"
-    if p.counted:
-        return "counted, NOISY"
-    return "not counted" if last else "measured again"
-
-
-def e(info: dict[str, Any], key: str) -> Any:
-    return info.get(key, "n/a")
-
-
-def _name(res: dict[str, Any]) -> tuple[str, str]:
-    return ("AwoooP" if res["app"] == "awooop" else "baseline"), (
-        "new" if res["kind"] == "new" else "duplicate"
     )
 
 
-# --- report ----------------------------------------------------------------------------------
+def batch_rows(series: dict[str, Any]) -> list[str]:
+    """A series' measurements in the order taken: raw Celery, AwoooP, raw Celery, …"""
+    c, raws = f"-c {series['concurrency']}", series["raw"]
+    chain = [(f"raw Celery {c}, batch 1", raws[0])]
+    for k, batch in enumerate(series["batches"], 1):
+        chain += [
+            (f"AwoooP noop-3 {c}, batch {k}", batch),
+            (f"raw Celery {c}, batch {k + 1}", raws[k]),
+        ]
+    return [
+        f"{label} | {m.get('tasks', m.get('runs'))} | {fmt(m.get('per_s'), 0)} | "
+        f"{fmt(m.get('seconds'), 2)} | {fmt(m.get('worker_cpu_ms'), 2)} | "
+        f"{fmt(m.get('other_cpu_pct'), 0)}% | {fmt(m.get('io_cpu_pct'), 0)}%"
+        for label, m in chain
+    ]
 
 
 def render_markdown(
@@ -656,254 +687,48 @@ def render_markdown(
     rows: list[tuple[str, float, str, str]],
 ) -> str:
     """The page down to MARKER (printed, and written above the other benches' sections)."""
-    m, nan = machine, float("nan")
-    lines = [
-        "# Benchmarks",
-        "",
-        "What AwoooP costs, measured against what a user could run instead. Four commands "
-        'write this page: `make bench` the sections down to "Running it" (admission over '
-        "HTTP against a plain Flask baseline, runs end to end against raw Celery, memory), "
-        "`make bench-retention`, `make bench-peers` and `make bench-growth` a section each "
-        "below. A target is a ratio of two figures measured in the same run, so the machine's "
-        "speed cancels out; a benchmark is not a test, and a missed target fails nothing. How "
-        "the benches came to measure what they do, profiles and earlier runs: "
-        "[bench/NOTES.md](../bench/NOTES.md).",
-        "",
-        "## Machine",
-        "",
-        *table(
-            " | ",
-            [
-                f"date | {m['date']}",
-                f"CPUs (`nproc`) | {m['cpus']} × {m['cpu_model']}",
-                *(f"{k} | {m[k.lower()]}" for k in ("memory", "kernel", "Python", "PostgreSQL")),
-                f"Redis | {m['redis']}",
-                f"load average at start | {m['load_before']}",
-                f"code measured | {m['code']}",
-            ],
-            "ll",
-        ),
-        "",
-        "Everything — load generator, gunicorn, Celery, PostgreSQL, Redis — shares these CPUs. "
-        '"other CPU" is the share of all CPUs that user-space processes outside the benchmark '
-        "(and outside PostgreSQL/Redis) used during a phase; above a few percent the figures "
-        "are noisy. \"I/O CPU\" is the kernel's threads' share (the writes and flushes of the "
-        "durable commits, among others): the cost of the system under test, not noise.",
-        "",
-        "## Targets",
-        "",
-        *table(
-            "measure | measured | target | ",
-            [(w, fmt(v, _digits(w)), md_target(t), vd) for w, v, t, vd in rows],
-            "lrll",
-        ),
-    ]
+    nan, all_series = float("nan"), sorted(e2e.get("series", {}).items())
     failures = all_failures(results, e2e) + target_failures(machine, e2e)
-    if failures:
-        lines += [""] + [f"- **FAIL** {line}" for line in failures]
     noisy = noise_lines(pairs, e2e)
-    lines += [
-        "",
-        f"Each ratio is the median of {verdicts.PAIRS} interleaved pairs. A pair measured while "
-        f"user-space processes outside the benchmark used more than "
-        f"{verdicts.OTHER_CPU_MAX_PCT:.0f} % of "
-        "the CPUs, or (end to end) whose raw Celery rates either side of AwoooP's batch are "
-        f"more than {verdicts.RAW_APART_MAX_PCT:.0f} % apart, is measured again rather than "
-        f"counted, up to {verdicts.MAX_PAIRS} pairs; when fewer than {verdicts.PAIRS} were "
-        "clean, noisy ones are counted and marked (`bench/verdicts.py`). "
-        + ("Pairs measured again or counted noisy:" if noisy else "Every counted pair was clean."),
+    cpu = Figures({name: f"{v:.2f}" for name, v in e2e.get("cpu_ms_per_run", {}).items()})
+    cpu.update(all=fmt(e2e.get("cpu_ms", nan), 2), raw=fmt(e2e.get("raw_cpu_ms", nan), 2))
+    memory = {}
+    for side in ("web", "worker"):
+        m = e2e.get("memory", {}).get(side, {})
+        cells = [fmt(m.get(k, nan), 1) for k in ("start", "after_e2e", "after_soak")]
+        growth = (growth_pct(m, "start", "after_e2e"), growth_pct(m, "after_e2e", "after_soak"))
+        cells += [f"{fmt(g, 1)} %" for g in growth]
+        memory[side] = " | ".join(cells)
+    admission = [
+        f"{'AwoooP' if r['app'] == 'awooop' else 'baseline'} | {r['kind']} | {r.get('pair', 1)} | "
+        f"{r['connections']} | {r['rps']:,.0f} | {r['p50']:.1f} | {r['p99']:.1f} | "
+        f"{r['non_2xx']} | {r['web_cpu_ms']:.2f} | {report.noise_cells(r)}"
+        for r in results
     ]
-    if noisy:
-        lines += [""] + [f"- {line}" for line in noisy]
-
-    def pair_rows(series: list[verdicts.Pair], key: str, label: str) -> list[tuple[Any, ...]]:
-        return [
-            (
-                label,
-                i,
-                fmt(p.ratios[key], 2),
-                _pair_mark(p, i == len(series)),
-                "; ".join(p.reasons) or "-",
-            )
-            for i, p in enumerate(series, 1)
-        ]
-
-    whole = e2e.get("commits_whole_window") or {}
-    all_series = sorted(e2e.get("series", {}).items())
-    lines += [
-        "",
-        "## (a) Admission over HTTP",
-        "",
-        *table(
-            "app | events | pair | conns | req/s | p50 ms | p99 ms | non-2xx | web CPU ms/req "
-            "| other CPU | I/O CPU",
-            [
-                f"{' | '.join(_name(r))} | {r.get('pair', 1)} | {r['connections']} | "
-                f"{r['rps']:,.0f} | {r['p50']:.1f} | {r['p99']:.1f} | {r['non_2xx']} | "
-                f"{r['web_cpu_ms']:.2f} | {noise_cells(r)}"
-                for r in results
-            ],
-            "ll",
-        ),
-        "",
-        *table(
-            "pairs | pair | AwoooP new events / baseline | | noisy because",
-            [row for c, s in sorted(pairs.items()) for row in pair_rows(s, "new", f"@{c}")],
-            "lrrll",
-        ),
-        "",
-        "`POST /v1/projects/{p}/runs` (the API channel) with a Bearer token, a JSON body and "
-        "an `Idempotency-Key`: new keys (answered 202), or the new-event row's keys sent again "
-        "(duplicates, answered 200 `E-IDEMPOTENT-001`). N keep-alive connections, one request "
-        "in flight each, spread evenly over the 4 gunicorn workers; "
-        f"{knobs.warmup:g} s warm-up, then {knobs.duration:g} s measured per row; a pair is "
-        "AwoooP's new events, the baseline's, then AwoooP's duplicates, one after the other. "
-        "AwoooP (`gunicorn.conf.py`, access log off) does its whole admission: "
-        "token check, validation, routing, the dedupe + run + history statement, and the "
-        "run's message to Redis, pushed after the answer by a thread of the same process "
-        "(several messages per `LPUSH` when requests come together; its CPU is in the web "
-        "CPU). The baseline (`bench/baseline_app.py`, the same gunicorn settings) does one "
-        "transaction inserting a dedupe row and a run row, and one Redis `LPUSH` before it "
-        "answers: no authentication, no validation, no ORM. req/s: responses completed in the "
-        "window; p50/p99: latency seen by the client; web CPU: the gunicorn tree's, per "
-        "request. No worker runs.",
-        "",
-        "## (b) End to end",
-        "",
-        *table(
-            " | count | per second | seconds | worker CPU ms/item | other CPU | I/O CPU",
-            [
-                f"{label} | {m.get('tasks', m.get('runs'))} | {fmt(m.get('per_s'), 0)} | "
-                f"{fmt(m.get('seconds'), 2)} | {fmt(m.get('worker_cpu_ms'), 2)} | "
-                f"{fmt(m.get('other_cpu_pct'), 0)}% | {fmt(m.get('io_cpu_pct'), 0)}%"
-                for _, series in all_series
-                for label, m in _chain(series)
-            ],
-        ),
-        "",
-        *table(
-            "pairs | pair | AwoooP / mean of the raw rates either side | | noisy because",
-            [row for c, s in all_series for row in pair_rows(s["pairs"], "e2e", f"-c {c}")],
-            "lrrll",
-        ),
-        "",
-        *table(
-            "CPU over the soak, ms per run | ",
-            [
-                *[f"{k} | {v:.2f}" for k, v in e2e.get("cpu_ms_per_run", {}).items()],
-                f"AwoooP, all four | {fmt(e2e.get('cpu_ms', nan), 2)}",
-                "raw Celery per task: producer + worker + Redis (median of the -c "
-                f"{knobs.e2e_concurrency[-1]} raw batches) | {fmt(e2e.get('raw_cpu_ms', nan), 2)}",
-            ],
-        ),
-        "",
-        *table(
-            "PostgreSQL commits, counted over the soak | ",
-            [
-                f"committed in the bench's database | {e(e2e, 'commits')}",
-                f"not run work, subtracted | {e(e2e, 'background_text')}",
-                f"left, for the {e(e2e, 'commits_counted_runs')} runs of the soak (admission "
-                f"included) | {e(e2e, 'commits_runs')}",
-                "over the whole phase, the processes' start-up included | "
-                f"{e(whole, 'total')} for {e(whole, 'runs')} runs",
-                "WAL flushes meanwhile, server-wide (`pg_stat_wal.wal_sync`) | "
-                f"{e(e2e, 'wal_syncs')} = {fmt(e2e.get('wal_flushes_per_run', nan), 3)} per run",
-                f"an idle window of 2 s before it (must be 0) | {e(e2e, 'idle_commits')}",
-                "sessions started in the counted window (must be 0) | "
-                f"{e(e2e, 'commits_sessions')}",
-                "sessions not of the benchmark seen on its database | "
-                f"{e(e2e, 'foreign_session_count')}"
-                + "".join(f": {', '.join(f)}" for f in [e2e.get("foreign_sessions")] if f),
-            ],
-            "ll",
-        ),
-        "",
-        f"Raw Celery (`bench/raw_celery.py`): {knobs.raw_tasks} no-op tasks queued on the "
-        "same broker (JSON, acks late, prefetch 1, results ignored), then ONE prefork worker "
-        "process drains them; tasks / (last − first). AwoooP: "
-        f"{knobs.e2e_runs} `noop-3` runs admitted over HTTP (16 connections) with no worker "
-        "running, then ONE worker process (`-Q runs`, the same flags) drains them; runs / "
-        "(first claim → last `finished_at`), on the database's clock. At each worker "
-        "concurrency (`-c`, the same for both) they alternate: raw Celery, AwoooP, raw Celery, "
-        "…; a pair is an AwoooP batch over the mean of the raw rates just before and just "
-        "after it (AwoooP's worker idling meanwhile), so a drift of the machine's speed "
-        "cancels. Both run without task events (production keeps them on for Flower, at about "
-        "0.8 ms of worker CPU per run); worker CPU per item includes the worker's start-up. "
-        "Commits: `xact_commit` of the "
-        f"bench's own database (`{e2e.get('database', 'awooop_bench_…')}`, migrated, "
-        "autovacuum off on its tables, vacuumed between phases, dropped at the end) over the "
-        "soak's runs on warm processes, read once they have been idle for 11 s; what is not "
-        "run work is counted where it happens and subtracted (`bench/database.py`). More than 5 "
-        "per run left fails the target. Commits that waited for a WAL flush: the server's "
-        "`pg_stat_wal.wal_sync` over the same window, per run. It counts every fsync of the WAL "
-        "by any process, so it is an upper bound when other databases of the server commit "
-        "meanwhile and includes the WAL writer's flushes of asynchronous commits (statements "
-        "run with `synchronous_commit` off do not wait); commits that share one flush count "
-        "once. CPU over the soak: utime + stime from `/proc/<pid>/stat` of the web's and the "
-        "worker's process trees, of the PostgreSQL processes that serve the bench's database "
-        "(its client backends less the harness's own sessions, the postmaster and the "
-        "server's background processes) and of `redis-server`, from when the soak's admission "
-        "starts to its last run's completion; raw Celery's per task is the producer's enqueue "
-        "CPU plus the worker's and Redis's from its first task to its last (the worker's "
-        "start-up left out).",
-        "",
-        "## (c) Memory",
-        "",
-    ]
-    mem_rows = []
-    for side, what in (
-        ("web", "web (gunicorn master + workers)"),
-        ("worker", "worker (celery parent + child)"),
-    ):
-        mm = e2e.get("memory", {}).get(side, {})
-        growth = (ratio(mm.get("after_soak"), mm.get("after_e2e")) - 1) * 100
-        warmup = (ratio(mm.get("after_e2e"), mm.get("start")) - 1) * 100
-        mem_rows.append(
-            (
-                what,
-                *(fmt(mm.get(k, nan), 1) for k in ("start", "after_e2e", "after_soak")),
-                f"{fmt(warmup, 1)} %",
-                f"{fmt(growth, 1)} %",
-            )
-        )
-    lines += [
-        *table(
-            "process | RSS at start MiB | after e2e batch | after soak | growth over e2e batch "
-            "| growth over soak",
-            mem_rows,
-        ),
-        "",
-        "VmRSS from `/proc/<pid>/status`, summed over each process tree: the web just after "
-        "its first answer, the worker at its first completed run, both after the last "
-        f"end-to-end batch, and after a soak of {e2e.get('soak_runs')} more runs admitted "
-        "(8 connections) while the last series' worker runs them (cut to what fits in about "
-        "75 s). The target (flat: < 10 % "
-        "over 10,000 runs) is judged over the soak, on warm processes; the growth over the "
-        "batch is mostly warm-up (imports on first use, pooled connections, statement caches).",
-        "",
-        "## Running it",
-        "",
-        "`make bench` (migrations first, then `python -m bench.run`), six to eight minutes, on "
-        "the configured PostgreSQL and Redis; run it with nothing else using that broker "
-        "database, since a worker there would take the bench's messages. Knobs: "
-        "`BENCH_DURATION`, `BENCH_WARMUP`, `BENCH_CONNECTIONS`, `BENCH_RAW_TASKS`, "
-        "`BENCH_E2E_RUNS`, `BENCH_E2E_CONCURRENCY`, `BENCH_SOAK_RUNS`, `BENCH_TIMEOUT`, "
-        "`BENCH_PHASES` (`admission`, "
-        "`e2e`; a partial run leaves this file alone unless `BENCH_OUTPUT` is set), "
-        "`BENCH_SPREAD=0` (connections where gunicorn puts them), `BENCH_KEEP=1` (keep the "
-        "scratch database). `make bench` rewrites this file down to here and keeps the other "
-        "benches' sections below.",
-        "",
-        MARKER,
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def _kept_notes(path: Path) -> str:
-    """What lies below MARKER in ``path`` (the other benches' sections)."""
-    text = path.read_text() if path.exists() else ""
-    _, found, rest = text.partition(MARKER)
-    return rest.lstrip("\n") if found else ""
+    foreign = e2e.get("foreign_sessions")
+    page = PAGE.format(
+        **globals(),
+        k=knobs,
+        last_c=knobs.e2e_concurrency[-1],
+        m=machine,
+        e=Figures(e2e),
+        whole=Figures(e2e.get("commits_whole_window") or {}),
+        cpu=cpu,
+        memory=memory,
+        wal_flushes_per_run=fmt(e2e.get("wal_flushes_per_run", nan), 3),
+        foreign=f": {', '.join(foreign)}" if foreign else "",
+        targets=md_rows([(w, fmt(v, _digits(w)), report.md_target(t), vd) for w, v, t, vd in rows]),
+        failures="\n\n" + "\n".join(f"- **FAIL** {line}" for line in failures) if failures else "",
+        noisy="Pairs measured again or counted noisy:\n\n"
+        + "\n".join(f"- {line}" for line in noisy)
+        if noisy
+        else "Every counted pair was clean.",
+        admission=md_rows(admission),
+        admission_pairs=pair_rows([(f"@{c}", s) for c, s in sorted(pairs.items())], "new"),
+        batches=md_rows([row for _, series in all_series for row in batch_rows(series)]),
+        e2e_pairs=pair_rows([(f"-c {c}", s["pairs"]) for c, s in all_series], "e2e"),
+    )
+    return re.sub(r"\n{3,}", "\n\n", page)  # a table without rows is followed by one blank
 
 
 # --- main ------------------------------------------------------------------------------------
@@ -911,51 +736,47 @@ def _kept_notes(path: Path) -> str:
 
 def main() -> None:
     from awooop.config import Settings
-    from bench import report
+    from bench import raw_celery
 
     knobs, settings = report.configure("bench", lambda: (Knobs(), Settings.from_env()))
     out = report.output()
     tag = f"bench-{time.strftime('%Y%m%d%H%M%S')}-{secrets.token_hex(2)}"
-    real_id, base_id, e2e_id = tag, f"{tag}-base", f"{tag}-e2e"
+    ids = (tag, f"{tag}-base", f"{tag}-e2e")  # AwoooP's, the baseline's, end to end
     scratch = database.Scratch(settings.database_url, report.keep())
     r = redis.Redis.from_url(settings.broker_url, socket_timeout=10)
     try:
         with report.session("bench", knobs.timeout) as logdir:
             machine = report.machine_info(settings.database_url, settings.broker_url)
             name, url = scratch.migrated("awooop_bench")
-            tables = database.autovacuum_off(url)
-            metrics_dir = logdir / "metrics"
-            metrics_dir.mkdir()
+            database.autovacuum_off(url)
             # Every child process inherits these (child_env copies os.environ).
             os.environ["AWOOOP_DATABASE_URL"] = url
-            os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
-            log(f"autovacuum off on its {len(tables)} tables; metrics in {metrics_dir}")
+            os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir := logdir / "metrics")
+            metrics_dir.mkdir()
             meter = database.Meter(settings.database_url, url, name, metrics_dir)
-            tokens = database.create_projects(url, [real_id, base_id, e2e_id])
-            log(f"projects {real_id}, {base_id}, {e2e_id} created, api -> noop-3")
+            tokens = database.create_projects(url, list(ids))
             b = Bench(knobs, logdir, r, procs.Noise(procs.running_pids), tokens, meter)
             database.vacuum_analyze(url, meter.maintenance_url)  # out of every window
-            results: list[dict[str, Any]] = []
-            pairs: dict[int, list[verdicts.Pair]] = {}
+            results, pairs, e2e = [], {}, b.e2e
             if "admission" in knobs.phases:
-                results, pairs = bench_admission(b, real_id, base_id)
+                results, pairs = bench_admission(b, ids[:2])
             if "e2e" in knobs.phases:
                 database.vacuum_analyze(url, meter.maintenance_url)  # admission's dead rows
-                bench_e2e(b, e2e_id)
-            e2e = b.e2e
+                bench_e2e(b, ids[2])
             rows = ratios(results, pairs, e2e, knobs.connections)
             markdown = render_markdown(machine, knobs, results, pairs, e2e, rows)
-            print(markdown, *failure_summary(all_failures(results, e2e)), sep="\n", flush=True)
+            print(
+                markdown, *report.failure_summary(all_failures(results, e2e)), sep="\n", flush=True
+            )
             raw = {"machine": machine, "admission": results, "pairs": pairs, "e2e": e2e}
             report.save_results(logdir, raw)
             if report.partial(knobs.phases, PHASES, out):
                 return
+            kept = out.read_text().partition(MARKER)[2].lstrip("\n") if out.exists() else ""
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(markdown + _kept_notes(out))
+            out.write_text(markdown + kept)
             log(f"wrote {out} (raw figures: {logdir}/results.json)")
     finally:
-        from bench import raw_celery
-
         # Interrupted runs leave messages behind; they nudge runs that are about to go.
         with contextlib.suppress(redis.RedisError):
             database.purge_queue(r)

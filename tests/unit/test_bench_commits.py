@@ -108,3 +108,28 @@ def test_scans_of_pg_class_that_are_not_whole_visits_are_not_explained_and_nothi
     assert count.runs == 15_002
     assert "4 sequential scans of pg_class are not a whole number" in count.background_text()
     assert report.verdict(count.per_run(3_000), run.TARGETS["commits_per_run"], False) == "MISSED"
+
+
+def test_commits_are_counted_over_the_soak_and_more_than_five_per_run_is_a_fail_line():
+    info = {"soak_runs": 400}
+    whole = database.Count.between(reading(0), reading(9_000))
+    soak = (reading(0), reading(2_103, liveness=2, auth=1))
+
+    run.count_commits(info, whole, soak, admitted=1_200)
+
+    assert (info["commits_runs"], info["commits_per_run"]) == (2_100, 5.25)
+    assert info["commits_whole_window"] == {"total": 9_000, "runs": 1_600}
+    [line] = info["target_failures"]
+    assert line.startswith("PostgreSQL commits per run 5.250 > 5: 2100 commits for 400 runs")
+
+
+def test_the_page_of_an_admission_only_run_keeps_its_header_and_reads_n_a_for_the_rest():
+    keys = ("date", "cpus", "cpu_model", "memory", "kernel", "python", "postgresql", "redis")
+    machine = {k: "x" for k in (*keys, "load_before", "code")}
+
+    page = run.render_markdown(machine, run.Knobs(), [], {}, {}, run.ratios([], {}, {}, ()))
+
+    assert page.startswith("# Benchmarks\n\nWhat AwoooP costs")
+    assert page.endswith(f"\n\n{report.MARKER}\n")
+    assert "| committed in the bench's database | n/a |" in page
+    assert "\n\n\n" not in page

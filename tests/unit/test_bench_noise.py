@@ -101,16 +101,17 @@ def test_capacity_counts_a_worker_stopped_after_its_phase_as_ours_not_other_cpu(
     root = tmp_path / "proc"
     noise = procs.Noise(procs.running_pids, root=str(root))
     b = capacity.Bench(None, None, tmp_path, {}, None, [], noise=noise)
+    redis_broker = capacity.Broker("Redis", purge=lambda: 0)
     try:
         write_proc(root, 1000, {worker.pid: (1, "celery", 0)})
-        before = b.snapshot({})
+        before = b.snapshot(redis_broker)
         write_proc(root, 1400, {worker.pid: (1, "celery", 100)})
-        after = b.snapshot({})
+        after = b.snapshot(redis_broker)
     finally:
         worker.stop(timeout=5)
 
     # When the interval is computed once it is gone
-    interval = b.between(before, after)
+    cpu = capacity.cpu_between(before, after, "worker", per=1)
 
     # Then its CPU is the phase's own, not other CPU
-    assert interval.other_cpu_pct == 0
+    assert cpu["other_cpu_pct"] == 0

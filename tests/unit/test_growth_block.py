@@ -7,61 +7,56 @@ import json
 
 import pytest
 
-from bench import run
-from bench.growth import (
-    BEGIN,
-    BIG_BODY_MIN,
-    END,
-    auth_miss_share,
-    big_body,
-    place_block,
-    write_block,
-)
+from bench import load, report
+from bench.growth import BEGIN, BIG_BODY_MIN, END, auth_miss_share, big_body
 
 BLOCK = f"{BEGIN}\nnew figures\n{END}\n"
 
 
-def test_the_old_block_is_replaced_and_the_text_around_it_kept():
-    before = f"# Benchmarks\n\n{run.MARKER}\nnotes\n\n{BEGIN}\nold figures\n{END}\n\nmore notes\n"
-
-    after = place_block(before, BLOCK)
-
-    assert after == f"# Benchmarks\n\n{run.MARKER}\nnotes\n\n{BLOCK}\nmore notes\n"
+def publish(path, block=BLOCK):
+    report.publish(path, block, BEGIN, END, path.parent)
 
 
-def test_a_first_block_goes_at_the_end_below_make_bench_s_marker():
-    before = f"# Benchmarks\n\nfigures of make bench\n\n{run.MARKER}\nnotes\n"
-
-    after = place_block(before, BLOCK)
-
-    assert after == f"# Benchmarks\n\nfigures of make bench\n\n{run.MARKER}\nnotes\n\n{BLOCK}"
-
-
-def test_writing_the_same_block_twice_changes_nothing():
-    once = place_block(f"# Benchmarks\n\n{run.MARKER}\n", BLOCK)
-
-    assert place_block(once, BLOCK) == once
-
-
-def test_make_bench_keeps_the_block_when_it_rewrites_the_file(tmp_path):
-    # Given a document that make bench wrote, then make bench-growth
+def test_the_old_block_is_replaced_and_the_text_around_it_kept(tmp_path):
     path = tmp_path / "benchmarks.md"
-    path.write_text(f"# Benchmarks\n\nfigures\n\n{run.MARKER}\nnotes\n")
-    write_block(path, BLOCK)
+    path.write_text(
+        f"# Benchmarks\n\n{report.MARKER}\nnotes\n\n{BEGIN}\nold\n{END}\n\nmore notes\n"
+    )
 
-    # When make bench rewrites it, it keeps what lies below its marker
-    kept = run._kept_notes(path)
+    publish(path)
 
-    assert BLOCK in kept
+    assert path.read_text() == f"# Benchmarks\n\n{report.MARKER}\nnotes\n\n{BLOCK}\nmore notes\n"
+
+
+def test_a_first_block_goes_at_the_end_below_make_bench_s_marker(tmp_path):
+    # make bench rewrites the file down to its marker and keeps what lies below it
+    path = tmp_path / "benchmarks.md"
+    path.write_text(f"# Benchmarks\n\nfigures of make bench\n\n{report.MARKER}\nnotes\n")
+
+    publish(path)
+
+    text = path.read_text()
+    assert text == f"# Benchmarks\n\nfigures of make bench\n\n{report.MARKER}\nnotes\n\n{BLOCK}"
+    assert BLOCK in text.partition(report.MARKER)[2]
+
+
+def test_writing_the_same_block_twice_changes_nothing(tmp_path):
+    path = tmp_path / "benchmarks.md"
+    path.write_text(f"# Benchmarks\n\n{report.MARKER}\n")
+    publish(path)
+    once = path.read_text()
+
+    publish(path)
+
+    assert path.read_text() == once
 
 
 def test_a_document_without_make_bench_s_marker_gets_it_before_the_block(tmp_path):
     path = tmp_path / "docs" / "benchmarks.md"
 
-    write_block(path, BLOCK)
+    publish(path)
 
-    assert path.read_text() == f"{run.MARKER}\n\n{BLOCK}"
-    assert BLOCK in run._kept_notes(path)
+    assert path.read_text() == f"{report.MARKER}\n\n{BLOCK}"
 
 
 @pytest.mark.parametrize("size", [64 * 1024, 1001, BIG_BODY_MIN])
@@ -69,11 +64,11 @@ def test_the_big_body_is_a_json_object_of_exactly_the_size_asked(size):
     body = big_body(size)
 
     assert len(body) == size
-    assert json.loads(body)["summary"] == json.loads(run.BODY)["summary"]
+    assert json.loads(body)["summary"] == json.loads(load.BODY)["summary"]
 
 
 def test_a_body_too_small_for_the_event_s_fields_is_refused():
-    with pytest.raises(run.BenchError):
+    with pytest.raises(report.BenchError):
         big_body(BIG_BODY_MIN - 1)
 
 
