@@ -6,8 +6,9 @@ cutime + cstime`` from ``/proc/<pid>/stat`` (its children already reaped include
 
 :class:`Noise` splits the machine's CPU during a phase three ways: the bench's own (its
 process trees, PostgreSQL and Redis), the kernel's threads (children of ``kthreadd``, PID 2:
-the I/O of the durable commits, reported as "I/O CPU"), and user-space processes outside the
-bench ("other CPU", what makes a measurement noisy).
+the I/O of the durable commits, reported as "I/O CPU"), and the rest of the machine's busy
+time from ``/proc/stat`` ("other CPU": user-space processes outside the bench, what makes a
+measurement noisy).
 """
 
 from __future__ import annotations
@@ -106,10 +107,14 @@ def cpu_delta(before: dict[int, float], after: dict[int, float]) -> float:
     return sum(max(0.0, cpu - before.get(p, 0.0)) for p, cpu in after.items())
 
 
-def machine_cpu(root: str = "/proc") -> float:
-    """Seconds of all CPUs so far, idle included (``/proc/stat``)."""
+def machine_cpu(root: str = "/proc") -> tuple[float, float]:
+    """Seconds of all CPUs so far (idle included) and of them busy (``/proc/stat``: user,
+    nice, system, irq and softirq; guest time is inside user, steal is not this machine's)."""
     with open(f"{root}/stat") as f:
-        return sum(int(x) for x in f.readline().split()[1:]) / CLK_TCK
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    user, nice, system, idle, iowait, irq, softirq, steal = (ticks + [0] * 8)[:8]
+    total = user + nice + system + idle + iowait + irq + softirq + steal
+    return total / CLK_TCK, (user + nice + system + irq + softirq) / CLK_TCK
 
 
 # --- noise -----------------------------------------------------------------------------------
@@ -129,17 +134,23 @@ def classify(stat: Stat, ours: set[int]) -> str:
 class Sample:
     stats: dict[int, Stat]
     total: float  # seconds of all CPUs
+    busy: float = 0.0  # of them not idle
 
 
 def split(a: Sample, b: Sample, ours: set[int]) -> dict[str, float]:
-    """Share of all CPUs (%) used between two samples by ``ours``, ``io`` and ``other``, each
-    process judged as it is at the second sample (one that started meanwhile counts whole;
-    one that exited is not seen)."""
-    used = {"ours": 0.0, "io": 0.0, "other": 0.0}
+    """Share of all CPUs (%) used between two samples by ``ours`` and ``io``, each process
+    judged as it is at the second sample (one that started meanwhile counts whole), and by
+    ``other``: the rest of the machine's busy time. Other CPU is not summed per process: a
+    process that reaps a child gains the child's whole life in ``cutime`` at once, and one
+    that came and went between the samples is never seen."""
+    used = {"ours": 0.0, "io": 0.0}
     for pid, s in b.stats.items():
         before = a.stats.get(pid)
         base = before.cpu if before is not None and before.comm == s.comm else 0.0
-        used[classify(s, ours)] += max(0.0, s.cpu - base)
+        kind = classify(s, ours)
+        if kind in used:
+            used[kind] += max(0.0, s.cpu - base)
+    used["other"] = max(0.0, (b.busy - a.busy) - used["ours"] - used["io"])
     span = max(b.total - a.total, 1e-9)
     return {k: v / span * 100 for k, v in used.items()}
 
@@ -152,7 +163,7 @@ class Noise:
         self._ours, self._root = ours, root
 
     def sample(self) -> Sample:
-        return Sample(all_stats(self._root), machine_cpu(self._root))
+        return Sample(all_stats(self._root), *machine_cpu(self._root))
 
     @contextlib.contextmanager
     def measure(self, into: dict[str, Any]) -> Iterator[None]:

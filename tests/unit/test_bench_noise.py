@@ -11,18 +11,30 @@ from pathlib import Path
 from bench import procs
 
 
-def write_proc(root: Path, total_ticks: int, processes: dict[int, tuple[int, str, int]]) -> None:
-    """``/proc/stat`` with ``total_ticks`` of all CPUs, and ``/proc/<pid>/stat`` for each
-    pid: (parent pid, command, utime ticks)."""
+def write_proc(
+    root: Path,
+    total_ticks: int,
+    processes: dict[int, tuple[int, str, int]],
+    busy_ticks: int | None = None,
+    reaped: dict[int, int] | None = None,
+) -> None:
+    """``/proc/stat`` with ``total_ticks`` of all CPUs, ``busy_ticks`` of them not idle (all
+    by default), and ``/proc/<pid>/stat`` for each pid: (parent pid, command, utime ticks),
+    with ``reaped[pid]`` ticks of its children that exited (cutime)."""
     root.mkdir(exist_ok=True)
-    (root / "stat").write_text(f"cpu  {total_ticks} 0 0 0 0 0 0 0 0 0\n")
+    busy = total_ticks if busy_ticks is None else busy_ticks
+    # user nice system idle iowait irq softirq steal guest guest_nice
+    (root / "stat").write_text(f"cpu  {busy} 0 0 {total_ticks - busy} 0 0 0 0 0 0\n")
     for pid, (ppid, comm, ticks) in processes.items():
         (root / str(pid)).mkdir(exist_ok=True)
-        fields = ["S", str(ppid)] + ["0"] * 9 + [str(ticks), "0", "0", "0"] + ["0"] * 6
+        children = (reaped or {}).get(pid, 0)
+        fields = ["S", str(ppid)] + ["0"] * 9 + [str(ticks), "0", str(children), "0"] + ["0"] * 6
         (root / str(pid) / "stat").write_text(f"{pid} ({comm}) {' '.join(fields)}\n")
 
 
-def machine(root: Path, total: int, kworker: int, jbd2: int, bench: int, editor: int) -> None:
+def machine(
+    root: Path, total: int, kworker: int, jbd2: int, bench: int, editor: int, busy: int
+) -> None:
     write_proc(
         root,
         total,
@@ -35,6 +47,7 @@ def machine(root: Path, total: int, kworker: int, jbd2: int, bench: int, editor:
             200: (1, "postgres", bench),
             300: (1, "vim", editor),
         },
+        busy,
     )
 
 
@@ -52,13 +65,13 @@ def test_the_kernel_threads_flushing_the_commits_are_io_cpu_not_other_cpu(tmp_pa
     # Given 400 ticks of all CPUs in which the kernel's writeback and journal threads used
     # 30 and nothing outside the bench ran
     root = tmp_path / "proc"
-    machine(root, total=1000, kworker=0, jbd2=0, bench=0, editor=0)
+    machine(root, total=1000, kworker=0, jbd2=0, bench=0, editor=0, busy=0)
     noise = procs.Noise(lambda: [100, 101], root=str(root))
     into: dict[str, float] = {}
 
     # When the phase runs
     with noise.measure(into):
-        machine(root, total=1400, kworker=20, jbd2=10, bench=100, editor=0)
+        machine(root, total=1400, kworker=20, jbd2=10, bench=100, editor=0, busy=330)
 
     # Then their share is I/O CPU, and other CPU is 0
     assert math.isclose(into["io_cpu_pct"], 30 / 400 * 100)
@@ -67,26 +80,50 @@ def test_the_kernel_threads_flushing_the_commits_are_io_cpu_not_other_cpu(tmp_pa
 
 def test_a_user_space_process_outside_the_bench_is_other_cpu(tmp_path):
     root = tmp_path / "proc"
-    machine(root, total=0, kworker=0, jbd2=0, bench=0, editor=0)
+    machine(root, total=0, kworker=0, jbd2=0, bench=0, editor=0, busy=0)
     noise = procs.Noise(lambda: [100, 101], root=str(root))
     into: dict[str, float] = {}
 
     with noise.measure(into):
-        machine(root, total=400, kworker=0, jbd2=0, bench=0, editor=40)
+        machine(root, total=400, kworker=0, jbd2=0, bench=0, editor=40, busy=40)
 
     assert math.isclose(into["other_cpu_pct"], 10.0)
     assert into["io_cpu_pct"] == 0
 
 
-def test_a_process_started_during_the_phase_counts_whole_and_a_reused_pid_afresh():
-    a = procs.Sample({300: procs.Stat(300, 1, "vim", 5.0)}, total=0.0)
-    b = procs.Sample(
-        {300: procs.Stat(300, 1, "make", 1.0), 301: procs.Stat(301, 1, "cc", 2.0)}, total=10.0
-    )
+def test_an_outside_process_reaping_a_child_counts_only_what_the_machine_used(tmp_path):
+    # Given a shell outside the bench whose child, after 10 s of CPU over its life, exits
+    # during a phase of 400 ticks in which the machine was busy for 40 of them, 30 the bench's
+    root = tmp_path / "proc"
+    write_proc(root, 0, {100: (1, "celery", 0), 300: (1, "bash", 5)}, busy_ticks=0)
+    noise = procs.Noise(lambda: [100], root=str(root))
+    into: dict[str, float] = {}
 
-    shares = procs.split(a, b, ours=set())
+    with noise.measure(into):
+        write_proc(
+            root,
+            400,
+            {100: (1, "celery", 30), 300: (1, "bash", 5)},
+            busy_ticks=40,
+            reaped={300: 1000},
+        )
 
-    assert math.isclose(shares["other"], 30.0)
+    # Then other CPU is the 10 busy ticks that were not the bench's, not the child's lifetime
+    assert math.isclose(into["other_cpu_pct"], 10 / 400 * 100)
+
+
+def test_an_outside_process_that_started_and_exited_during_the_phase_is_other_cpu(tmp_path):
+    # Given a phase of 400 ticks, 100 of them used by a compiler that came and went between
+    # the two samples (never seen in /proc/<pid>)
+    root = tmp_path / "proc"
+    write_proc(root, 0, {100: (1, "celery", 0)}, busy_ticks=0)
+    noise = procs.Noise(lambda: [100], root=str(root))
+    into: dict[str, float] = {}
+
+    with noise.measure(into):
+        write_proc(root, 400, {100: (1, "celery", 20)}, busy_ticks=120)
+
+    assert math.isclose(into["other_cpu_pct"], 100 / 400 * 100)
 
 
 def test_capacity_counts_a_worker_stopped_after_its_phase_as_ours_not_other_cpu(tmp_path):
@@ -103,9 +140,9 @@ def test_capacity_counts_a_worker_stopped_after_its_phase_as_ours_not_other_cpu(
     b = capacity.Bench(None, None, tmp_path, {}, None, [], noise=noise)
     redis_broker = capacity.Broker("Redis", purge=lambda: 0)
     try:
-        write_proc(root, 1000, {worker.pid: (1, "celery", 0)})
+        write_proc(root, 1000, {worker.pid: (1, "celery", 0)}, busy_ticks=0)
         before = b.snapshot(redis_broker)
-        write_proc(root, 1400, {worker.pid: (1, "celery", 100)})
+        write_proc(root, 1400, {worker.pid: (1, "celery", 100)}, busy_ticks=100)
         after = b.snapshot(redis_broker)
     finally:
         worker.stop(timeout=5)
