@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import re
@@ -49,7 +50,6 @@ HOLD_TIMINGS = {
     "AWOOOP_REAPER_INTERVAL_SECONDS": f"{5 * HEARTBEAT_S:g}",
 }
 IDLE_FLUSH_S = 10.0  # PostgreSQL's PGSTAT_IDLE_INTERVAL
-DRAINED_STOP_S = 3.0  # a drained worker's time to stop before it is killed
 CEILING_CLIENTS = 16
 CEILING_TABLE = "bench_capacity_commit_probe"
 LIBPQ_ENV = {"host": "PGHOST", "port": "PGPORT", "user": "PGUSER", "dbname": "PGDATABASE"}
@@ -74,7 +74,7 @@ class Knobs:
 
     @classmethod
     def from_env(cls, quick: bool) -> Knobs:
-        quick = quick or os.environ.get("BENCH_CAPACITY_QUICK") == "1"
+        quick = quick or report.is_quick("BENCH_CAPACITY_QUICK")
         runs = env_int("BENCH_CAPACITY_RUNS", 100 if quick else 2000)
         window = env_float("BENCH_CAPACITY_WINDOW", 4 if quick else 20)
         if runs < 20:
@@ -279,20 +279,16 @@ def measure_execution(
         admit_with_fresh_web(b, label, broker, load.events(b.tokens, [project_id], limit=n), n)
     database.vacuum_runs(b.url)
     counts0 = counts(b.url)
-    progress = database.Progress.runs(b.url, [project_id])
-    worker = procs.start_worker(f"worker-{label}", b.logdir, concurrency, **broker.env)
-    try:
-        # CPU once the worker is warm: from a tenth of the runs done to the last.
-        (warm, done0), (end, done1) = progress.drain(
-            n, worker, lambda: b.snapshot(broker, worker=worker), POLL_S
-        )
-        seconds = progress.span()
-    finally:
-        progress.close()
-        worker.stop(DRAINED_STOP_S)
+    start = functools.partial(
+        procs.start_worker, f"worker-{label}", b.logdir, concurrency, **broker.env
+    )
+    # CPU once the worker is warm: from a tenth of the runs done to the last.
+    drained = database.drain(
+        label, b.url, [project_id], n, start, lambda w: b.snapshot(broker, worker=w)
+    )
     time.sleep(FLUSH_S)
     delta = counts(b.url) - counts0
-    runs_per_s = n / seconds if seconds > 0 else float("nan")
+    seconds, runs_per_s, warm = drained.seconds, drained.per_s(n), drained.warm_runs
     log(f"{label}: {n} runs in {seconds:.2f} s = {runs_per_s:.0f} runs/s")
     return {
         "label": f"execution ({broker.name}, {concurrency} processes)",
@@ -301,8 +297,8 @@ def measure_execution(
         "runs": n,
         "runs_per_s": runs_per_s,
         "seconds": seconds,
-        "cpu_measured_runs": done1 - done0,
-        **cpu_between(warm, end, "worker", done1 - done0),
+        "cpu_measured_runs": warm,
+        **cpu_between(drained.warm, drained.end, "worker", warm),
         "commits": delta.commits,
         "commits_per_run": delta.commits / n,
         "other_databases_commits": delta.other_commits,
@@ -365,7 +361,7 @@ def measure_lease_keeping(b: Bench, broker: Broker, project_id: str, n: int) -> 
         progress.wait(n, [worker], hold + 30.0, poll=POLL_S)
     finally:
         progress.close()
-        worker.stop(DRAINED_STOP_S)
+        worker.stop(database.DRAINED_STOP_S)
     seconds, delta, renewed = after.at - before.at, counts1 - counts0, renewed1 - renewed0
     cpu = cpu_between(before, after, "worker", seconds, "_per_s")
     postgres_ms = cpu["postgres_cpu_ms_per_s"]
@@ -641,7 +637,7 @@ def main(argv: list[str] | None = None) -> None:
             results = run_phases(b, brokers, lambda role: f"{tag}-{role}")
             results.update(
                 quick=knobs.quick,
-                command=report.invoked_as("bench-capacity", "bench.capacity"),
+                command=report.command("bench-capacity", "bench.capacity"),
                 machine=machine,
                 rabbitmq=rabbit.version if rabbit else None,
                 sessions_at_start=sessions,

@@ -1,6 +1,7 @@
 """The benches' databases: scratch databases (created beside ``AWOOOP_DATABASE_URL``'s, dropped
-at the end), the bench projects in them, progress polled without committing, and the commits
-counted exactly (what is not run work counted where it happens and subtracted; bench/NOTES.md).
+at the end), the bench projects in them, progress polled without committing (and a batch of
+runs drained by one worker), and the commits counted exactly (what is not run work counted
+where it happens and subtracted; sessions that are not the bench's noted; bench/NOTES.md).
 """
 
 from __future__ import annotations
@@ -8,9 +9,11 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import gc
+import os
 import secrets
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -247,6 +250,7 @@ SELECT (SELECT min(e.at) FROM awooop_run_event e JOIN awooop_run_state r USING (
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 STALL_S = 20.0
+DRAINED_STOP_S = 3.0  # a drained worker's time to stop before it is killed
 
 
 class Progress:
@@ -329,21 +333,62 @@ class Progress:
                 )
             time.sleep(poll)
 
-    def drain(self, n: int, worker: Any, sample: Any, poll: float = 0.2) -> list[tuple[Any, int]]:
-        """:meth:`wait` for ``n`` done by ``worker``; ``sample()`` once a tenth are done (the
-        worker is warm) and once all are: [(warm sample, done), (end sample, done)]."""
-        marks: list[tuple[Any, int]] = []
-
-        def mark(done: int) -> None:
-            while len(marks) < 2 and done >= (max(1, n // 10), n)[len(marks)]:
-                marks.append((sample(), done))
-
-        self.wait(n, [worker], max(90.0, n / 10), mark, poll)
-        return marks
-
     def close(self) -> None:
         self.conn.rollback()
         self._cm.__exit__(None, None, None)
+
+
+@dataclass(frozen=True)
+class Drained:
+    """A batch drained by one worker: ``seconds`` from its first claim to its last completion
+    on the database's clock (``wall_s`` on ours), the worker sampled once a tenth of the runs
+    were done (``warm``: by then the worker is warm) and at the end, ``warm_runs`` done in
+    between."""
+
+    seconds: float
+    wall_s: float
+    warm: Any
+    end: Any
+    warm_runs: int
+
+    def per_s(self, runs: int) -> float:
+        return runs / self.seconds if self.seconds > 0 else float("nan")
+
+
+def drain(
+    label: str,
+    url: str,
+    project_ids: list[str],
+    n: int,
+    start_worker: Callable[[], Any],
+    sample: Callable[[Any], Any],
+    during: contextlib.AbstractContextManager[Any] | None = None,
+) -> Drained:
+    """The ``n`` runs of ``project_ids``, admitted with no worker running, drained by ONE
+    worker that ``start_worker()`` starts (and this stops); ``sample(worker)`` when a tenth
+    are done and when all are; ``during`` entered around the drain (the noise measured)."""
+    progress = Progress.runs(url, project_ids)
+    worker: Any = None
+    marks: list[tuple[Any, int]] = []  # (sample, runs done)
+
+    def mark(done: int) -> None:
+        while len(marks) < 2 and done >= (max(1, n // 10), n)[len(marks)]:
+            marks.append((sample(worker), done))
+
+    try:
+        if (total := progress.counts()[2]) != n:
+            raise BenchError(f"{label}: {total} runs admitted, expected {n}")
+        worker = start_worker()
+        started = time.perf_counter()
+        with during or contextlib.nullcontext():
+            progress.wait(n, [worker], max(90.0, n / 10), mark, poll=0.2)
+        wall_s = time.perf_counter() - started
+        (warm, done0), (end, done1) = marks
+        return Drained(progress.span(), wall_s, warm, end, done1 - done0)
+    finally:
+        progress.close()
+        if worker is not None:
+            worker.stop(DRAINED_STOP_S)
 
 
 # --- commit counting -------------------------------------------------------------------------
@@ -522,6 +567,48 @@ class Meter:
             f"({idle.total} in all; {idle.background_text()})"
         )
         return idle
+
+
+class SessionWatch(threading.Thread):
+    """Notes, twice a second, every session on the meter's scratch database that is neither
+    the bench's nor its children's, from one transaction that is rolled back."""
+
+    def __init__(self, meter: Meter) -> None:
+        super().__init__(name="bench-session-watch", daemon=True)
+        self.meter, self.error, self.halt = meter, None, threading.Event()
+        self.foreign: dict[tuple[int, str], str] = {}  # (pid, backend_start) -> app name
+        self.mine: set[tuple[int, str]] = set()
+
+    def run(self) -> None:
+        sql = (
+            "SELECT pid, backend_start::text, application_name, client_port FROM pg_stat_activity"
+            " WHERE datname = %s AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+        )
+        try:
+            url = self.meter.maintenance_url
+            with connect(url, autocommit=False) as conn, conn.cursor() as cur:
+                while not self.halt.wait(0.5):
+                    cur.execute("SELECT pg_stat_clear_snapshot()")
+                    cur.execute(sql, (self.meter.database,))
+                    for pid, started, app, client_port in cur.fetchall():
+                        self.note((pid, started), app, client_port, conn.info.port)
+                conn.rollback()
+        except psycopg2.Error as exc:
+            self.error = str(exc)
+
+    def note(self, key: tuple[int, str], app: str, client_port: int, port: int) -> None:
+        from bench import procs
+
+        if key not in self.mine and key not in self.foreign:
+            inode = procs.tcp_inode(client_port, port) if client_port else None
+            if procs.socket_owner([os.getpid(), *procs.running_pids()], inode):
+                self.mine.add(key)
+            else:
+                self.foreign[key] = app or "?"
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(timeout=5)
 
 
 @dataclass(frozen=True)

@@ -12,20 +12,21 @@ BENCH_KEEP=1, BENCH_OUTPUT, BENCH_SPREAD=0. BENCH_GROWTH_QUICK=1: tiny sizes (1 
 from __future__ import annotations
 
 import dataclasses
-import os
+import functools
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import redis
 
 from bench import database, load, procs, report
-from bench.report import BenchError, env_float, env_int, env_ints, fmt, log, ratio, table
+from bench.report import BenchError, env_float, env_int, env_ints, fmt, knob, log, ratio, table
 
 BEGIN = "<!-- growth:begin (written by `make bench-growth`) -->"
 END = "<!-- growth:end -->"
+QUICK = "BENCH_GROWTH_QUICK"
 ADMIT_CONNECTIONS = 16  # the end-to-end rows' admission (not measured)
 _BIG_HEAD = b'{"summary": "disk almost full on db-1", "source": "bench", "padding": "'
 _BIG_TAIL = b'"}'
@@ -34,35 +35,23 @@ BIG_BODY_MIN = len(_BIG_HEAD) + len(_BIG_TAIL)
 
 @dataclass(frozen=True)
 class Knobs:
-    quick: bool
-    duration: float
-    warmup: float
-    connections: tuple[int, ...]
-    projects: tuple[int, ...]  # besides the 1-project reference
-    body_bytes: int
-    e2e_runs: int
-    timeout: float
-    output: Path | None  # None: print only (quick mode without BENCH_OUTPUT)
+    quick: bool = field(default_factory=lambda: report.is_quick(QUICK))
+    duration: float = knob(env_float, "BENCH_DURATION", 6.0, QUICK, 1.0)
+    warmup: float = knob(env_float, "BENCH_WARMUP", 1.5, QUICK, 0.5)
+    connections: tuple[int, ...] = knob(env_ints, "BENCH_CONNECTIONS", "16,64", QUICK, "16")
+    # besides the 1-project reference
+    projects: tuple[int, ...] = knob(env_ints, "BENCH_GROWTH_PROJECTS", "100,1000", QUICK, "5,20")
+    body_bytes: int = knob(env_int, "BENCH_GROWTH_BODY_BYTES", 64 * 1024)
+    e2e_runs: int = knob(env_int, "BENCH_GROWTH_E2E_RUNS", 1500, QUICK, 100)
+    timeout: float = knob(env_float, "BENCH_TIMEOUT", 600, QUICK, 240)
+    # None: print only (quick mode without BENCH_OUTPUT)
+    output: Path | None = field(default_factory=lambda: report.quick_output(QUICK))
 
-    @classmethod
-    def from_env(cls) -> Knobs:
-        quick = os.environ.get("BENCH_GROWTH_QUICK") == "1"
-        knobs = cls(
-            quick=quick,
-            duration=env_float("BENCH_DURATION", 1.0 if quick else 6.0),
-            warmup=env_float("BENCH_WARMUP", 0.5 if quick else 1.5),
-            connections=env_ints("BENCH_CONNECTIONS", "16" if quick else "16,64"),
-            projects=env_ints("BENCH_GROWTH_PROJECTS", "5,20" if quick else "100,1000"),
-            body_bytes=env_int("BENCH_GROWTH_BODY_BYTES", 64 * 1024),
-            e2e_runs=env_int("BENCH_GROWTH_E2E_RUNS", 100 if quick else 1500),
-            timeout=env_float("BENCH_TIMEOUT", 240 if quick else 600),
-            output=report.quick_output(quick),
-        )
-        if knobs.e2e_runs < 20:
+    def __post_init__(self) -> None:
+        if self.e2e_runs < 20:
             raise BenchError("BENCH_GROWTH_E2E_RUNS must be at least 20")
-        if knobs.body_bytes < BIG_BODY_MIN:
+        if self.body_bytes < BIG_BODY_MIN:
             raise BenchError(f"BENCH_GROWTH_BODY_BYTES must be at least {BIG_BODY_MIN}")
-        return knobs
 
 
 def big_body(size: int) -> bytes:
@@ -165,24 +154,14 @@ def bench_e2e(
         statuses=dict(result.statuses),
         failures=result.failure_lines,
     )
-    progress = database.Progress.runs(b.url, ids)
-    worker: procs.Proc | None = None
-    try:
-        if (total := progress.counts()[2]) != n:
-            raise web.failure(f"{label}: {total} runs admitted, expected {n}")
-        worker = procs.start_worker(f"worker-growth-{key}", b.logdir, concurrency)
-        started = time.perf_counter()
-        with b.noise.measure(info):
-            (cpu0, done0), (cpu1, done1) = progress.drain(n, worker, worker.cpu_seconds)
-        info["wall_s"] = time.perf_counter() - started
-        info["seconds"] = progress.span()
-    finally:
-        progress.close()
-        if worker is not None:
-            worker.stop(3.0)
-    info["per_s"] = n / info["seconds"] if info["seconds"] > 0 else float("nan")
-    info["cpu_measured_runs"] = warm = done1 - done0
-    info["worker_cpu_ms"] = (cpu1 - cpu0) * 1000 / warm if warm > 0 else float("nan")
+    start = functools.partial(procs.start_worker, f"worker-growth-{key}", b.logdir, concurrency)
+    # The worker's CPU from a tenth of the runs done to the last; the noise over the drain.
+    drained = database.drain(
+        label, b.url, ids, n, start, procs.Proc.cpu_seconds, b.noise.measure(info)
+    )
+    info.update(wall_s=drained.wall_s, seconds=drained.seconds, per_s=drained.per_s(n))
+    info["cpu_measured_runs"] = warm = drained.warm_runs
+    info["worker_cpu_ms"] = (drained.end - drained.warm) * 1000 / warm if warm > 0 else float("nan")
     log(
         f"{label}: {info['per_s']:.0f} runs/s, worker CPU {info['worker_cpu_ms']:.2f} ms/run, "
         f"{procs.noise_text(info)}"
@@ -273,9 +252,7 @@ def render_block(results: dict[str, Any]) -> str:
 def main() -> None:
     from awooop.config import Settings
 
-    knobs, settings = report.configure(
-        "bench-growth", lambda: (Knobs.from_env(), Settings.from_env())
-    )
+    knobs, settings = report.configure("bench-growth", lambda: (Knobs(), Settings.from_env()))
     url = settings.database_url
     tag = f"growth-{time.strftime('%Y%m%d%H%M%S')}-{secrets.token_hex(2)}"
     broker = redis.Redis.from_url(settings.broker_url, socket_timeout=10)
@@ -314,8 +291,7 @@ def main() -> None:
                 e2e = [bench_e2e(b, web, key, e2e_ids[key], c, bd) for key, _, c, bd in rows]
             e2e_ratios(e2e)
             results: dict[str, Any] = {
-                "command": ("BENCH_GROWTH_QUICK=1 " if knobs.quick else "")
-                + report.invoked_as("bench-growth", "bench.growth"),
+                "command": report.command("bench-growth", "bench.growth", QUICK),
                 "machine": machine,
                 "knobs": {
                     **dataclasses.asdict(knobs),

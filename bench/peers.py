@@ -349,7 +349,9 @@ def render_markdown(
 ) -> str:
     n, pc = knobs.runs, knobs.procrastinate_concurrency
     versions = ", ".join(f"{p} {v}" for p, v in packages.items())
-    written = report.written_by("make bench-peers", "bench.peers", machine)
+    written = report.written_by(
+        report.command("bench-peers", "bench.peers"), "bench.peers", machine
+    )
     intro = (
         f"{n:,} three-step no-op workflows with durable steps per system, each in a scratch "
         "database of its own, admitted with no worker running, then drained by ONE worker "

@@ -40,9 +40,14 @@ def log(message: str) -> None:
 # --- knobs -----------------------------------------------------------------------------------
 
 
-def knob(read: Any, name: str, default: Any) -> Any:
-    """A dataclass field read from the environment when the object is made."""
-    return field(default_factory=lambda: read(name, default))
+def knob(read: Any, name: str, default: Any, quick_knob: str = "", quick: Any = None) -> Any:
+    """A dataclass field read from the environment when the object is made; by default
+    ``default``, or ``quick`` when ``quick_knob`` is set (a bench's quick trial)."""
+    return field(default_factory=lambda: read(name, quick if is_quick(quick_knob) else default))
+
+
+def is_quick(quick_knob: str) -> bool:
+    return bool(quick_knob) and os.environ.get(quick_knob) == "1"
 
 
 def env_float(name: str, default: float) -> float:
@@ -83,15 +88,18 @@ def output(default: str = "docs/benchmarks.md", name: str = "BENCH_OUTPUT") -> P
     return ROOT / os.environ.get(name, default)
 
 
-def quick_output(quick: bool) -> Path | None:
+def quick_output(quick_knob: str) -> Path | None:
     """BENCH_OUTPUT, else docs/benchmarks.md; None (print only) in quick mode without it."""
     chosen = os.environ.get("BENCH_OUTPUT")
+    quick = is_quick(quick_knob)
     return ROOT / chosen if chosen else None if quick else ROOT / "docs/benchmarks.md"
 
 
-def invoked_as(target: str, module: str) -> str:
-    """The make target when make started us (it sets MAKELEVEL), else the module."""
-    return f"make {target}" if os.environ.get("MAKELEVEL") else f"python -m {module}"
+def command(target: str, module: str, quick_knob: str = "") -> str:
+    """How the bench was started: ``make <target>`` when make started it (make sets
+    MAKELEVEL), else ``python -m <module>``; after ``<quick_knob>=1`` when that knob is set."""
+    how = f"make {target}" if os.environ.get("MAKELEVEL") else f"python -m {module}"
+    return f"{quick_knob}=1 {how}" if is_quick(quick_knob) else how
 
 
 def keep() -> bool:
@@ -248,9 +256,11 @@ def publish(out: Path | None, block: str, begin: str, end: str, logdir: Path) ->
 
 
 def written_by(command: str, module: str, m: dict[str, str]) -> str:
-    """The first sentence of a section: who wrote it, when, on what."""
+    """The first sentence of a section: who wrote it (``command``, and the module when that
+    is not how it was started), when, on what."""
+    also = "" if f"python -m {module}" in command else f" (`python -m {module}`)"
     return (
-        f"Written by `{command}` (`python -m {module}`) on {m['date']}, code {m['code']}; "
+        f"Written by `{command}`{also} on {m['date']}, code {m['code']}; "
         f"PostgreSQL {m['postgresql']}, Redis {m['redis']}, Python {m['python']}, on "
         f"{m['cpus']} × {m['cpu_model']} ({m['memory']}, load average {m['load_before']} at "
         "the start), shared by everything."

@@ -16,20 +16,20 @@ import collections
 import contextlib
 import http.client
 import json
-import os
 import statistics
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import redis
 
 from bench import database, load, procs, report
-from bench.report import BenchError, env_float, env_int, fmt, log
+from bench.report import BenchError, env_float, env_int, fmt, knob, log
 
+QUICK = "BENCH_RETENTION_QUICK"
 BEGIN = "<!-- retention:begin (written by `make bench-retention`) -->"
 END = "<!-- retention:end -->"
 TARGET_LATENCY_RATIO = 1.20
@@ -52,28 +52,14 @@ OLD_SCRAPE_READ = "SELECT status, count(*) FROM awooop_run_state GROUP BY status
 
 @dataclass(frozen=True)
 class Knobs:
-    quick: bool
-    runs: int
-    dedupe: int
-    samples: int
-    duration: float
-    scrapes: int
-    gap: float
-    output: Path | None  # None: print only (quick mode without BENCH_OUTPUT)
-
-    @classmethod
-    def from_env(cls) -> Knobs:
-        q = os.environ.get("BENCH_RETENTION_QUICK") == "1"
-        return cls(
-            quick=q,
-            runs=env_int("BENCH_RETENTION_RUNS", 20_000 if q else 1_000_000),
-            dedupe=env_int("BENCH_RETENTION_DEDUPE", 100_000 if q else 10_000_000),
-            samples=env_int("BENCH_RETENTION_SAMPLES", 200 if q else 3000),
-            duration=env_float("BENCH_DURATION", 1 if q else 6),
-            scrapes=env_int("BENCH_RETENTION_SCRAPES", 5 if q else 50),
-            gap=env_float("BENCH_RETENTION_GAP", 1 if q else 10),
-            output=report.quick_output(q),
-        )
+    runs: int = knob(env_int, "BENCH_RETENTION_RUNS", 1_000_000, QUICK, 20_000)
+    dedupe: int = knob(env_int, "BENCH_RETENTION_DEDUPE", 10_000_000, QUICK, 100_000)
+    samples: int = knob(env_int, "BENCH_RETENTION_SAMPLES", 3000, QUICK, 200)
+    duration: float = knob(env_float, "BENCH_DURATION", 6, QUICK, 1)
+    scrapes: int = knob(env_int, "BENCH_RETENTION_SCRAPES", 50, QUICK, 5)
+    gap: float = knob(env_float, "BENCH_RETENTION_GAP", 10, QUICK, 1)
+    # None: print only (quick mode without BENCH_OUTPUT)
+    output: Path | None = field(default_factory=lambda: report.quick_output(QUICK))
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -626,16 +612,12 @@ def measure(knobs: Knobs, base: Any, scratch: database.Scratch, logdir: Path) ->
 def main() -> None:
     from awooop.config import Settings
 
-    knobs, base = report.configure(
-        "bench-retention", lambda: (Knobs.from_env(), Settings.from_env())
-    )
+    knobs, base = report.configure("bench-retention", lambda: (Knobs(), Settings.from_env()))
     scratch = database.Scratch(base.database_url, report.keep())
     try:
         with report.session("bench-retention", 24 * 3600) as logdir:
             results = measure(knobs, base, scratch, logdir)
-            results["command"] = ("BENCH_RETENTION_QUICK=1 " if knobs.quick else "") + (
-                report.invoked_as("bench-retention", "bench.retention")
-            )
+            results["command"] = report.command("bench-retention", "bench.retention", QUICK)
             results["settings"] = {
                 "pass_seconds": base.sweep_pass_seconds,
                 "retention_batch": base.retention_batch_size,

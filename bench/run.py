@@ -18,13 +18,11 @@ import os
 import re
 import secrets
 import statistics
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psycopg2
 import redis
 
 from bench import database, load, procs, report, verdicts
@@ -97,17 +95,6 @@ class Bench:
             self.worker = None
 
 
-def measure_pairs(what: str, measure: Any) -> list[verdicts.Pair]:
-    """``measure(k)`` pair after pair until ``verdicts`` has enough; the counted ones marked."""
-    pairs: list[verdicts.Pair] = []
-    while verdicts.need_more(pairs):
-        pairs.append(pair := measure(len(pairs) + 1))
-        if pair.noisy:
-            log(f"{what}, pair {len(pairs)} is noisy: {'; '.join(pair.reasons)}")
-    verdicts.choose(pairs)
-    return pairs
-
-
 # --- (a) admission ---------------------------------------------------------------------------
 
 
@@ -156,7 +143,7 @@ def bench_admission(b: Bench, ids: tuple[str, str]) -> tuple[list[dict[str, Any]
                 results.extend(rows)
                 return pair
 
-            pairs[conns] = measure_pairs(f"admission @{conns}", one_pair)
+            pairs[conns] = verdicts.measure_pairs(f"admission @{conns}", one_pair)
     dropped = database.purge_queue(b.r) + int(b.r.llen(RUN_LIST))
     b.r.delete(RUN_LIST)
     log(f"purged {dropped} queued messages (no worker ran during admission)")
@@ -259,50 +246,10 @@ def e2e_series(b: Bench, project_id: str, c: int) -> dict[str, Any]:
             ),
         )
 
-    pairs = measure_pairs(f"end to end -c {c}", one_pair)
+    pairs = verdicts.measure_pairs(f"end to end -c {c}", one_pair)
     median = verdicts.median(pairs, "e2e")
     log(f"end to end -c {c}: ratio {median:.2f} (median of the counted pairs)")
     return {"concurrency": c, "raw": raws, "batches": batches, "pairs": pairs, "ratio": median}
-
-
-class SessionWatch(threading.Thread):
-    """Notes, twice a second, every session on the scratch database that is neither the
-    bench's nor its children's, from one transaction that is rolled back."""
-
-    def __init__(self, meter: database.Meter) -> None:
-        super().__init__(name="bench-session-watch", daemon=True)
-        self.meter, self.error, self.halt = meter, None, threading.Event()
-        self.foreign: dict[tuple[int, str], str] = {}  # (pid, backend_start) -> app name
-        self.mine: set[tuple[int, str]] = set()
-
-    def run(self) -> None:
-        sql = (
-            "SELECT pid, backend_start::text, application_name, client_port FROM pg_stat_activity"
-            " WHERE datname = %s AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
-        )
-        try:
-            url = self.meter.maintenance_url
-            with database.connect(url, autocommit=False) as conn, conn.cursor() as cur:
-                while not self.halt.wait(0.5):
-                    cur.execute("SELECT pg_stat_clear_snapshot()")
-                    cur.execute(sql, (self.meter.database,))
-                    for pid, started, app, client_port in cur.fetchall():
-                        self.note((pid, started), app, client_port, conn.info.port)
-                conn.rollback()
-        except psycopg2.Error as exc:
-            self.error = str(exc)
-
-    def note(self, key: tuple[int, str], app: str, client_port: int, port: int) -> None:
-        if key not in self.mine and key not in self.foreign:
-            inode = procs.tcp_inode(client_port, port) if client_port else None
-            if procs.socket_owner([os.getpid(), *procs.running_pids()], inode):
-                self.mine.add(key)
-            else:
-                self.foreign[key] = app or "?"
-
-    def stop(self) -> None:
-        self.halt.set()
-        self.join(timeout=5)
 
 
 def bench_e2e(b: Bench, project_id: str) -> None:
@@ -321,7 +268,7 @@ def bench_e2e(b: Bench, project_id: str) -> None:
         )
     before = meter.read()  # the window opens before the web starts: its start-up counts
     info["other_db_clients"] = database.sessions(meter.maintenance_url, meter.database)
-    watch, warm = SessionWatch(meter), None
+    watch, warm = database.SessionWatch(meter), None
     b.web = web = procs.Web("web-awooop-e2e", b.logdir)
     try:
         watch.start()

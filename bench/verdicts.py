@@ -8,8 +8,10 @@ noisy ones in the order measured, marked (bench/NOTES.md).
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+
+from bench.report import log
 
 PAIRS = 3
 MAX_PAIRS = 4
@@ -70,6 +72,18 @@ def choose(pairs: Sequence[Pair]) -> None:
     chosen += [p for p in pairs if p.noisy][: PAIRS - len(chosen)]
     for p in chosen:
         p.counted = True
+
+
+def measure_pairs(what: str, measure: Callable[[int], Pair]) -> list[Pair]:
+    """``measure(k)`` for pair k = 1, 2, … until :func:`need_more` says enough (each noisy
+    pair logged); the pairs, the counted ones marked (:func:`choose`)."""
+    pairs: list[Pair] = []
+    while need_more(pairs):
+        pairs.append(pair := measure(len(pairs) + 1))
+        if pair.noisy:
+            log(f"{what}, pair {len(pairs)} is noisy: {'; '.join(pair.reasons)}")
+    choose(pairs)
+    return pairs
 
 
 def median(pairs: Sequence[Pair], key: str) -> float:

@@ -127,3 +127,17 @@ def test_cpu_of_processes_is_counted_from_the_first_sample_or_whole_when_they_st
     after = {10: 1.5, 11: 2.0, 13: 0.25}  # 12 exited, 13 started in between
 
     assert procs.cpu_delta(before, after) == 0.75
+
+
+def test_pairs_are_measured_until_three_are_clean_or_four_measured_and_the_counted_marked():
+    measured = iter([pair(0.30), pair(0.90, "noisy"), pair(0.35), pair(0.33), pair(0.5)])
+    asked: list[int] = []
+
+    def measure(k: int) -> verdicts.Pair:
+        asked.append(k)
+        return next(measured)
+
+    pairs = verdicts.measure_pairs("end to end -c 1", measure)
+
+    assert asked == [1, 2, 3, 4]
+    assert [p.counted for p in pairs] == [True, False, True, True]
