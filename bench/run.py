@@ -503,8 +503,8 @@ then a soak for CPU, PostgreSQL commits and WAL flushes per run; (c) memory over
 How it is measured: {NOTES_LINK}.
 
 Settings: {k.warmup:g} s warm-up, then {k.duration:g} s measured per admission row; batches of \
-{k.raw_tasks} raw Celery tasks and of {k.e2e_runs} `noop-3` runs (admitted over \
-{E2E_ADMIT_CONNS} connections before ONE worker starts); a soak of {e[soak_runs]} runs \
+{k.raw_tasks:,} raw Celery tasks and of {k.e2e_runs:,} `noop-3` runs (admitted over \
+{E2E_ADMIT_CONNS} connections before ONE worker starts); a soak of {soak_runs} runs \
 (admitted over {SOAK_CONNS} connections, cut to what fits in about {SOAK_BUDGET_S:.0f} s), \
 commits read after {STATS_IDLE_FLUSH_S:.0f} s idle; scratch database `{e[database]}`.
 
@@ -659,6 +659,7 @@ def render_markdown(
         last_c=knobs.e2e_concurrency[-1],
         m=machine,
         e=Figures(e2e),
+        soak_runs=fmt(float(e2e["soak_runs"]) if "soak_runs" in e2e else None),
         whole=Figures(e2e.get("commits_whole_window") or {}),
         cpu=cpu,
         memory=memory,
