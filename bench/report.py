@@ -247,6 +247,14 @@ def partial(chosen: Sequence[str], known: Sequence[str], out: Path) -> bool:
     return True
 
 
+def write_page(path: Path, page: str) -> None:
+    """``page`` (make bench's, ending with MARKER) written over what ``path`` holds down to
+    MARKER; the other benches' sections below it are kept."""
+    kept = path.read_text().partition(MARKER)[2].lstrip("\n") if path.exists() else ""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(page + kept)
+
+
 def publish(out: Path | None, block: str, begin: str, end: str, logdir: Path) -> None:
     """A bench's block written between its markers below MARKER (None: quick, print only)."""
     if out is None:

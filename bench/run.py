@@ -27,7 +27,7 @@ import redis
 
 from bench import database, load, procs, report, verdicts
 from bench.baseline_app import RUN_LIST
-from bench.report import MARKER, BenchError, fmt, knob, log, ratio, target_row, verdict
+from bench.report import BenchError, fmt, knob, log, ratio, target_row, verdict
 
 TARGETS = {
     "admission_ratio": 0.80,  # AwoooP new events / baseline, req/s
@@ -655,6 +655,7 @@ def render_markdown(
     foreign = e2e.get("foreign_sessions")
     page = PAGE.format(
         **globals(),
+        MARKER=report.MARKER,
         k=knobs,
         last_c=knobs.e2e_concurrency[-1],
         m=machine,
@@ -720,9 +721,7 @@ def main() -> None:
             report.save_results(logdir, raw)
             if report.partial(knobs.phases, PHASES, out):
                 return
-            kept = out.read_text().partition(MARKER)[2].lstrip("\n") if out.exists() else ""
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(markdown + kept)
+            report.write_page(out, markdown)
             log(f"wrote {out} (raw figures: {logdir}/results.json)")
     finally:
         # Interrupted runs leave messages behind; they nudge runs that are about to go.

@@ -40,6 +40,21 @@ def test_a_first_block_goes_at_the_end_below_make_bench_s_marker(tmp_path):
     assert BLOCK in text.partition(report.MARKER)[2]
 
 
+def test_make_bench_keeps_the_block_when_it_rewrites_the_file(tmp_path):
+    # Given a document that make bench wrote, then make bench-growth
+    path = tmp_path / "benchmarks.md"
+    path.write_text(f"# Benchmarks\n\nold figures\n\n{report.MARKER}\nnotes\n")
+    publish(path)
+
+    # When make bench rewrites it
+    report.write_page(path, f"# Benchmarks\n\nnew figures of make bench\n\n{report.MARKER}\n")
+
+    # Then its page is new, and what lay below its marker is kept
+    assert path.read_text() == (
+        f"# Benchmarks\n\nnew figures of make bench\n\n{report.MARKER}\nnotes\n\n{BLOCK}"
+    )
+
+
 def test_writing_the_same_block_twice_changes_nothing(tmp_path):
     path = tmp_path / "benchmarks.md"
     path.write_text(f"# Benchmarks\n\n{report.MARKER}\n")
