@@ -544,7 +544,7 @@ def latency_table(r: dict[str, Any]) -> list[str]:
     judged = report.verdict(loaded["p99"], TARGET_SCRAPE_MS, False)
     rows += [
         f"`/metrics` scrape p50, ms | {fmt(empty['p50'], 1)} | {fmt(loaded['p50'], 1)} |  | "
-        f"< {TARGET_SCRAPE_MS:.0f} | {judged} (p99 {fmt(loaded['p99'], 1)}, "
+        f"≤ {TARGET_SCRAPE_MS:.0f} | {judged} (p99 {fmt(loaded['p99'], 1)}, "
         f"max {fmt(loaded['max'], 1)})",
         f"its database read (runs + outbox), p50 ms | {fmt(sc['empty_query']['p50'], 2)} | "
         f"{fmt(sc['loaded_query']['p50'], 2)} |  |  | ",
