@@ -134,7 +134,7 @@ def classify(stat: Stat, ours: set[int]) -> str:
 class Sample:
     stats: dict[int, Stat]
     total: float  # seconds of all CPUs
-    busy: float = 0.0  # of them not idle
+    busy: float  # of them not idle
 
 
 def split(a: Sample, b: Sample, ours: set[int]) -> dict[str, float]:
