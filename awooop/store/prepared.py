@@ -7,27 +7,32 @@ their cost. psycopg2 has no server-side prepared statements of its own, so a
 of a pooled connection, then ``EXECUTE name(…)`` alone. The SQL stays written once, with
 ``:name`` parameters.
 
-A connection makes its statements again, soon after it first made them (0.5 s), then twice
-as long each time, then every :data:`REPLAN_AFTER_SECONDS`. PostgreSQL plans
-an ``EXECUTE`` with the statistics of that moment and, after five executions, may keep one
-generic plan for the session. A plan made while the tables were tiny — a fresh database,
-tables analyzed while empty, the first minute before autovacuum's first ANALYZE — scans them
-sequentially, cheap then, and would go on scanning them as they grow until an ANALYZE
-happened to invalidate it (measured under ``make bench``: tens of millions of rows read a
-minute, admission at half speed). Planned again, a statement sees the tables' current size
-(the planner scales the last statistics by the relation's pages now), so once the tables
-have grown its plan reads through the indexes, ANALYZE or not. A remake travels with the
-EXECUTE (no round trip or transaction of its own) and costs five custom plans per statement
-and connection: nothing, every few seconds. A new connection's plans follow tables that grow
-from empty within seconds. A planner switch such as ``enable_seqscan`` would keep the plans
-on the indexes too, but for every statement, always, and would hide a missing index.
+PostgreSQL plans an ``EXECUTE`` with the statistics of that moment and, after five
+executions, may keep one generic plan for the session. It caches the plans of its own
+foreign-key checks the same way: an admission's history row checks its run with a cached
+``SELECT 1 FROM awooop_run_state WHERE run_id = $1``. A plan made while the tables were tiny
+— a fresh database, tables analyzed while empty, the first minute before autovacuum's first
+ANALYZE — scans them sequentially, cheap then, and would go on scanning them as they grow
+until an ANALYZE happened to invalidate it (under ``make bench``, which turns autovacuum off,
+admission ran at half speed). So a connection drops every plan its session has cached (``DISCARD
+PLANS``: the prepared statements stay, planned again at their next ``EXECUTE``) soon after its
+first statement here (0.5 s), then twice as long after each time, then every
+:data:`REPLAN_AFTER_SECONDS`. Planned again, a statement sees the tables' current size (the
+planner scales the last statistics by the relation's pages now), so once the tables have
+grown its plan reads through the indexes, ANALYZE or not. The discard travels with an
+``EXECUTE`` (no round trip or transaction of its own) and costs one planning per cached
+statement: nothing, every few seconds. A planner switch such as ``enable_seqscan`` would
+keep the plans on the indexes too, but for every statement, always, and would hide a
+missing index.
 
 A prepared statement lives in one server session. Behind a pooler in transaction mode
 (PgBouncer) each transaction runs on whichever server connection is free, where the
 statement may not exist; PgBouncer's own prepared-statement support covers protocol-level
 prepares only, never SQL ``PREPARE``. So with ``AWOOOP_DATABASE_PREPARED_STATEMENTS=false``
 :func:`awooop.db.make_engine` gives its engine the execution option :data:`PREPARE` = False,
-and on its connections these statements are sent as plain SQL with their parameters.
+and on its connections these statements are sent as plain SQL with their parameters (the
+``DISCARD PLANS`` still travels with them: the foreign-key checks' plans are cached
+whichever server session runs them).
 
 They run on the connection's DBAPI cursor, not through SQLAlchemy's execution path: for these
 few fixed statements SQLAlchemy's per-statement context and result metadata cost about a
@@ -54,15 +59,16 @@ _PARAM = re.compile(r"(?<![:\w]):(\w+)")
 # so it is safe behind a pooler in transaction mode).
 _ASYNC_COMMIT = "SET LOCAL synchronous_commit TO OFF"
 
-# When a connection makes a statement (and the plan PostgreSQL cached for it) again: this
-# long after it first made it, then twice as long each time, up to REPLAN_AFTER_SECONDS
-# (see the module docstring).
+# When a connection drops the plans its session cached: this long after its first statement
+# here, then twice as long each time, up to REPLAN_AFTER_SECONDS (see the module docstring).
 FIRST_REPLAN_SECONDS = 0.5
 REPLAN_AFTER_SECONDS = 10.0
 _clock = time.monotonic  # tests move it
 
 # The execution option saying whether a connection's statements are prepared (default: yes).
 PREPARE = "awooop_prepare"
+
+_DISCARD_PLANS = "DISCARD PLANS; "
 
 
 def _pyformat(sql: str) -> str:
@@ -121,30 +127,40 @@ class PreparedStatement:
         return tuple(self._order)
 
     def execute(self, conn: Connection, params: Mapping[str, Any]) -> Rows:
+        info = conn.connection.info
+        discard = _DISCARD_PLANS if _plans_due(info) else ""
         if not conn.get_execution_options().get(PREPARE, True):
-            return _run(conn, self._plain, dict(params))
-        # name -> (when to make it again, the interval that led there), or None: a remake
-        # failed, and whether the server holds the statement is not known
-        prepared: dict[str, tuple[float, float] | None]
-        prepared = conn.connection.info.setdefault("awooop_prepared", {})
+            return _run(conn, discard + self._plain, dict(params))
+        # name -> True: the server holds the statement; False: making it failed, and whether
+        # the server holds it is not known
+        prepared: dict[str, bool] = info.setdefault("awooop_prepared", {})
         values = tuple(params[p] for p in self._execute_order)
-        now = _clock()
-        absent = self.name not in prepared
-        made = prepared.get(self.name)
-        if made is not None and now < made[0]:
-            return _run(conn, self._execute, values)
-        # (Re)made in the EXECUTE's round trip and transaction: no round trip or commit of
-        # its own. A PREPARE or DEALLOCATE is not undone when its transaction fails.
-        remake, interval = self._prepare_sql, FIRST_REPLAN_SECONDS
-        if made is None and not absent:
+        held = prepared.get(self.name)
+        if held:
+            return _run(conn, discard + self._execute, values)
+        if held is False:
             _forget(conn, self.name)
-        elif made is not None:
-            remake = f"DEALLOCATE {self.name}; {remake}"
-            interval = min(2 * made[1], REPLAN_AFTER_SECONDS)
-        prepared[self.name] = None
-        rows = _run(conn, f"{remake}; {self._execute}", values)
-        prepared[self.name] = (now + interval, interval)
+        # Made in the EXECUTE's round trip and transaction: no round trip or commit of its
+        # own. A PREPARE is not undone when its transaction fails.
+        prepared[self.name] = False
+        rows = _run(conn, f"{discard}{self._prepare_sql}; {self._execute}", values)
+        prepared[self.name] = True
         return rows
+
+
+def _plans_due(info: dict[str, Any]) -> bool:
+    """Whether the connection should drop its session's cached plans with this statement
+    (then the next time is set): see the module docstring."""
+    now = _clock()
+    due, interval = info.get("awooop_discard_plans", (None, 0.0))
+    if due is None:
+        info["awooop_discard_plans"] = (now + FIRST_REPLAN_SECONDS, FIRST_REPLAN_SECONDS)
+        return False
+    if now < due:
+        return False
+    interval = min(2 * interval, REPLAN_AFTER_SECONDS)
+    info["awooop_discard_plans"] = (now + interval, interval)
+    return True
 
 
 def _forget(conn: Connection, name: str) -> None:

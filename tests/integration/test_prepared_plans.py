@@ -5,14 +5,15 @@ after five executions, may keep one generic plan for the connection's life. On a
 database (or tables that were just truncated, or analyzed while empty) that plan scans the
 tables sequentially — cheap while they are empty — and keeps doing so as they grow, until an
 ANALYZE happens to invalidate it: measured under ``make bench``, the web's connections then
-read tens of millions of rows per minute and admission ran at half its speed. A connection
-makes its statements again every ``REPLAN_AFTER_SECONDS``, and the plan follows the tables.
+read tens of millions of rows per minute and admission ran at half its speed. PostgreSQL
+caches the plans of its own foreign-key checks the same way. A connection drops its session's
+cached plans every ``REPLAN_AFTER_SECONDS``, and the plans follow the tables.
 """
 
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import exc, text
+from sqlalchemy import event, exc, text
 
 from awooop.store import admission, prepared
 from awooop.workflows import registry
@@ -68,6 +69,50 @@ def test_an_admission_planned_on_tiny_tables_uses_the_indexes_once_they_have_gro
     assert "Index Scan using uq_awooop_channel_event_dedupe_event_key" in plan, plan
 
 
+def _run_state_scans_of_a_history_row(conn, run_id) -> tuple[int, int]:
+    """Sequential and index scans of ``awooop_run_state`` made by inserting one history row of
+    ``run_id``: only the foreign-key check PostgreSQL makes for it reads that table."""
+
+    def scans():
+        return conn.exec_driver_sql(
+            "SELECT seq_scan, idx_scan FROM pg_stat_xact_user_tables "
+            "WHERE relname = 'awooop_run_state'"
+        ).one()
+
+    before = scans()
+    conn.exec_driver_sql(
+        "INSERT INTO awooop_run_event (run_id, kind, trigger) VALUES (%s, 'test', 'test')",
+        (str(run_id),),
+    )
+    after = scans()
+    conn.rollback()
+    return after[0] - before[0], after[1] - before[1]
+
+
+def test_a_foreign_key_check_planned_on_tiny_tables_uses_the_primary_key_once_they_have_grown(
+    engine, project, monkeypatch
+):
+    """PostgreSQL caches the plans of its own foreign-key checks per connection, like a
+    prepared statement's: the history row an admission inserts checks its run that way."""
+    now = [1000.0]
+    monkeypatch.setattr(prepared, "_clock", lambda: now[0])
+    run_id = test_runs.admit(engine, project["project_id"])
+    with engine.connect() as conn:
+        conn.execute(text("ANALYZE awooop_run_state, awooop_run_event"))
+        conn.commit()
+        # Past the check's five custom plans while the tables hold a handful of rows.
+        _admit(conn, project, 8)
+        conn.commit()
+        assert _run_state_scans_of_a_history_row(conn, run_id) == (1, 0)
+        # The tables grow (no ANALYZE, as between two autovacuum passes).
+        test_runs.admit_many(engine, project["project_id"], 3000)
+        now[0] += prepared.REPLAN_AFTER_SECONDS
+        _admit(conn, project, 1)
+        conn.commit()
+
+        assert _run_state_scans_of_a_history_row(conn, run_id) == (0, 1)
+
+
 def test_a_statement_whose_execution_failed_is_made_again_on_the_same_connection(
     engine, project, monkeypatch
 ):
@@ -93,25 +138,42 @@ def _admit(conn, project, n: int) -> None:
     assert "awooop_admit" in conn.connection.info["awooop_prepared"]
 
 
-def test_a_connection_makes_a_statement_again_soon_then_less_often(engine, monkeypatch):
+def test_a_connection_drops_its_cached_plans_soon_then_less_often(engine, monkeypatch):
     now = [1000.0]
     monkeypatch.setattr(prepared, "_clock", lambda: now[0])
     one = prepared.PreparedStatement("awooop_test_one", "SELECT CAST(:x AS int) AS one")
-    remade_after = []
+    sent: list[str] = []
+    discarded_after = []
     with engine.connect() as conn:
-
-        def made_at():
-            return conn.exec_driver_sql(
-                "SELECT prepare_time FROM pg_prepared_statements WHERE name = 'awooop_test_one'"
-            ).scalar_one()
-
+        # A listener makes the statements go through SQLAlchemy, where it sees them.
+        event.listen(conn, "before_cursor_execute", lambda c, cur, sql, *a: sent.append(sql))
         one.execute(conn, {"x": 1})
-        last = made_at()
         for _ in range(120):  # 30 s in steps of a quarter of a second
             now[0] += 0.25
             assert one.execute(conn, {"x": 1}).scalar_one() == 1
-            if made_at() != last:
-                last = made_at()
-                remade_after.append(now[0] - 1000.0)
+            if sent[-1].startswith("DISCARD PLANS; EXECUTE awooop_test_one"):
+                discarded_after.append(now[0] - 1000.0)
+        made = conn.exec_driver_sql(
+            "SELECT count(*) FROM pg_prepared_statements WHERE name = 'awooop_test_one'"
+        ).scalar_one()
 
-    assert remade_after == [0.5, 1.5, 3.5, 7.5, 15.5, 25.5]
+    assert discarded_after == [0.5, 1.5, 3.5, 7.5, 15.5, 25.5]
+    assert sum("PREPARE awooop_test_one" in sql for sql in sent) == 1
+    assert made == 1
+
+
+def test_behind_a_pooler_the_plain_statements_carry_the_discard(engine, monkeypatch):
+    now = [1000.0]
+    monkeypatch.setattr(prepared, "_clock", lambda: now[0])
+    one = prepared.PreparedStatement("awooop_test_one", "SELECT CAST(:x AS int) AS one")
+    sent: list[str] = []
+    with engine.connect().execution_options(**{prepared.PREPARE: False}) as conn:
+        event.listen(conn, "before_cursor_execute", lambda c, cur, sql, *a: sent.append(sql))
+        one.execute(conn, {"x": 1})
+        now[0] += prepared.FIRST_REPLAN_SECONDS
+        assert one.execute(conn, {"x": 2}).scalar_one() == 2
+
+    assert sent == [
+        "SELECT CAST(%(x)s AS int) AS one",
+        "DISCARD PLANS; SELECT CAST(%(x)s AS int) AS one",
+    ]
