@@ -392,10 +392,11 @@ class Settings:
     database_prepared_statements: bool = _setting(
         True,
         "Prepare the hot statements (admission, claim, step record, finish, renew) on each "
-        "connection with SQL `PREPARE`, made again every few seconds so that their plans "
-        "follow the tables' size. False behind a pooler in transaction mode, which moves "
-        "each transaction to whichever server connection is free ([Behind PgBouncer]"
-        "(operations.md#behind-pgbouncer)).",
+        "connection with SQL `PREPARE`. Either way, every few seconds a connection drops the "
+        "plans its session cached (`DISCARD PLANS`), so that the statements' plans and those "
+        "of PostgreSQL's own foreign-key checks follow the tables' size. False behind a "
+        "pooler in transaction mode, which moves each transaction to whichever server "
+        "connection is free ([Behind PgBouncer](operations.md#behind-pgbouncer)).",
     )
     database_session_options: bool = _setting(
         True,

@@ -247,6 +247,35 @@ def partial(chosen: Sequence[str], known: Sequence[str], out: Path) -> bool:
     return True
 
 
+# How many consecutive full runs the page shows side by side.
+RECENT_RUNS = 3
+
+
+def recent_runs(path: Path, run: dict[str, Any], keep: int = RECENT_RUNS) -> list[dict[str, Any]]:
+    """The last ``keep`` full runs, ``run`` the newest, kept in ``path`` (a JSON list of
+    ``{"date", "code", "targets": [[measure, measured, target, verdict], ...]}``)."""
+    runs = json.loads(path.read_text()) if path.exists() else []
+    runs = [*runs, run][-keep:]
+    path.write_text(json.dumps(runs, indent=1) + "\n")
+    return runs
+
+
+def recent_runs_table(runs: list[dict[str, Any]]) -> str:
+    """One row per measure, one column per run (oldest first); a missed target marked ✗."""
+    if not runs:
+        return ""
+    head = " | ".join(f"{r['date']}, code {r['code']}" for r in runs)
+    lines = [f"| measure | {head} | target |", "|---|" + "---:|" * len(runs) + "---|"]
+    by_measure = [{row[0]: row for row in r["targets"]} for r in runs]
+    for what, _, target, _ in runs[-1]["targets"]:
+        cells = []
+        for rows in by_measure:
+            row = rows.get(what)
+            cells.append("n/a" if row is None else row[1] + (" ✗" if row[3] == "MISSED" else ""))
+        lines.append(f"| {what} | {' | '.join(cells)} | {md_target(target)} |")
+    return "\n".join(lines)
+
+
 def write_page(path: Path, page: str) -> None:
     """``page`` (make bench's, ending with MARKER) written over what ``path`` holds down to
     MARKER; the other benches' sections below it are kept."""

@@ -497,6 +497,8 @@ cost of the system under test, not noise.
 |---|---:|---|---|
 {targets}{failures}
 
+{recent}
+
 Compared: (a) AwoooP's admission of an event over HTTP against a plain Flask app that writes \
 the same rows; (b) `noop-3` runs end to end against raw Celery no-op tasks on the same broker, \
 then a soak for CPU, PostgreSQL commits and WAL flushes per run; (c) memory over that soak. \
@@ -632,8 +634,10 @@ def render_markdown(
     pairs: dict[int, list[verdicts.Pair]],
     e2e: dict[str, Any],
     rows: list[tuple[str, float, str, str]],
+    recent: list[dict[str, Any]],
 ) -> str:
-    """The page down to MARKER (printed, and written above the other benches' sections)."""
+    """The page down to MARKER (printed, and written above the other benches' sections);
+    ``recent``: the last full runs, this one included, side by side (none: left out)."""
     nan, all_series = float("nan"), sorted(e2e.get("series", {}).items())
     failures = all_failures(results, e2e) + target_failures(machine, e2e)
     noisy = noise_lines(pairs, e2e)
@@ -667,6 +671,10 @@ def render_markdown(
         wal_flushes_per_run=fmt(e2e.get("wal_flushes_per_run", nan), 3),
         foreign=f": {', '.join(foreign)}" if foreign else "",
         targets=md_rows([(w, fmt(v, _digits(w)), report.md_target(t), vd) for w, v, t, vd in rows]),
+        recent=f"The last full runs of `make bench` (at most {report.RECENT_RUNS}; this one "
+        "last; ✗: missed):\n\n" + report.recent_runs_table(recent)
+        if recent
+        else "",
         failures="\n\n" + "\n".join(f"- **FAIL** {line}" for line in failures) if failures else "",
         noisy="Pairs measured again or counted noisy:\n\n"
         + "\n".join(f"- {line}" for line in noisy)
@@ -678,6 +686,17 @@ def render_markdown(
         e2e_pairs=pair_rows([(f"-c {c}", s["pairs"]) for c, s in all_series], "e2e"),
     )
     return re.sub(r"\n{3,}", "\n\n", page)  # a table without rows is followed by one blank
+
+
+def history_path(out: Path) -> Path:
+    """Where the last full runs' target figures are kept: beside the page
+    (docs/benchmarks.md: docs/benchmarks.runs.json)."""
+    return out.with_suffix(".runs.json")
+
+
+def this_run(machine: dict[str, str], rows: list[tuple[str, float, str, str]]) -> dict[str, Any]:
+    targets = [[w, fmt(v, _digits(w)), t, vd] for w, v, t, vd in rows if t != "(none)"]
+    return {"date": machine["date"], "code": machine["code"], "targets": targets}
 
 
 # --- main ------------------------------------------------------------------------------------
@@ -713,7 +732,9 @@ def main() -> None:
                 database.vacuum_analyze(url, meter.maintenance_url)  # admission's dead rows
                 bench_e2e(b, ids[2])
             rows = ratios(results, pairs, e2e, knobs.connections)
-            markdown = render_markdown(machine, knobs, results, pairs, e2e, rows)
+            full = set(knobs.phases) == set(PHASES)
+            recent = report.recent_runs(history_path(out), this_run(machine, rows)) if full else []
+            markdown = render_markdown(machine, knobs, results, pairs, e2e, rows, recent)
             print(
                 markdown, *report.failure_summary(all_failures(results, e2e)), sep="\n", flush=True
             )

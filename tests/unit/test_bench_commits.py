@@ -127,7 +127,7 @@ def test_the_page_of_an_admission_only_run_keeps_its_header_and_reads_n_a_for_th
     keys = ("date", "cpus", "cpu_model", "memory", "kernel", "python", "postgresql", "redis")
     machine = {k: "x" for k in (*keys, "load_before", "code")}
 
-    page = run.render_markdown(machine, run.Knobs(), [], {}, {}, run.ratios([], {}, {}, ()))
+    page = run.render_markdown(machine, run.Knobs(), [], {}, {}, run.ratios([], {}, {}, ()), [])
 
     assert page.startswith("# Benchmarks\n\nWhat AwoooP costs")
     assert page.endswith(f"\n\n{report.MARKER}\n")
