@@ -33,7 +33,9 @@ NEW_RUNS = 24
 
 
 def statement_kind(sql: str) -> str:
-    """``EXECUTE awooop_renew`` / ``PREPARE awooop_claim`` / ``UPDATE awooop_run_state``…"""
+    """``EXECUTE awooop_renew`` / ``PREPARE awooop_claim`` / ``UPDATE awooop_run_state``…
+    (a connection's periodic ``DISCARD PLANS;`` before the statement is not its kind)."""
+    sql = re.sub(r"^\s*DISCARD PLANS;", "", sql)
     match = re.match(r"\s*(EXECUTE|PREPARE)\s+(\w+)|\s*(\w+)(?:\s+(?:INTO|FROM)?\s*(\w+))?", sql)
     if match is None:
         return sql[:40]
