@@ -13,17 +13,16 @@ foreign-key checks the same way: an admission's history row checks its run with 
 ``SELECT 1 FROM awooop_run_state WHERE run_id = $1``. A plan made while the tables were tiny
 — a fresh database, tables analyzed while empty, the first minute before autovacuum's first
 ANALYZE — scans them sequentially, cheap then, and would go on scanning them as they grow
-until an ANALYZE happened to invalidate it (under ``make bench``, which turns autovacuum off,
-admission ran at half speed). So a connection drops every plan its session has cached (``DISCARD
-PLANS``: the prepared statements stay, planned again at their next ``EXECUTE``) soon after its
-first statement here (0.5 s), then twice as long after each time, then every
-:data:`REPLAN_AFTER_SECONDS`. Planned again, a statement sees the tables' current size (the
-planner scales the last statistics by the relation's pages now), so once the tables have
-grown its plan reads through the indexes, ANALYZE or not. The discard travels with an
-``EXECUTE`` (no round trip or transaction of its own) and costs one planning per cached
-statement: nothing, every few seconds. A planner switch such as ``enable_seqscan`` would
-keep the plans on the indexes too, but for every statement, always, and would hide a
-missing index.
+until an ANALYZE happened to invalidate it (bench/NOTES.md has what that cost). So a
+connection drops every plan its session has cached (``DISCARD PLANS``: the prepared
+statements stay, planned again at their next ``EXECUTE``) soon after its first statement
+here (0.5 s), then twice as long after each time, then every :data:`REPLAN_AFTER_SECONDS`.
+Planned again, a statement sees the tables' current size (the planner scales the last
+statistics by the relation's pages now), so once the tables have grown its plan reads
+through the indexes, ANALYZE or not. The discard travels with an ``EXECUTE`` (no round trip
+or transaction of its own) and costs one planning per cached statement: nothing, every few
+seconds. A planner switch such as ``enable_seqscan`` would keep the plans on the indexes
+too, but for every statement, always, and would hide a missing index.
 
 A prepared statement lives in one server session. Behind a pooler in transaction mode
 (PgBouncer) each transaction runs on whichever server connection is free, where the
@@ -34,13 +33,13 @@ and on its connections these statements are sent as plain SQL with their paramet
 ``DISCARD PLANS`` still travels with them: the foreign-key checks' plans are cached
 whichever server session runs them).
 
-They run on the connection's DBAPI cursor, not through SQLAlchemy's execution path: for these
-few fixed statements SQLAlchemy's per-statement context and result metadata cost about a
-quarter of the runner's own CPU (in-process, a 3-step run: 0.86–0.91 → 0.63–0.69 ms;
-bench/NOTES.md). What SQLAlchemy would add on failure is kept: a DBAPI error is raised as
-SQLAlchemy's :class:`~sqlalchemy.exc.DBAPIError`, and a connection the driver lost is
-invalidated (``connection_invalidated``), so the retry and fencing code reads errors one way.
-Listeners of SQLAlchemy's statement events (a tracer) still see these statements.
+They run on the connection's DBAPI cursor, not through SQLAlchemy's execution path: for
+these few fixed statements SQLAlchemy's per-statement context and result metadata cost about
+a quarter of the runner's own CPU (bench/NOTES.md). What SQLAlchemy would add on failure is
+kept: a DBAPI error is raised as SQLAlchemy's :class:`~sqlalchemy.exc.DBAPIError`, and a
+connection the driver lost is invalidated (``connection_invalidated``), so the retry and
+fencing code reads errors one way. Listeners of SQLAlchemy's statement events (a tracer)
+still see these statements.
 """
 
 from __future__ import annotations
