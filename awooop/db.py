@@ -135,6 +135,17 @@ _ENGINES: dict[str, Engine] = {}
 _ENGINES_LOCK = threading.Lock()
 
 
+def pool_size(settings: Settings, role: str) -> int:
+    """Connections a ``role`` process keeps pooled: ``AWOOOP_DB_POOL_SIZE``, and in a web
+    process at least one per request thread. (A thread that finds every pooled connection
+    busy opens one more, which is closed when it comes back while the pool is full: with
+    more threads than pooled connections, a busy web process started a server process for
+    a request every few requests.)"""
+    if role == WEB:
+        return max(settings.db_pool_size, settings.web_threads)
+    return settings.db_pool_size
+
+
 def get_engine(role: str = WEB) -> Engine:
     """The process's engine for ``role`` (the web app asks without one)."""
     with _ENGINES_LOCK:
@@ -142,7 +153,7 @@ def get_engine(role: str = WEB) -> Engine:
         if engine is None:
             settings = get_settings()
             engine = make_engine(
-                settings.database_url, settings.db_pool_size, role=role, settings=settings
+                settings.database_url, pool_size(settings, role), role=role, settings=settings
             )
             _ENGINES[role] = engine
         return engine
@@ -161,7 +172,7 @@ def read_engine(settings: Settings, primary: Engine) -> Engine:
     if not settings.database_replica_url:
         return primary
     return make_engine(
-        settings.database_replica_url, settings.db_pool_size, role=WEB, settings=settings
+        settings.database_replica_url, pool_size(settings, WEB), role=WEB, settings=settings
     )
 
 

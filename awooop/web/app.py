@@ -81,7 +81,9 @@ def create_app(
     engine = engine or (
         db.get_engine()
         if settings is get_settings()
-        else db.make_engine(settings.database_url, settings.db_pool_size, settings=settings)
+        else db.make_engine(
+            settings.database_url, db.pool_size(settings, db.WEB), settings=settings
+        )
     )
     app.extensions["awooop"] = {
         "settings": settings,

@@ -3,11 +3,15 @@ timeouts and TCP keepalives, and a connection the server closed costs no failed 
 
 from __future__ import annotations
 
+import dataclasses
+import threading
+
 import pytest
 from sqlalchemy import text
 
 from awooop import db
 from awooop.config import Settings
+from awooop.web.app import create_app
 from tests.support import db as support_db
 
 
@@ -88,3 +92,35 @@ def test_a_statement_failing_on_a_connection_the_server_closed_is_retried_once(d
     finally:
         engine.dispose()
     assert len(tries) == 2 and tries[0] != tries[1]
+
+
+def test_a_web_process_keeps_a_connection_per_request_thread(settings):
+    """Every request thread of a web process busy at once, three times over: the threads
+    reuse the connections of the first round. (With fewer pooled connections than threads,
+    each round opened new server processes for the threads beyond the pool and closed them
+    again when they returned.)"""
+    threads = settings.db_pool_size + 3
+    app = create_app(dataclasses.replace(settings, web_threads=threads))
+    engine = app.extensions["awooop"]["engine"]
+    all_busy = threading.Barrier(threads)
+    backends: list[set[int]] = []
+
+    def serve(seen: set[int]) -> None:
+        with engine.connect() as conn:
+            seen.add(conn.execute(text("SELECT pg_backend_pid()")).scalar_one())
+            all_busy.wait(timeout=10)  # every thread holds its connection at once
+
+    try:
+        for _ in range(3):
+            seen: set[int] = set()
+            workers = [threading.Thread(target=serve, args=(seen,)) for _ in range(threads)]
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+            backends.append(seen)
+    finally:
+        engine.dispose()
+
+    assert [len(seen) for seen in backends] == [threads] * 3
+    assert backends[1] == backends[0] and backends[2] == backends[0]
