@@ -80,20 +80,22 @@ def connect_args(settings: Settings, role: str) -> dict[str, Any]:
 
 def make_engine(
     database_url: str | URL,
-    pool_size: int = 5,
+    pool_size: int | None = None,
     *,
     role: str = WEB,
     settings: Settings | None = None,
 ) -> Engine:
     """An autocommit engine whose sessions carry ``role``'s limits (``settings``, or the
     defaults of :class:`~awooop.config.Settings`), and whose hot statements are prepared
-    unless the settings say not to (:mod:`awooop.store.prepared`)."""
+    unless the settings say not to (:mod:`awooop.store.prepared`). Its pool holds
+    ``pool_size`` connections, by default the role's (:func:`role_pool_size`)."""
     settings = settings or Settings()
+    size = role_pool_size(settings, role) if pool_size is None else pool_size
     engine = create_engine(
         database_url,
         isolation_level="AUTOCOMMIT",
-        pool_size=pool_size,
-        max_overflow=pool_size,
+        pool_size=size,
+        max_overflow=size,
         pool_pre_ping=False,
         pool_recycle=1800,
         connect_args=connect_args(settings, role),
@@ -135,12 +137,15 @@ _ENGINES: dict[str, Engine] = {}
 _ENGINES_LOCK = threading.Lock()
 
 
-def pool_size(settings: Settings, role: str) -> int:
-    """Connections a ``role`` process keeps pooled: ``AWOOOP_DB_POOL_SIZE``, and in a web
-    process at least one per request thread. (A thread that finds every pooled connection
-    busy opens one more, which is closed when it comes back while the pool is full: with
-    more threads than pooled connections, a busy web process started a server process for
-    a request every few requests.)"""
+def role_pool_size(settings: Settings, role: str) -> int:
+    """Connections a ``role`` process keeps pooled: the lease keeper's
+    ``AWOOOP_DB_KEEPER_POOL_SIZE``, else ``AWOOOP_DB_POOL_SIZE``, and in a web process at
+    least one per request thread. (A thread that finds every pooled connection busy opens
+    one more, which is closed when it comes back while the pool is full: with more threads
+    than pooled connections, a busy web process started a server process for a request
+    every few requests.)"""
+    if role == KEEPER:
+        return settings.db_keeper_pool_size
     if role == WEB:
         return max(settings.db_pool_size, settings.web_threads)
     return settings.db_pool_size
@@ -152,9 +157,7 @@ def get_engine(role: str = WEB) -> Engine:
         engine = _ENGINES.get(role)
         if engine is None:
             settings = get_settings()
-            engine = make_engine(
-                settings.database_url, pool_size(settings, role), role=role, settings=settings
-            )
+            engine = make_engine(settings.database_url, role=role, settings=settings)
             _ENGINES[role] = engine
         return engine
 
@@ -171,9 +174,7 @@ def read_engine(settings: Settings, primary: Engine) -> Engine:
     """
     if not settings.database_replica_url:
         return primary
-    return make_engine(
-        settings.database_replica_url, pool_size(settings, WEB), role=WEB, settings=settings
-    )
+    return make_engine(settings.database_replica_url, role=WEB, settings=settings)
 
 
 # The settings each engine was made with, and the keeper's companion engine of each.
@@ -189,9 +190,7 @@ def keeper_engine(engine: Engine) -> Engine:
         companion = _KEEPER_ENGINES.get(engine)
         if companion is None:
             settings = _SETTINGS.get(engine) or Settings()
-            companion = make_engine(
-                engine.url, settings.db_keeper_pool_size, role=KEEPER, settings=settings
-            )
+            companion = make_engine(engine.url, role=KEEPER, settings=settings)
             _KEEPER_ENGINES[engine] = companion
             event.listen(engine, "engine_disposed", _dispose_keeper_engine)
         return companion

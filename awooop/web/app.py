@@ -81,9 +81,7 @@ def create_app(
     engine = engine or (
         db.get_engine()
         if settings is get_settings()
-        else db.make_engine(
-            settings.database_url, db.pool_size(settings, db.WEB), settings=settings
-        )
+        else db.make_engine(settings.database_url, settings=settings)
     )
     app.extensions["awooop"] = {
         "settings": settings,
