@@ -95,6 +95,7 @@ def _after_fork(**_: object) -> None:
     # Spans of the runs and sends this pool process drives (AWOOOP_TRACING), exported by a
     # thread of its own: started after the fork.
     telemetry.start(config.get_settings(), "worker")
+    bootstrap.freeze_startup_objects()
 
 
 @worker_process_shutdown.connect

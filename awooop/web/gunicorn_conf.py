@@ -8,7 +8,11 @@ Command-line options win over these, e.g. ``-b 0.0.0.0:8000`` to listen beyond l
 from awooop import failover, logs
 from awooop.bootstrap import settings_or_exit
 from awooop.migrate import check_schema_or_exit
-from awooop.web.gunicorn_hooks import child_exit, on_starting  # noqa: F401 - gunicorn hooks
+from awooop.web.gunicorn_hooks import (  # noqa: F401 - gunicorn hooks
+    child_exit,
+    on_starting,
+    post_worker_init,
+)
 
 # Read and checked here, in gunicorn's master, before any worker starts: invalid settings stop
 # the web process with one line naming the variable (exit status 2).

@@ -1,5 +1,6 @@
-"""The web process's run sender: ids submitted while a send is under way go out together in
-the next one, a failed send does not stop the thread, and a forked child makes its own."""
+"""The web process's run sender: ids submitted while a send is under way, or within the push
+interval, go out together in the next one; after a quiet interval an id leaves at once; a
+failed send does not stop the thread, and a forked child makes its own."""
 
 from __future__ import annotations
 
@@ -58,6 +59,65 @@ def test_ids_submitted_during_a_send_go_out_together_in_the_next_one() -> None:
 
     assert sender.flush(timeout=10)
     assert send.batches == [["first"], [f"r{i}" for i in range(7)]]
+
+
+class RecordedSleeps:
+    """``time.sleep`` as the sender calls it, recording how long it was asked to wait."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+        self._sleep = time.sleep
+
+    def __call__(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        self._sleep(seconds)
+
+
+def test_ids_submitted_within_the_interval_after_a_push_share_the_next_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sleeps = RecordedSleeps()
+    monkeypatch.setattr(handoff.time, "sleep", sleeps)
+    pushed: list[tuple[float, list[str]]] = []
+
+    def send(ids: list[str]) -> int:
+        pushed.append((time.monotonic(), ids))
+        return len(ids)
+
+    sender = Sender(send, interval=1.0)
+    sender.submit(["first"])
+    assert sender.flush(timeout=10)
+
+    sender.submit(["second"])  # the sender waits out the interval for this one ...
+    sender.submit(["third"])  # ... and this one, submitted meanwhile, goes with it
+    assert sender.flush(timeout=10)
+
+    assert [ids for _, ids in pushed] == [["first"], ["second", "third"]]
+    assert pushed[1][0] - pushed[0][0] >= 1.0
+    assert len(sleeps.waits) == 1 and 0 < sleeps.waits[0] <= 1.0
+
+
+def test_after_a_quiet_interval_an_id_is_pushed_without_waiting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sleeps = RecordedSleeps()
+    monkeypatch.setattr(handoff.time, "sleep", sleeps)
+    pushed: list[float] = []
+
+    def send(ids: list[str]) -> int:
+        pushed.append(time.monotonic())
+        return len(ids)
+
+    sender = Sender(send, interval=0.2)
+    sender.submit(["first"])
+    assert sender.flush(timeout=10)
+    while time.monotonic() < pushed[0] + 0.2:  # the interval passes with nothing to send
+        sleeps._sleep(0.01)
+
+    sender.submit(["later"])
+    assert sender.flush(timeout=10)
+    assert len(pushed) == 2
+    assert sleeps.waits == []  # neither push waited
 
 
 def test_a_send_carries_at_most_a_batch() -> None:
