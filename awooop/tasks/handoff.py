@@ -2,10 +2,10 @@
 
 An admission commits its run, answers 202 and hands the run's id to this module; a thread of
 the process pushes the ids it has gathered in one send. The request does not wait for the
-broker. The thread pushes at most once every ``PUSH_INTERVAL_SECONDS``: at a low rate an id
-leaves at once, and under load the ids that arrive within the interval share one push (a
-push per request cost the web process a fifth of its CPU, in the push and in waking the
-thread for each).
+broker. After each push the thread sleeps ``PUSH_INTERVAL_SECONDS``: an id submitted to an
+idle thread leaves at once, and under load the ids that arrive within an interval share one
+push and wake no thread (a push and a wake-up per request cost the web process a fifth of
+its CPU).
 
 Nothing depends on the push for correctness: a run whose message is lost — the process ends
 before its thread sent it, the broker refuses it — is sent again by the orphan sweep. On a
@@ -27,7 +27,7 @@ log = logging.getLogger("awooop.tasks.handoff")
 
 # Ids per push, at most (one LPUSH of this many messages is a few hundred KiB).
 BATCH = 500
-# Pushes one thread makes, at most one per this many seconds.
+# The sender's pause after each push: at most this long an id waits for the next one.
 PUSH_INTERVAL_SECONDS = 0.005
 # Submissions waiting, at most: beyond this (a broker that has hung for a long while) new
 # runs are left to the orphan sweep rather than held in memory.
@@ -96,26 +96,30 @@ class Sender:
                 self._thread = thread
 
     def _run(self) -> None:
-        pushed_at = -self._interval
         while True:
-            first = self._queue.get()
-            # Less than an interval since the last push: what arrives until it ends goes too.
-            wait = pushed_at + self._interval - time.monotonic()
-            if wait > 0:
-                time.sleep(wait)
-            ids, reached = self._take(first)
-            pushed_at = time.monotonic()
-            for start in range(0, len(ids), self._batch):
-                batch = ids[start : start + self._batch]
+            item = self._queue.get()  # the thread sleeps here while nothing is submitted
+            while True:
+                self._push(*self._take(item))
+                # What is submitted within the next interval goes in the next push, and
+                # submitting it wakes no thread.
+                time.sleep(self._interval)
                 try:
-                    self._send(batch)
-                except Exception:  # the thread must outlive any failure: the sweep re-sends
-                    log.exception(
-                        "could not send run messages; the orphan sweep will re-send them",
-                        extra={"action": "enqueue_failed", "run_ids": batch},
-                    )
-            for event in reached:
-                event.set()
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+
+    def _push(self, ids: list[str], reached: list[threading.Event]) -> None:
+        for start in range(0, len(ids), self._batch):
+            batch = ids[start : start + self._batch]
+            try:
+                self._send(batch)
+            except Exception:  # the thread must outlive any failure: the sweep re-sends
+                log.exception(
+                    "could not send run messages; the orphan sweep will re-send them",
+                    extra={"action": "enqueue_failed", "run_ids": batch},
+                )
+        for event in reached:
+            event.set()
 
     def _take(self, first: list[str] | threading.Event) -> tuple[list[str], list[threading.Event]]:
         """``first`` and what else waits, until a batch is full; and the flush markers among

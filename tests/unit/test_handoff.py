@@ -62,15 +62,18 @@ def test_ids_submitted_during_a_send_go_out_together_in_the_next_one() -> None:
 
 
 class RecordedSleeps:
-    """``time.sleep`` as the sender calls it, recording how long it was asked to wait."""
+    """``time.sleep`` as the sender calls it: how long it was asked to wait, and an event set
+    each time a sleep ended."""
 
     def __init__(self) -> None:
         self.waits: list[float] = []
+        self.ended = threading.Event()
         self._sleep = time.sleep
 
     def __call__(self, seconds: float) -> None:
         self.waits.append(seconds)
         self._sleep(seconds)
+        self.ended.set()
 
 
 def test_ids_submitted_within_the_interval_after_a_push_share_the_next_one(
@@ -88,16 +91,16 @@ def test_ids_submitted_within_the_interval_after_a_push_share_the_next_one(
     sender.submit(["first"])
     assert sender.flush(timeout=10)
 
-    sender.submit(["second"])  # the sender waits out the interval for this one ...
-    sender.submit(["third"])  # ... and this one, submitted meanwhile, goes with it
+    sender.submit(["second"])  # within the interval after the first push ...
+    sender.submit(["third"])  # ... and so is this one: both go in the next push
     assert sender.flush(timeout=10)
 
     assert [ids for _, ids in pushed] == [["first"], ["second", "third"]]
     assert pushed[1][0] - pushed[0][0] >= 1.0
-    assert len(sleeps.waits) == 1 and 0 < sleeps.waits[0] <= 1.0
+    assert set(sleeps.waits) == {1.0}
 
 
-def test_after_a_quiet_interval_an_id_is_pushed_without_waiting(
+def test_an_id_submitted_to_an_idle_sender_is_pushed_at_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     sleeps = RecordedSleeps()
@@ -108,16 +111,15 @@ def test_after_a_quiet_interval_an_id_is_pushed_without_waiting(
         pushed.append(time.monotonic())
         return len(ids)
 
-    sender = Sender(send, interval=0.2)
+    sender = Sender(send, interval=0.5)
     sender.submit(["first"])
-    assert sender.flush(timeout=10)
-    while time.monotonic() < pushed[0] + 0.2:  # the interval passes with nothing to send
-        sleeps._sleep(0.01)
+    assert sleeps.ended.wait(timeout=10)  # the interval after the first push has passed
 
+    submitted = time.monotonic()
     sender.submit(["later"])
     assert sender.flush(timeout=10)
     assert len(pushed) == 2
-    assert sleeps.waits == []  # neither push waited
+    assert pushed[1] - submitted < 0.5  # it did not wait for an interval
 
 
 def test_a_send_carries_at_most_a_batch() -> None:
