@@ -6,7 +6,7 @@
   ``AWOOOP_READINESS_TIMEOUT_SECONDS``; otherwise 503 ``E-UNAVAILABLE-001`` with which one
   failed, so a load balancer stops sending events this process could not admit.
 * ``/metrics`` — Prometheus exposition (see :mod:`awooop.metrics`). Every answer of the web
-  process is counted by endpoint and status code (``awooop_http_responses_total``).
+  process is counted and timed (:mod:`awooop.web.request_metrics`).
 
 None of them needs credentials, and none of them says anything about a project or a run.
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from flask import Blueprint, Response, jsonify, request
+from flask import Blueprint, Response, jsonify
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -58,13 +58,6 @@ def readyz() -> tuple[Response, int]:
 def prometheus_metrics() -> Response:
     body = metrics.render(context.read_engine(), context.settings().metrics_query_timeout_seconds)
     return Response(body, content_type=metrics.CONTENT_TYPE)
-
-
-@blueprint.after_app_request
-def _count_response(response: Response) -> Response:
-    # Error answers too: Flask runs this on what the error handlers return.
-    metrics.HTTP_RESPONSES.labels(request.endpoint or "unmatched", str(response.status_code)).inc()
-    return response
 
 
 def _check(name: str, probe: Any) -> str:
