@@ -265,12 +265,12 @@ def _poll_keeping_the_gil() -> Any:
     GIL around it all the same, and in a web process whose request threads keep the GIL busy,
     taking it back made a checkout wait behind the other threads' work: milliseconds for a
     call of a microsecond, at the tail of every request. A function of a ``ctypes.PyDLL``
-    keeps the GIL. (Making the ``select.poll`` object, registering and polling also cost ten
-    times the CPU of this call.)
+    keeps the GIL, and costs less CPU than making, registering and polling a
+    ``select.poll`` object.
     """
     try:
         poll = ctypes.PyDLL(None).poll
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):
         return None
     poll.argtypes = (ctypes.POINTER(_PollFd), ctypes.c_ulong, ctypes.c_int)
     poll.restype = ctypes.c_int

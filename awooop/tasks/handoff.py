@@ -4,8 +4,8 @@ An admission commits its run, answers 202 and hands the run's id to this module;
 the process pushes the ids it has gathered in one send. The request does not wait for the
 broker. After each push the thread sleeps ``PUSH_INTERVAL_SECONDS``: an id submitted to an
 idle thread leaves at once, and under load the ids that arrive within an interval share one
-push and wake no thread (a push and a wake-up per request cost the web process a fifth of
-its CPU).
+push and wake no thread (a push and a thread wake-up for each request were a large share of
+the web process's CPU).
 
 Nothing depends on the push for correctness: a run whose message is lost — the process ends
 before its thread sent it, the broker refuses it — is sent again by the orphan sweep. On a
