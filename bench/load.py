@@ -405,7 +405,6 @@ class _Run:
         started = time.perf_counter()
         if self.duration is not None:
             self.window = (started + self.warmup, started + self.warmup + self.duration)
-        if self.duration is not None:
             await asyncio.sleep(self.warmup + self.duration)
             self.stopping = True
             self.result.seconds = self.duration
@@ -419,12 +418,16 @@ class _Run:
                 if not any(c.in_flight for c in self.conns):
                     break
                 self.quiet.clear()
+        if self.duration is None:
+            self.result.seconds = max(0.0, self.last_done - opening)
+        return self.finish()
+
+    def finish(self) -> LoadResult:
+        """Stop: what is still in flight counted unfinished, every connection closed."""
         self.stopping = True
         self.result.unfinished = sum(1 for c in self.conns if c.in_flight)
         for conn in list(self.conns):
             conn.close()
-        if self.duration is None:
-            self.result.seconds = max(0.0, self.last_done - opening)
         self.result.issued = self.source.issued
         return self.result
 
@@ -458,13 +461,8 @@ def run(
         try:
             return await asyncio.wait_for(the_run.main(), timeout=bound)
         except TimeoutError:
-            the_run.stopping = True
-            the_run.result.unfinished = sum(1 for c in the_run.conns if c.in_flight)
-            for conn in list(the_run.conns):
-                conn.close()
             the_run.result.seconds = max(1e-9, the_run.last_done - the_run.first_done)
-            the_run.result.issued = source.issued
-            return the_run.result
+            return the_run.finish()
 
     return asyncio.run(bounded())
 
