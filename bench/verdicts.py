@@ -88,10 +88,6 @@ def median(pairs: Sequence[Pair], key: str) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def noisy_counted(pairs: Sequence[Pair]) -> int:
-    return sum(1 for p in pairs if p.counted and p.noisy)
-
-
 def describe(pairs: Sequence[Pair], what: str) -> list[str]:
     """Report lines: each pair measured again (and why), each noisy pair counted anyway."""
     lines = []
