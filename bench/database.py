@@ -252,8 +252,9 @@ DRAINED_STOP_S = 3.0  # a drained worker's time to stop before it is killed
 
 
 class Progress:
-    """Counts polled inside ONE transaction (READ COMMITTED), rolled back at the end: no
-    commits beyond its session's start-up (counted by ``tally``). ``counts``: (done, failed,
+    """Counts polled inside ONE transaction (READ COMMITTED: each statement sees the latest
+    commits), rolled back at the end: no commits beyond its session's start-up (counted by
+    ``tally``). ``counts``: (done, failed,
     total, …); ``span``: (first, last), timestamps or epoch milliseconds."""
 
     def __init__(
@@ -525,8 +526,11 @@ class Meter:
         return int(liveness), int(scans)
 
     def read(self) -> Reading:
-        """Once the sessions to count have closed; read again until the scratch counters are
-        the same on both sides of the ``xact_commit`` read."""
+        """Call it once the sessions to count have closed. Each of its own reads on the
+        scratch database is a session that flushes its statistics as it exits: it waits a
+        second before reading ``xact_commit``, and counts the harness's commits as they were
+        then. A liveness upsert (or autovacuum visit) between the reads would count on one
+        side only: then it reads again."""
         counters = self._scratch_counters()
         while True:
             time.sleep(1.0)
