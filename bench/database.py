@@ -254,8 +254,8 @@ DRAINED_STOP_S = 3.0  # a drained worker's time to stop before it is killed
 class Progress:
     """Counts polled inside ONE transaction (READ COMMITTED: each statement sees the latest
     commits), rolled back at the end: no commits beyond its session's start-up (counted by
-    ``tally``). ``counts``: (done, failed,
-    total, …); ``span``: (first, last), timestamps or epoch milliseconds."""
+    ``tally``). ``counts``: (done, failed, total, …); ``span``: (first, last), timestamps or
+    epoch milliseconds."""
 
     def __init__(
         self,
