@@ -1,5 +1,12 @@
-"""The admission baseline: plain Flask doing AwoooP's admission's database work (the dedupe and
-run rows, then a Redis ``LPUSH``) with nothing else (bench/NOTES.md). The project must exist."""
+"""The raw baseline for the admission benchmark: plain Flask, the same database work.
+
+``gunicorn -c gunicorn.conf.py 'bench.baseline_app:create_app()'`` — the same gunicorn
+settings as the real app. ``POST /v1/projects/<project_id>/runs`` does what AwoooP's
+admission does minus authentication, validation, routing and the Celery message format:
+one transaction inserting the dedupe row (``ON CONFLICT DO NOTHING``) and, if it was new, the
+run row; commit; one Redis ``LPUSH`` of the run id; a 202 JSON answer (200 for a duplicate).
+psycopg2 with a thread-safe pool and redis-py, no ORM. The project row must exist.
+"""
 
 from __future__ import annotations
 

@@ -1,12 +1,13 @@
-"""``make bench-capacity`` (``python -m bench.capacity``): what a request, a run and a held
-lease cost, and PostgreSQL's commit ceiling, for sizing (``docs/scaling.md``). How it
-measures: bench/NOTES.md.
+"""``make bench-capacity`` (``python -m bench.capacity``): what one unit of work costs (a
+request, a run, a held lease) and PostgreSQL's commit ceiling, so a team can size a
+deployment (``docs/scaling.md``). How it measures: bench/NOTES.md.
 
 Knobs: BENCH_CAPACITY_RUNS (2000), BENCH_CAPACITY_HOLD_RUNS ("8,32"),
 BENCH_CAPACITY_WINDOW (s, 20), BENCH_CAPACITY_AMQP_URL, BENCH_CAPACITY_CEILING_SECONDS (15),
 BENCH_CAPACITY_TIMEOUT (s, 900), BENCH_CAPACITY_OUTPUT (docs/scaling.md);
 BENCH_CAPACITY_QUICK=1 or ``--quick``: tiny sizes, no ``-c 2`` phase, no markdown. The
-figures go to ``.awooop/capacity.json``.
+figures go to ``.awooop/capacity.json`` and (not in quick mode) between the capacity markers
+of the output file.
 """
 
 from __future__ import annotations

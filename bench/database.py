@@ -1,6 +1,8 @@
-"""The benches' databases: scratch databases, the bench projects in them, progress polled
-without committing, a batch drained by one worker, and the commits counted exactly
-(bench/NOTES.md)."""
+"""The benches' databases: scratch databases (created beside ``AWOOOP_DATABASE_URL``'s, dropped
+at the end), the bench projects in them, progress polled without committing (and a batch of
+runs drained by one worker), and the commits counted exactly (what is not run work counted
+where it happens and subtracted; sessions that are not the bench's noted; bench/NOTES.md).
+"""
 
 from __future__ import annotations
 
@@ -253,9 +255,9 @@ DRAINED_STOP_S = 3.0  # a drained worker's time to stop before it is killed
 
 class Progress:
     """Counts polled inside ONE transaction (READ COMMITTED: each statement sees the latest
-    commits), rolled back at the end: no commits beyond its session's start-up (counted by
-    ``tally``). ``counts``: (done, failed, total, …); ``span``: (first, last), timestamps or
-    epoch milliseconds."""
+    commits), rolled back at the end, so polling adds no ``xact_commit`` beyond its session's
+    start-up (counted by ``tally`` when given). ``counts`` returns (done, failed, total, …)
+    and ``span`` (first, last) as timestamps or epoch milliseconds."""
 
     def __init__(
         self,
@@ -338,9 +340,10 @@ class Progress:
 
 @dataclass(frozen=True)
 class Drained:
-    """A batch drained by one worker: first claim to last completion (``seconds``; ``wall_s``
-    on our clock), the worker sampled at a tenth done (``warm``) and at the end; ``warm_runs``
-    done in between."""
+    """A batch drained by one worker: ``seconds`` from its first claim to its last completion
+    on the database's clock (``wall_s`` on ours), the worker sampled once a tenth of the runs
+    were done (``warm``: by then the worker is warm) and at the end, ``warm_runs`` done in
+    between."""
 
     seconds: float
     wall_s: float
@@ -361,8 +364,9 @@ def drain(
     sample: Callable[[Any], Any],
     during: contextlib.AbstractContextManager[Any] | None = None,
 ) -> Drained:
-    """The ``n`` admitted runs of ``project_ids`` drained by ONE worker ``start_worker()``
-    starts (and this stops); ``during`` entered around the drain."""
+    """The ``n`` runs of ``project_ids``, admitted with no worker running, drained by ONE
+    worker that ``start_worker()`` starts (and this stops); ``sample(worker)`` when a tenth
+    are done and when all are; ``during`` entered around the drain (the noise measured)."""
     progress = Progress.runs(url, project_ids)
     worker: Any = None
     marks: list[tuple[Any, int]] = []  # (sample, runs done)
@@ -503,8 +507,9 @@ def metric_sum(metrics_dir: Path, name: str, **labels: str) -> float:
 
 
 class Meter:
-    """Reads the counters of one scratch database (``xact_commit`` through the maintenance
-    database, liveness writes and catalog scans, auth loads from the metrics directory)."""
+    """Reads the counters of one scratch database: ``xact_commit`` through the configured
+    (maintenance) database, the liveness writes and catalog scans through the tally, the auth
+    loads from the processes' metrics directory."""
 
     def __init__(self, maintenance_url: str, url: str, database: str, metrics_dir: Path) -> None:
         self.maintenance_url, self.url, self.database = maintenance_url, url, database
@@ -565,7 +570,8 @@ class Meter:
 
 
 class SessionWatch(threading.Thread):
-    """Notes, twice a second, every session on the scratch database that is not the bench's."""
+    """Notes, twice a second, every session on the meter's scratch database that is neither
+    the bench's nor its children's, from one transaction that is rolled back."""
 
     def __init__(self, meter: Meter) -> None:
         super().__init__(name="bench-session-watch", daemon=True)

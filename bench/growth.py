@@ -1,6 +1,13 @@
-"""``make bench-growth`` (``python -m bench.growth``): what admission and a run cost with more
-projects, bigger events, more worker processes; writes its block of ``docs/benchmarks.md``.
-How, and the knobs: bench/NOTES.md."""
+"""``make bench-growth`` (``python -m bench.growth``): what admission and a run cost as the work
+grows (more projects, bigger events, more worker processes); writes its block of
+``docs/benchmarks.md``. How: bench/NOTES.md.
+
+Knobs: BENCH_DURATION (s, 6), BENCH_WARMUP (1.5), BENCH_CONNECTIONS ("16,64"),
+BENCH_GROWTH_PROJECTS ("100,1000"; the largest is also the end-to-end rows'),
+BENCH_GROWTH_BODY_BYTES (65536), BENCH_GROWTH_E2E_RUNS (1500), BENCH_TIMEOUT (s, 600),
+BENCH_KEEP=1, BENCH_OUTPUT, BENCH_SPREAD=0. BENCH_GROWTH_QUICK=1: tiny sizes (1 s windows,
+16 connections, 5 and 20 projects, 100 runs per row), markdown only when BENCH_OUTPUT is set.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,19 @@
-"""A small HTTP/1.1 keep-alive load generator (stdlib asyncio, loopback only): N connections
-each keep one request in flight (closed loop, like ``wrk``), for a duration after a warm-up,
-or until the source of requests is exhausted. Command line, for manual runs::
+"""A small HTTP/1.1 keep-alive load generator (stdlib asyncio, loopback only).
+
+N connections each keep exactly one request in flight (closed loop, like ``wrk``): send,
+read the whole response, send the next. Responses are parsed minimally (status line and
+``Content-Length``), so one process drives well over 2,000 requests/s on 2 cores.
+
+Requests come from a source: :class:`Requests` (one path and set of headers, optionally a
+header whose value changes per request), or :class:`RoundRobin` over several of them (e.g. one
+per project, each with its own path and API token).
+
+Two modes:
+- duration: ``warmup`` seconds whose responses are discarded, then ``duration`` seconds
+  measured; requests still in flight at the end are drained (not counted) within ``grace``.
+- count: exactly ``total`` requests as fast as the connections go (``warmup`` is ignored).
+
+Command line, for manual runs::
 
     python -m bench.load http://127.0.0.1:8000/v1/projects/p/runs -m POST -c 64 -d 5 \\
         -H 'Authorization: Bearer …' --body '{}' --unique-header Idempotency-Key
@@ -41,8 +54,11 @@ def request_bytes(method: str, path: str, headers: dict[str, str], body: bytes =
 
 
 class Requests:
-    """Request bytes; with ``key_header``, that header takes each value of ``keys`` in turn
-    (until they run out)."""
+    """Request bytes, optionally with one header whose value changes per request.
+
+    ``keys`` yields that header's values (e.g. unique idempotency keys); when it is
+    exhausted the source is exhausted. Without ``key_header`` the same request repeats.
+    """
 
     def __init__(
         self,
@@ -87,8 +103,9 @@ class Source(Protocol):
 
 
 class RoundRobin:
-    """Requests from several sources in turn, an exhausted one skipped; ``limit`` caps the
-    total."""
+    """Requests from several sources in turn — one ``Requests`` per project, each with its own
+    path and token, spreads consecutive requests over the projects. An exhausted source is
+    skipped; ``limit`` caps the total (None: until every source is exhausted)."""
 
     def __init__(self, sources: Sequence[Source], limit: int | None = None) -> None:
         if not sources:
@@ -165,7 +182,9 @@ class LoadResult:
         return self.percentile(0.99)
 
     def failures(self) -> list[str]:
-        """One line per kind of failed answer: each non-2xx status, dropped connections."""
+        """One line per kind of failed answer: each non-2xx status with its count, and
+        connections dropped with a request in flight. A webhook provider that gets a 500
+        retries or gives up, so every one of these is a failure, however rare."""
         lines = [
             f"HTTP {status}: {count} answer{'s' if count != 1 else ''}"
             for status, count in sorted(self.statuses.items())
@@ -443,9 +462,11 @@ def run(
     timeout: float | None = None,
     spread: Spread | None = None,
 ) -> LoadResult:
-    """Drive ``source`` against ``url`` over ``connections`` connections: ``warmup`` then
-    ``duration`` seconds, or (``duration`` None) until ``source`` is exhausted, within
-    ``timeout``."""
+    """Drive ``source`` against ``url`` (host and port only) with ``connections`` connections.
+
+    ``duration`` set: timed mode; ``None``: until ``source`` is exhausted (count mode), bounded
+    by ``timeout`` seconds (required in count mode). ``spread``: see :class:`Spread`.
+    """
     parts = urlsplit(url)
     host, port = parts.hostname or "", parts.port or 80
     if host not in LOOPBACK:

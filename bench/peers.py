@@ -1,6 +1,13 @@
 """``make bench-peers`` (``python -m bench.peers``): the same three-step workflows on AwoooP,
-Procrastinate and DBOS Transact, drained by one worker, then latency at half the drain rate.
-How, and the knobs: bench/NOTES.md."""
+Procrastinate (``bench/peers_procrastinate.py``) and DBOS Transact (``bench/peers_dbos.py``),
+admitted then drained by one worker, then latency at half the drain rate. How: bench/NOTES.md.
+
+Knobs: BENCH_PEERS_RUNS (2,000), BENCH_PEERS_SYSTEMS (a partial run writes no report unless
+BENCH_OUTPUT is set), BENCH_PEERS_PROCRASTINATE_CONCURRENCY (30), BENCH_PEERS_DBOS_CONCURRENCY
+(1000), BENCH_PEERS_DBOS_THREADS (512), BENCH_PEERS_LATENCY_S (10; 0 leaves the latency phase
+out), BENCH_TIMEOUT (s, 900), BENCH_KEEP=1, BENCH_OUTPUT. A short trial:
+``BENCH_PEERS_RUNS=300 BENCH_PEERS_LATENCY_S=3 BENCH_OUTPUT=/tmp/peers.md make bench-peers``.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,11 @@
-"""DBOS Transact's side of ``make bench-peers`` (bench/NOTES.md): ``python -m bench.peers_dbos
-setup | admit N [FIRST RATE] | worker``, configured by BENCH_PEERS_DBOS_URL (the system
-database), BENCH_PEERS_DBOS_CONCURRENCY and BENCH_PEERS_DBOS_THREADS."""
+"""DBOS Transact's side of ``make bench-peers``: a workflow of three steps through a queue,
+set up as DBOS's own queue benchmark runs its workers (why: bench/NOTES.md). ``bench.peers``
+runs ``python -m bench.peers_dbos setup`` (system tables and queue), ``admit N [FIRST RATE]``
+(a DBOSClient enqueues) and ``worker`` (until SIGTERM), each in a process of its own.
+
+Environment: BENCH_PEERS_DBOS_URL (the system database), BENCH_PEERS_DBOS_CONCURRENCY (the
+queue's worker_concurrency), BENCH_PEERS_DBOS_THREADS (max_executor_threads).
+"""
 
 from __future__ import annotations
 

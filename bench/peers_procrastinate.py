@@ -1,7 +1,12 @@
-"""Procrastinate's side of ``make bench-peers`` (bench/NOTES.md): three jobs, each deferring
-the next; :func:`main` admits, ``procrastinate --app=bench.peers_procrastinate.app`` does the
-rest. BENCH_PEERS_PROCRASTINATE_DSN, BENCH_PEERS_PROCRASTINATE_CONCURRENCY (its pool: one
-more)."""
+"""Procrastinate's side of ``make bench-peers``: a three-step no-op workflow as three jobs (a
+job is its unit of durability), each deferring the next (why: bench/NOTES.md). ``bench.peers``
+runs, each in a process of its own: ``procrastinate --app=bench.peers_procrastinate.app schema
+--apply``, :func:`main` ``admit N [FIRST RATE]``, and ``procrastinate
+--app=bench.peers_procrastinate.app worker --concurrency C``.
+
+Environment: BENCH_PEERS_PROCRASTINATE_DSN (libpq connection string of the scratch database),
+BENCH_PEERS_PROCRASTINATE_CONCURRENCY (the worker's; its pool has one connection more).
+"""
 
 from __future__ import annotations
 

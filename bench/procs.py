@@ -1,6 +1,15 @@
-"""The processes a bench starts and stops (each in its own process group, its output in a log
-file), their CPU (``utime + stime + cutime + cstime``) and memory from ``/proc``, and the noise
-of a phase: :class:`Noise`."""
+"""The processes a bench starts and stops, and what they cost in CPU and memory (``/proc``).
+
+Every process runs in its own process group with its output in a log file, and is stopped
+(SIGTERM to the group, then SIGKILL) on the way out. CPU of a process is ``utime + stime +
+cutime + cstime`` from ``/proc/<pid>/stat`` (its children already reaped included).
+
+:class:`Noise` splits the machine's CPU during a phase three ways: the bench's own (its
+process trees, PostgreSQL and Redis), the kernel's threads (children of ``kthreadd``, PID 2:
+the I/O of the durable commits, reported as "I/O CPU"), and the rest of the machine's busy
+time from ``/proc/stat`` ("other CPU": user-space processes outside the bench, what makes a
+measurement noisy).
+"""
 
 from __future__ import annotations
 
@@ -129,9 +138,11 @@ class Sample:
 
 
 def split(a: Sample, b: Sample, ours: set[int]) -> dict[str, float]:
-    """Share of all CPUs (%) used between two samples by ``ours`` and ``io`` (each process as
-    it is at the second sample) and ``other``: the rest of the machine's busy time, not summed
-    per process (why: bench/NOTES.md)."""
+    """Share of all CPUs (%) used between two samples by ``ours`` and ``io``, each process
+    judged as it is at the second sample (one that started meanwhile counts whole), and by
+    ``other``: the rest of the machine's busy time. Other CPU is not summed per process: a
+    process that reaps a child gains the child's whole life in ``cutime`` at once, and one
+    that came and went between the samples is never seen."""
     used = {"ours": 0.0, "io": 0.0}
     for pid, s in b.stats.items():
         before = a.stats.get(pid)
@@ -145,7 +156,8 @@ def split(a: Sample, b: Sample, ours: set[int]) -> dict[str, float]:
 
 
 class Noise:
-    """CPU of a phase beyond the bench: ``other_cpu_pct`` and ``io_cpu_pct`` (kernel threads)."""
+    """CPU of a phase beyond the bench: ``other_cpu_pct`` (user space outside the measured
+    trees and the servers) and ``io_cpu_pct`` (kernel threads)."""
 
     def __init__(self, ours: Callable[[], list[int]], root: str = "/proc") -> None:
         self._ours, self._root = ours, root
@@ -331,7 +343,7 @@ class Web(Proc):
         self, label: str, source: load.Source, conns: int, noise: Noise, **kw: Any
     ) -> dict[str, Any]:
         """One measured load (``kw``: duration, warmup): its figures, the gunicorn tree's CPU
-        per request and the noise."""
+        per request (warm-up included on both sides) and the noise."""
         self.check()
         info: dict[str, Any] = {"label": label, "connections": conns}
         cpu0 = self.cpu_seconds()
@@ -358,8 +370,9 @@ class Web(Proc):
     def admit(
         self, label: str, source: load.Source, n: int, conns: int = 16, floor: float = 60, **kw: Any
     ) -> load.LoadResult:
-        """``n`` requests over ``conns`` connections (giving up after max(``floor``, n / 50) s);
-        FAIL lines in ``result.failure_lines``."""
+        """``n`` requests as fast as ``conns`` connections go (giving up after
+        max(``floor``, n / 50) s); logged, FAIL lines for the summary in
+        ``result.failure_lines``."""
         result = self.run(source, conns, timeout=max(floor, n / 50), **kw)
         log(
             f"{label}: admitted {result.statuses.get(202, 0)}/{n} in {result.seconds:.1f} s "
@@ -441,8 +454,9 @@ def rabbitmq_pids() -> list[int]:
 
 
 def postgres_pids(url: str, database_name: str) -> list[int]:
-    """The server's processes that work for ``database_name`` (bench/NOTES.md: CPU per run);
-    empty when the server is not on this machine."""
+    """The server's processes that work for ``database_name``: its client backends (less this
+    harness's own sessions), the postmaster and the server's background processes (shared
+    with its other databases). Empty when the server is not on this machine."""
     with database.connect(url) as conn, conn.cursor() as cur:
         cur.execute(
             "SELECT pid, datname, backend_type, client_port FROM pg_stat_activity"

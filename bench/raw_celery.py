@@ -1,5 +1,11 @@
-"""Raw Celery on AwoooP's broker: the no-op task ``make bench`` compares against; each task
-counts itself in Redis, the first and the last record when they ran (bench/NOTES.md)."""
+"""Raw Celery on AwoooP's broker: the no-op task the end-to-end benchmark compares against.
+
+``celery -A bench.raw_celery worker -Q bench_noop -c 1 -P prefork …``. Same broker URL and
+the same settings style as ``celeryconfig`` (JSON, acks late, prefetch 1, results ignored),
+no database. Each task increments a Redis counter; the first and the last record when they
+ran (``time.time()``), so the benchmark measures first task → last task like AwoooP's
+first claim → last completion.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,14 @@
 """``make bench-retention`` (``python -m bench.retention``): a database with a month of history
-(generated with SQL) against an empty one: store and HTTP latency, ``/metrics`` scrapes, the
-sweeps catching up. How, and the knobs: bench/NOTES.md."""
+(1,000,000 finished runs, 10,000,000 dedupe rows, generated with SQL) against an empty one:
+store and HTTP latency, ``/metrics`` scrapes, the sweeps catching up. How: bench/NOTES.md.
+
+Knobs: BENCH_RETENTION_RUNS (1,000,000), BENCH_RETENTION_DEDUPE (10,000,000),
+BENCH_RETENTION_SAMPLES (3000), BENCH_DURATION (s per HTTP row, 6), BENCH_RETENTION_SCRAPES
+(50), BENCH_RETENTION_GAP (s between sweep passes, 10), BENCH_KEEP=1, BENCH_OUTPUT.
+BENCH_RETENTION_QUICK=1: a smoke test of tiny sizes (20,000 runs, 100,000 dedupe rows, 200
+samples, 1 s rows, 5 scrapes, 1 s gaps; about a minute) that writes markdown only when
+BENCH_OUTPUT is set. At full size it takes about half an hour on 2 cores.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,15 @@
-"""``make bench`` (``python -m bench.run``): (a) admission over HTTP against
-``bench.baseline_app``, (b) end to end against raw Celery, then a soak, (c) memory; writes
-``docs/benchmarks.md`` down to ``MARKER``. How, and the knobs: bench/NOTES.md."""
+"""``make bench`` (``python -m bench.run``): AwoooP against its baselines. (a) admission over
+HTTP against ``bench.baseline_app``; (b) end to end against raw Celery (``bench.raw_celery``),
+then a soak: CPU, PostgreSQL commits and WAL flushes per run; (c) memory. Writes
+``docs/benchmarks.md`` down to ``MARKER`` (the other benches' sections below it are kept). How:
+bench/NOTES.md.
+
+Knobs (environment): BENCH_DURATION (s per admission row, 3), BENCH_WARMUP (1),
+BENCH_CONNECTIONS ("16,64"), BENCH_RAW_TASKS (2000), BENCH_E2E_RUNS (1000),
+BENCH_E2E_CONCURRENCY ("2,1"), BENCH_SOAK_RUNS (10000), BENCH_TIMEOUT (s, 720), BENCH_KEEP=1,
+BENCH_OUTPUT (docs/benchmarks.md), BENCH_PHASES ("admission,e2e"; a partial run writes no
+report unless BENCH_OUTPUT is set), BENCH_SPREAD=0.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,9 @@
-"""``make bench``'s interleaved pairs: a noisy pair is measured again, up to MAX_PAIRS; a
-ratio is the median of PAIRS counted pairs, clean ones first (bench/NOTES.md)."""
+"""How ``make bench`` turns interleaved pairs into a ratio a noisy machine cannot sway: a pair
+with more than OTHER_CPU_MAX_PCT other CPU in one of its phases, or (end to end) raw Celery
+rates either side of AwoooP's batch more than RAW_APART_MAX_PCT apart, is measured again, up
+to MAX_PAIRS pairs; the ratio is the median of PAIRS counted pairs, clean ones first, then
+noisy ones in the order measured, marked (bench/NOTES.md).
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,11 @@
-"""``make bench-capacity``'s workflow (``AWOOOP_WORKFLOW_MODULES=bench.workflows``):
-``bench-hold`` holds its run RUNNING, and its lease, for ``event["hold"]`` seconds; a lost
-lease fails the run."""
+"""Workflows of ``make bench-capacity``, registered the documented way a deployment adds its
+own: ``AWOOOP_WORKFLOW_MODULES=bench.workflows`` for the web and the worker.
+
+``bench-hold`` v1: one step that keeps its run RUNNING for ``event["hold"]`` seconds, waiting
+on the lease (so the worker's lease keeper renews it, which the bench measures); a lost lease
+stops it at once, so the run ends FAILED and the bench sees it. Imports only the domain and
+the registry (loaded by the worker and web processes).
+"""
 
 from __future__ import annotations
 
