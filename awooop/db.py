@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol, TypeVar
 
-from sqlalchemy import Connection, Engine, create_engine, event, exc
+from sqlalchemy import Connection, Engine, create_engine, event, exc, text
 from sqlalchemy.engine import URL
 from sqlalchemy.pool import NullPool
 
@@ -127,6 +127,26 @@ def make_probe_engine(
     return create_engine(
         database_url, isolation_level="AUTOCOMMIT", poolclass=NullPool, connect_args=args
     )
+
+
+def answers(engine: Engine, timeout_seconds: float = 2.0) -> bool:
+    """Whether the database ``engine`` reaches answers now: one ``SELECT 1`` on a fresh
+    connection (not one of the pool's, which may be the ones that stopped answering), given
+    up after about ``timeout_seconds``."""
+    probe = make_probe_engine(
+        engine.url.render_as_string(hide_password=False),
+        timeout_seconds,
+        session_options=False,
+        application_name="awooop-probe",
+    )
+    try:
+        with probe.connect() as conn, bounded(conn, timeout_seconds):
+            conn.execute(text("SELECT 1"))
+        return True
+    except exc.DBAPIError:
+        return False
+    finally:
+        probe.dispose()
 
 
 def transaction(engine: Engine) -> AbstractContextManager[Connection]:

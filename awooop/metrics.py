@@ -148,7 +148,8 @@ RUN_SEGMENTS = Counter(
     "retry_scheduled, waiting_tool, waiting (a sleep or a wait for a signal), woken (a wait "
     "whose signal was already there), resolving, escalated, paused, lease_lost, released, "
     "handed_back (an operator's intent or the deadline met the run's last write: sent again), "
-    "not_claimed (a duplicate or stale nudge).",
+    "not_claimed (a duplicate or stale nudge), database_unreachable (the claim's database did "
+    "not answer: sent again).",
     ["outcome"],
 )
 SIGNALS = Counter(

@@ -54,6 +54,7 @@ WRITE_REFUSED = "E-RUN-002"
 
 class Outcome(enum.Enum):
     NOT_CLAIMED = "not_claimed"  # someone else holds it, or it is not claimable (a duplicate nudge)
+    UNREACHABLE = "database_unreachable"  # the claim's database did not answer: run untouched
     COMPLETED = "completed"
     FAILED = "failed"  # compensated (or nothing to compensate) and failed
     CANCELLED = "cancelled"  # an operator cancelled it; compensated
@@ -143,6 +144,19 @@ def _claim_and_drive(
         claim = db.retry_on_disconnect(
             held_conn, lambda conn: leases.claim(conn, me, settings.lease_ttl_seconds, run_id)
         )
+    except exc.DBAPIError as error:
+        if not fenced.is_transient(error):
+            raise
+        log.warning(
+            "database did not answer the claim; the run is left claimable",
+            extra={
+                "action": "claim_unreachable",
+                "run_id": str(run_id),
+                "worker_id": me,
+                "error": type(error.orig).__name__,
+            },
+        )
+        return Outcome.UNREACHABLE
     except leases.UnloadableRun as unloadable:
         with engine.connect() as conn:
             failed = leases.fail_unloadable(conn, unloadable)

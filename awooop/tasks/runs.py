@@ -6,9 +6,11 @@ import logging
 import uuid
 from collections.abc import Iterable
 
+from sqlalchemy import Engine
+
 from awooop import db, logs, metrics
-from awooop.config import get_settings
-from awooop.engine import finisher, runner
+from awooop.config import Settings, get_settings
+from awooop.engine import cut_off, finisher, runner
 from awooop.tasks import notifications, publish
 from awooop.tasks.app import app
 
@@ -20,25 +22,34 @@ RUNS_QUEUE = "runs"
 
 @app.task(name=EXECUTE)
 def execute(run_id: str) -> str:
+    return handle(db.get_engine(db.WORKER), get_settings(), run_id)
+
+
+def handle(engine: Engine, settings: Settings, run_id: str) -> str:
     """Claim the run and drive it; a message for a run someone else holds is a no-op. The
     write that ends the run is the process's finisher's, committed while this task returns
-    and its message is acknowledged."""
-    engine = db.get_engine(db.WORKER)
+    and its message is acknowledged. When the database does not answer the claim, the
+    message is sent again and this process waits for its database
+    (:mod:`awooop.engine.cut_off`)."""
     with logs.bound(run_id=run_id):
         outcome = runner.execute(
             engine,
-            get_settings(),
+            settings,
             uuid.UUID(run_id),
             notify=notifications.enqueue,
             finisher=finisher.for_process(engine, segment_ended),
         )
     if outcome is not runner.Outcome.FINISHING:
         segment_ended(run_id, outcome)
+    if outcome is runner.Outcome.UNREACHABLE:
+        cut_off.wait_for_database(engine, settings)
     return outcome.value
 
 
 # Segments after which the run wants a new message at once.
-_SEND_AGAIN = frozenset({runner.Outcome.WOKEN, runner.Outcome.HANDED_BACK})
+_SEND_AGAIN = frozenset(
+    {runner.Outcome.WOKEN, runner.Outcome.HANDED_BACK, runner.Outcome.UNREACHABLE}
+)
 
 
 def segment_ended(run_id: uuid.UUID | str, outcome: runner.Outcome) -> None:
