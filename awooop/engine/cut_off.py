@@ -1,10 +1,11 @@
 """A worker process whose database does not answer its claim.
 
 A claim that fails because the database could not answer (a partition, a restart, a connect
-timeout) leaves the run as it was: claimable by anyone. Had the task simply ended, Celery
-would acknowledge the message, and a process cut off from its database would take run
-messages faster than a healthy one (each fails within the connect timeout) and drop every
-one of them, each run then waiting for the orphan sweep.
+timeout) leaves the run as it was: claimable by anyone. (A claim that committed before its
+reply was lost is never renewed, and the reaper hands the run on.) Had the task simply
+ended, Celery would acknowledge the message, and a process cut off from its database would
+take run messages faster than a healthy one (each fails within the connect timeout) and drop
+every one of them, each run then waiting for the orphan sweep.
 
 So the task sends the run's message again at once, for a worker that can reach the database,
 and :func:`wait_for_database` holds the pool process, which takes no other message

@@ -54,7 +54,7 @@ WRITE_REFUSED = "E-RUN-002"
 
 class Outcome(enum.Enum):
     NOT_CLAIMED = "not_claimed"  # someone else holds it, or it is not claimable (a duplicate nudge)
-    UNREACHABLE = "database_unreachable"  # the claim's database did not answer: run untouched
+    UNREACHABLE = "database_unreachable"  # the claim's database did not answer: send it again
     COMPLETED = "completed"
     FAILED = "failed"  # compensated (or nothing to compensate) and failed
     CANCELLED = "cancelled"  # an operator cancelled it; compensated
@@ -148,7 +148,7 @@ def _claim_and_drive(
         if not fenced.is_transient(error):
             raise
         log.warning(
-            "database did not answer the claim; the run is left claimable",
+            "database did not answer the claim; the run's message goes back on the queue",
             extra={
                 "action": "claim_unreachable",
                 "run_id": str(run_id),
