@@ -39,12 +39,12 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol, TypeVar
 
-from sqlalchemy import Connection, Engine, create_engine, event, exc, text
+from sqlalchemy import Connection, Engine, create_engine, event, exc
 from sqlalchemy.engine import URL
 from sqlalchemy.pool import NullPool
 
 from awooop.config import Settings, get_settings
-from awooop.store import prepared
+from awooop.store import monitoring, prepared
 
 log = logging.getLogger("awooop.db")
 
@@ -141,7 +141,7 @@ def answers(engine: Engine, timeout_seconds: float = 2.0) -> bool:
     )
     try:
         with probe.connect() as conn, bounded(conn, timeout_seconds):
-            conn.execute(text("SELECT 1"))
+            monitoring.ping(conn)
         return True
     except exc.DBAPIError:
         return False
