@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import base64
+import json
+
 import pytest
 from flask.testing import FlaskClient
 from sqlalchemy import Engine
@@ -21,3 +24,12 @@ def queued_messages(redis_client) -> int:
     thread has sent what it was given."""
     assert handoff.flush(timeout=10), "the run sender did not send within 10 s"
     return int(redis_client.llen("runs"))
+
+
+def queued_run_ids(redis_client) -> list[str]:
+    """The run each message in the test broker's `runs` queue names (its one argument), in
+    queue order."""
+    return [
+        json.loads(base64.b64decode(json.loads(raw)["body"]))[0][0]
+        for raw in redis_client.lrange("runs", 0, -1)
+    ]

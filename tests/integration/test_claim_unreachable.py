@@ -10,9 +10,7 @@ same worker (the chaos partition scenario caught a run starved that way for a mi
 
 from __future__ import annotations
 
-import base64
 import dataclasses
-import json
 import threading
 import time
 
@@ -22,6 +20,7 @@ from sqlalchemy.engine import make_url
 from awooop import db
 from awooop.engine import runner
 from awooop.tasks import runs
+from tests.integration.conftest import queued_run_ids
 from tests.support import runs as test_runs
 from tests.support.netproxy import FaultProxy
 from tests.support.processes import free_port
@@ -34,15 +33,6 @@ def run_row(engine, run_id):
             text("SELECT status, worker_id, lease_epoch FROM awooop_run_state WHERE run_id = :r"),
             {"r": run_id},
         ).one()
-
-
-def queued_run_ids(redis_client) -> list[str]:
-    """The run ids the ``runs`` queue's messages name (each message's body is its args)."""
-    named = []
-    for raw in redis_client.lrange("runs", 0, -1):
-        body = json.loads(base64.b64decode(json.loads(raw)["body"]))
-        named.append(body[0][0])
-    return named
 
 
 def test_a_claim_the_database_does_not_answer_sends_the_run_again_and_waits_for_it(

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import uuid
-from base64 import b64decode
+
+from tests.integration.conftest import queued_run_ids
 
 
 def test_messages_still_in_the_sender_are_sent_at_exit(broker_url, redis_client):
@@ -24,5 +24,4 @@ def test_messages_still_in_the_sender_are_sent_at_exit(broker_url, redis_client)
         timeout=60,
     )
 
-    bodies = [json.loads(m)["body"] for m in redis_client.lrange("runs", 0, -1)]
-    assert sorted(json.loads(b64decode(b))[0][0] for b in bodies) == sorted(run_ids)
+    assert sorted(queued_run_ids(redis_client)) == sorted(run_ids)
