@@ -87,13 +87,22 @@ def reply(ctx: StepContext) -> dict[str, Any]:
 
 DEMO_STEPS = [Step("summarise", summarise), Step("decide", decide), Step("reply", reply)]
 
+# How the demos' descriptions name each channel's events.
+_EVENTS = {
+    "telegram": "a Telegram message",
+    "alertmanager": "an Alertmanager notification",
+    "gitea": "a Gitea webhook",
+    "line": "a LINE message",
+    "api": "an API event",
+}
+
 DEMO_WORKFLOWS = {
     channel: register(
         Workflow(
             f"demo-{channel}",
             version=1,
             steps=DEMO_STEPS,
-            description=f"Summarise a {channel} event and log a reply",
+            description=f"Summarise {_EVENTS[channel]} and log a reply",
         )
     )
     for channel in _SUMMARISERS

@@ -30,6 +30,22 @@ def test_each_demo_workflow_replies_with_a_summary(channel: str) -> None:
     assert [c.step for c in sim.calls] == ["summarise", "decide", "reply"]
 
 
+def test_each_demo_is_described_with_its_provider_spelled_as_the_provider_does() -> None:
+    # `awooop workflows` shows these: "Summarise a alertmanager event" read badly.
+    products = {
+        "telegram": "Telegram",
+        "alertmanager": "Alertmanager",
+        "gitea": "Gitea",
+        "line": "LINE",
+        "api": "API",
+    }
+    for channel, product in products.items():
+        description = builtin.DEMO_WORKFLOWS[channel].description
+        assert f" {product} " in description, description
+        article = description.split()[1]
+        assert article == ("an" if product[0] in "AEIOU" else "a"), description
+
+
 def test_a_resolved_alert_is_only_acknowledged() -> None:
     wf = builtin.DEMO_WORKFLOWS["alertmanager"]
     sim = Simulator(wf, EVENTS["alertmanager"], channel="alertmanager")
