@@ -5,11 +5,15 @@ server connections, so that the transactions of more client connections than tha
 between them, and the statement and lock timeouts set by the pooler (``connect_query``).
 With ``AWOOOP_DATABASE_PREPARED_STATEMENTS`` and ``AWOOOP_DATABASE_SESSION_OPTIONS`` off, runs
 are admitted, claimed and driven to the end from several threads; with them on, the failures
-that made them settings. Without pgbouncer the tests skip, or fail under ``CI=true``.
+that made them settings. With PostgreSQL cut off behind the pooler (a proxy between them
+stops forwarding, and PgBouncer keeps answering its clients), a claim and an admission end at
+the ``query_timeout`` the docs set, not when the network heals. Without pgbouncer the tests
+skip, or fail under ``CI=true``.
 """
 
 from __future__ import annotations
 
+import configparser
 import dataclasses
 import os
 import shutil
@@ -37,6 +41,8 @@ from awooop.workflows import registry
 from tests.conftest import IN_CI
 from tests.support import db as rows
 from tests.support import runs
+from tests.support.docs import ROOT, fenced
+from tests.support.netproxy import FaultProxy
 
 SERVER_CONNECTIONS = 2
 THREADS = 5
@@ -58,22 +64,40 @@ def _executable() -> str:
     return found
 
 
-@pytest.fixture
-def pgbouncer(database_url: str) -> Iterator[str]:
-    """The URL of a PgBouncer of this test's own: transaction pooling, two server
-    connections to the test's database, clients trusted (the user must be in its auth_file)."""
+def documented_settings() -> dict[str, str]:
+    """The ``[pgbouncer]`` settings of docs/operations.md's pgbouncer.ini."""
+    blocks = [b.code for lang, b in fenced(ROOT / "docs/operations.md") if lang == "ini"]
+    [block] = [code for code in blocks if code.startswith("[pgbouncer]")]
+    parser = configparser.ConfigParser(inline_comment_prefixes=(";",))
+    parser.read_string(block)
+    return dict(parser["pgbouncer"])
+
+
+@contextmanager
+def started_pgbouncer(
+    database_url: str,
+    *,
+    via: tuple[str, int] | None = None,
+    statement_timeout_ms: int = STATEMENT_TIMEOUT_MS,
+    query_timeout: float | None = None,
+) -> Iterator[str]:
+    """The URL of a PgBouncer of the test's own, set up as docs/operations.md says
+    (transaction pooling, its ``query_timeout`` unless given), with two server connections to
+    the test's database (through ``via``, a proxy, if given), the statement and lock timeouts
+    set by ``connect_query``, and clients trusted (the user must be in its auth_file)."""
     executable = _executable()
     server = make_url(database_url)
-    port = devstack.free_port()
+    host, port = via or (server.host or "127.0.0.1", server.port or 5432)
+    listen = devstack.free_port()
+    documented = documented_settings()
     # PgBouncer refuses to run as root; it reads its files before taking the other identity.
     as_user = ["-u", "nobody"] if os.geteuid() == 0 else []
     with tempfile.TemporaryDirectory(prefix="awooop-pgbouncer-") as directory:
         here = Path(directory)
-        target = f"host={server.host or '127.0.0.1'} port={server.port or 5432}"
-        target += f" dbname={server.database} user={server.username}"
+        target = f"host={host} port={port} dbname={server.database} user={server.username}"
         if server.password:
             target += f" password={server.password}"
-        timeouts = f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}; "
+        timeouts = f"SET statement_timeout = {statement_timeout_ms}; "
         timeouts += f"SET lock_timeout = {LOCK_TIMEOUT_MS}"
         (here / "users.txt").write_text(f'"{server.username}" ""\n')
         (here / "pgbouncer.ini").write_text(
@@ -82,13 +106,14 @@ def pgbouncer(database_url: str) -> Iterator[str]:
 
 [pgbouncer]
 listen_addr = 127.0.0.1
-listen_port = {port}
+listen_port = {listen}
 unix_socket_dir =
 auth_type = trust
 auth_file = {here / "users.txt"}
-pool_mode = transaction
+pool_mode = {documented["pool_mode"]}
 default_pool_size = {SERVER_CONNECTIONS}
 max_client_conn = 100
+query_timeout = {query_timeout if query_timeout is not None else documented["query_timeout"]}
 """
         )
         log = here / "pgbouncer.log"
@@ -100,15 +125,21 @@ max_client_conn = 100
             )
         try:
             deadline = time.monotonic() + 10
-            while not devstack.port_open(port, timeout=0.2):
+            while not devstack.port_open(listen, timeout=0.2):
                 if process.poll() is not None or time.monotonic() > deadline:
                     pytest.fail(f"pgbouncer did not start: {log.read_text()[-2000:]}")
                 time.sleep(0.05)
-            url = server.set(host="127.0.0.1", port=port, password=None)
+            url = server.set(host="127.0.0.1", port=listen, password=None)
             yield url.render_as_string(hide_password=False)
         finally:
             process.terminate()
             process.wait(10)
+
+
+@pytest.fixture
+def pgbouncer(database_url: str) -> Iterator[str]:
+    with started_pgbouncer(database_url) as url:
+        yield url
 
 
 def _behind(settings: Settings, pgbouncer: str, *, prepared: bool = False) -> Settings:
@@ -324,3 +355,117 @@ def test_the_web_app_is_ready_behind_pgbouncer(pgbouncer, settings, redis_client
         pooled.dispose()
 
     assert response.status_code == 200, response.get_json()
+
+
+# The tests' query_timeout (the docs' is 90 s), above the statement timeout they set.
+QUERY_TIMEOUT_S = 3
+QUICK_STATEMENT_TIMEOUT_MS = 2000
+
+
+@contextmanager
+def _cut_off_behind_pgbouncer(database_url: str) -> Iterator[tuple[FaultProxy, str]]:
+    """A PgBouncer set up as the docs say, whose server connections go through a proxy to
+    PostgreSQL (to be partitioned: PgBouncer's clients keep talking to PgBouncer)."""
+    url = make_url(database_url)
+    with (
+        FaultProxy(url.host or "127.0.0.1", url.port or 5432) as proxy,
+        started_pgbouncer(
+            database_url,
+            via=proxy.address,
+            statement_timeout_ms=QUICK_STATEMENT_TIMEOUT_MS,
+            query_timeout=QUERY_TIMEOUT_S,
+        ) as bouncer,
+    ):
+        yield proxy, bouncer
+
+
+def _ended_within(work, seconds: float) -> tuple[list, float, bool]:
+    """``work()`` on a thread: what it returned (or raised), how long it took, and whether it
+    was still waiting after ``seconds``."""
+    done: list = []
+
+    def call() -> None:
+        try:
+            done.append(work())
+        except Exception as error:
+            done.append(error)
+
+    thread = threading.Thread(target=call)
+    started = time.monotonic()
+    thread.start()
+    thread.join(seconds)
+    return done, time.monotonic() - started, thread.is_alive()
+
+
+def test_the_documented_query_timeout_is_above_every_statement_timeout():
+    documented = float(documented_settings()["query_timeout"])
+    defaults = Settings(database_url="postgresql://x/y", broker_url="redis://x")
+
+    assert documented > max(defaults.statement_timeout(role) for role in db.ROLES)
+
+
+def test_a_claim_behind_pgbouncer_ends_at_its_query_timeout_when_the_database_is_cut_off(
+    database_url, settings, engine, project
+):
+    # Given a run waiting to be claimed, and a worker behind PgBouncer whose pooled
+    # connection (and PgBouncer's to the server) is open
+    run_id = runs.admit(engine, project["project_id"])
+    with _cut_off_behind_pgbouncer(database_url) as (proxy, bouncer):
+        behind = _behind(settings, bouncer)
+        pooled = db.make_engine(behind.database_url, 1, role=db.WORKER, settings=behind)
+        try:
+            with pooled.connect() as conn:
+                _server_pid(conn)
+            # When PostgreSQL stops answering PgBouncer, and the worker claims the run
+            proxy.partition()
+            done, took, waiting = _ended_within(
+                lambda: runner.execute(pooled, behind, run_id), QUERY_TIMEOUT_S + 10
+            )
+            proxy.heal()
+        finally:
+            lease.stop_keeper()
+            pooled.dispose()
+
+    # Then PgBouncer ends the claim's wait at its query_timeout, and the claim says the
+    # database did not answer
+    assert not waiting, "the claim still waited past PgBouncer's query_timeout"
+    assert done == [runner.Outcome.UNREACHABLE]
+    assert took >= QUERY_TIMEOUT_S - 0.5
+    # And the run is as it was, for a worker that reaches the database
+    assert rows.rows(
+        engine,
+        "SELECT status, worker_id, lease_epoch FROM awooop_run_state WHERE run_id = :r",
+        r=run_id,
+    ) == [{"status": "PENDING", "worker_id": None, "lease_epoch": 0}]
+
+
+def test_an_admission_behind_pgbouncer_is_answered_503_when_the_database_is_cut_off(
+    database_url, settings, project
+):
+    # Given the web behind PgBouncer, which has admitted an event
+    with _cut_off_behind_pgbouncer(database_url) as (proxy, bouncer):
+        behind = _behind(settings, bouncer)
+        pooled = db.make_engine(behind.database_url, 1, role=db.WEB, settings=behind)
+        client = create_app(behind, pooled, enqueue=len, notify=len).test_client()
+        path = f"/v1/projects/{project['project_id']}/runs"
+
+        def admit(key: str):
+            headers = {"Authorization": f"Bearer {project['api_token']}", "Idempotency-Key": key}
+            return client.post(path, json={"n": 1}, headers=headers)
+
+        try:
+            assert admit("before").status_code == 202
+            # When PostgreSQL stops answering PgBouncer, and another event arrives
+            proxy.partition()
+            done, took, waiting = _ended_within(lambda: admit("during"), 2 * QUERY_TIMEOUT_S + 10)
+            proxy.heal()
+        finally:
+            pooled.dispose()
+
+    # Then it is answered 503 once PgBouncer gives up on the statement
+    assert not waiting, "the admission still waited past PgBouncer's query_timeout"
+    [response] = done
+    assert response.status_code == 503, response.get_json()
+    assert response.get_json()["error"]["code"] == "E-UNAVAILABLE-001"
+    assert int(response.headers["Retry-After"]) > 0
+    assert took >= QUERY_TIMEOUT_S - 0.5
