@@ -13,7 +13,7 @@ STATE := .awooop
 WITH_ENV := set -a && . $(STATE)/env && set +a &&
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help docs install browser promtool pgbouncer patroni spin services migrate run stop test test-integration test-wheel lint verify bench bench-capacity bench-growth bench-retention bench-peers chaos cluster clean
+.PHONY: help docs install browser promtool pgbouncer haproxy patroni spin services migrate run stop test test-integration test-wheel lint verify bench bench-capacity bench-growth bench-retention bench-peers chaos cluster clean
 
 help:
 	@echo "make run    set everything up and start web, workers, beat and flower"
@@ -57,79 +57,52 @@ browser:
 		echo "Install it with: sudo apt-get install chromium"; \
 	fi
 
-# deploy/prometheus is checked with promtool (tests/unit/test_deploy.py), from Debian's
-# prometheus package. Installed here when missing and apt can be used (root; CI runs this);
-# the Prometheus server the package brings is never started here: a service the install
-# started is stopped and disabled.
-promtool:
-	@if command -v promtool >/dev/null 2>&1; then :; \
+# Tools some tests need, from Debian's packages: $(call debian_tool,<commands>,<packages>,
+# <services>,<what cannot run without them>). Installed when a command is missing and apt can
+# be used (root; CI runs these targets); no service a package brings is left running: each one
+# the install started is stopped and disabled. Without them those tests skip locally and fail
+# under CI=true.
+define debian_tool
+	@missing=; for command in $(1); do \
+		command -v $$command >/dev/null 2>&1 || [ -x /usr/sbin/$$command ] || missing=1; \
+	done; \
+	if [ -z "$$missing" ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-		echo "installing promtool (apt-get install prometheus; its server is not started)"; \
+		echo "installing $(1) (apt-get install $(2); a service it starts is stopped)"; \
 		apt-get update -q >/dev/null && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-			prometheus >/dev/null || echo "warning: apt-get install prometheus failed"; \
-		if [ -d /run/systemd/system ]; then systemctl disable --now prometheus >/dev/null 2>&1; \
-		else invoke-rc.d prometheus stop >/dev/null 2>&1; \
-			update-rc.d prometheus disable >/dev/null 2>&1; fi; true; \
-	else \
-		echo "promtool is not installed: the deploy/ checks will be skipped."; \
-		echo "Install it with: sudo apt-get install --no-install-recommends prometheus"; \
-	fi
-
-# tests/integration/test_pgbouncer.py runs AwoooP behind a PgBouncer it starts itself (in
-# transaction pooling mode), from Debian's pgbouncer package. Installed here when missing and
-# apt can be used (root; CI runs this); the package's own service is never left running: a
-# service the install started is stopped and disabled.
-PGBOUNCER := /usr/sbin/pgbouncer
-pgbouncer:
-	@if [ -x $(PGBOUNCER) ]; then :; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-		echo "installing pgbouncer (apt-get install pgbouncer; its service is not started)"; \
-		apt-get update -q >/dev/null && \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-			pgbouncer >/dev/null || echo "warning: apt-get install pgbouncer failed"; \
-		if [ -d /run/systemd/system ]; then systemctl disable --now pgbouncer >/dev/null 2>&1; \
-		else invoke-rc.d pgbouncer stop >/dev/null 2>&1; \
-			update-rc.d pgbouncer disable >/dev/null 2>&1; fi; true; \
-	else \
-		echo "pgbouncer is not installed: the PgBouncer test will be skipped."; \
-		echo "Install it with: sudo apt-get install --no-install-recommends pgbouncer"; \
-	fi
-
-# The cluster suite's PostgreSQL failover scenarios (tests/cluster/test_database_failover.py)
-# run Patroni and etcd on hosts of their own, from Debian's patroni and etcd-server packages.
-# Installed here when missing and apt can be used (root; CI runs this); the packages' own
-# services are never left running: each service the install started is stopped and disabled.
-patroni:
-	@if command -v patroni >/dev/null 2>&1 && command -v etcd >/dev/null 2>&1; then :; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-		echo "installing patroni and etcd (apt-get install patroni etcd-server; their services are not started)"; \
-		apt-get update -q >/dev/null && \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-			patroni etcd-server >/dev/null || echo "warning: apt-get install patroni etcd-server failed"; \
-		for service in etcd patroni; do \
+			$(2) >/dev/null || echo "warning: apt-get install $(2) failed"; \
+		for service in $(3); do \
 			if [ -d /run/systemd/system ]; then systemctl disable --now $$service >/dev/null 2>&1; \
 			else invoke-rc.d $$service stop >/dev/null 2>&1; \
 				update-rc.d $$service disable >/dev/null 2>&1; fi; \
 		done; true; \
 	else \
-		echo "patroni or etcd is not installed: the PostgreSQL failover scenarios will be skipped."; \
-		echo "Install them with: sudo apt-get install --no-install-recommends patroni etcd-server"; \
+		echo "$(1) not installed: $(4)."; \
+		echo "Install with: sudo apt-get install --no-install-recommends $(2)"; \
 	fi
+endef
 
-# verify/lease.pml is checked with Spin, from Debian's spin package (it compiles its
-# verifiers with gcc). Installed here when missing and apt can be used (root; CI runs this).
+# deploy/prometheus is checked with promtool (tests/unit/test_deploy.py).
+promtool:
+	$(call debian_tool,promtool,prometheus,prometheus,the deploy/ checks will be skipped)
+
+# tests/integration/test_pgbouncer.py runs AwoooP behind a PgBouncer it starts itself (in
+# transaction pooling mode); tests/integration/test_haproxy.py behind an HAProxy.
+pgbouncer:
+	$(call debian_tool,pgbouncer,pgbouncer,pgbouncer,the PgBouncer tests will be skipped)
+
+haproxy:
+	$(call debian_tool,haproxy,haproxy,haproxy,the HAProxy tests will be skipped)
+
+# The cluster suite's PostgreSQL failover scenarios (tests/cluster/test_database_failover.py)
+# run Patroni and etcd on hosts of their own.
+patroni:
+	$(call debian_tool,patroni etcd,patroni etcd-server,etcd patroni,the PostgreSQL failover scenarios will be skipped)
+
+# verify/lease.pml is checked with Spin (it compiles its verifiers with gcc).
 spin:
-	@if command -v spin >/dev/null 2>&1; then :; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-		echo "installing spin (apt-get install spin)"; \
-		apt-get update -q >/dev/null && \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-			spin >/dev/null || echo "warning: apt-get install spin failed"; \
-	else \
-		echo "spin is not installed: make verify cannot run."; \
-		echo "Install it with: sudo apt-get install spin"; \
-	fi
+	$(call debian_tool,spin,spin,,make verify cannot run)
 
 services: install
 	$(BIN)/awooop dev up
