@@ -31,7 +31,6 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import urllib.request
@@ -45,7 +44,7 @@ import pytest
 from sqlalchemy import text
 
 from awooop import devstack, secrets
-from tests.support import db
+from tests.support import db, debian_tools
 from tests.support import runs as test_runs
 from tests.support.processes import BIN, ROOT, wait_until
 
@@ -1339,11 +1338,7 @@ def test_the_per_host_metrics_commands_start_processes_that_serve_them(settings,
 
 
 def test_the_documented_promtool_checks_pass():
-    if shutil.which("promtool") is None:
-        message = "promtool is not installed: run `make promtool` (as root on Debian)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    debian_tools.executable("promtool", "prometheus")
     session = Session("deploy", Shell(ROOT, user_env(), ROOT / ".awooop"))
     for command, step in STEPS.items():
         if step.session == "deploy":

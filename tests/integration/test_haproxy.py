@@ -16,24 +16,19 @@ from __future__ import annotations
 import dataclasses
 import http.server
 import re
-import shutil
-import subprocess
 import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from awooop import db, devstack
 from awooop.engine import lease, runner
-from tests.conftest import IN_CI
 from tests.support import db as rows
-from tests.support import runs
+from tests.support import debian_tools, processes, runs
 from tests.support.docs import ROOT
 from tests.support.netproxy import FaultProxy
 from tests.support.waiting import until
@@ -48,19 +43,6 @@ def documented_config() -> str:
     assert match is not None, "docs/operations.md shows no haproxy.cfg"
     indent = len(match.group(1))
     return "".join(line[indent:] + "\n" for line in match.group(2).splitlines())
-
-
-def _executable() -> str:
-    found = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin")
-    if found is None:
-        message = (
-            "haproxy is not installed: run `make haproxy` (as root on Debian), or "
-            "`sudo apt-get install --no-install-recommends haproxy` (its service need not run)"
-        )
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
-    return found
 
 
 class _PrimaryAnswers(http.server.BaseHTTPRequestHandler):
@@ -132,7 +114,7 @@ class HAProxy:
 @contextmanager
 def started_haproxy(database_url: str, *, shutdown_sessions: bool = True) -> Iterator[HAProxy]:
     """HAProxy as documented in front of the test's database, logging to a file."""
-    executable = _executable()
+    executable = debian_tools.executable("haproxy")
     server = make_url(database_url)
     with (
         _rest_api() as api_port,
@@ -146,24 +128,10 @@ def started_haproxy(database_url: str, *, shutdown_sessions: bool = True) -> Ite
             documented_config(), listen, pg_link.port, api_link.port, shutdown_sessions
         )
         (here / "haproxy.cfg").write_text(config)
-        log = here / "haproxy.log"
-        with log.open("wb") as out:
-            process = subprocess.Popen(
-                [executable, "-db", "-f", str(here / "haproxy.cfg")],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        try:
-            deadline = time.monotonic() + 10
-            while not devstack.port_open(listen, timeout=0.2):
-                if process.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"haproxy did not start: {log.read_text()[-2000:]}")
-                time.sleep(0.05)
-            url = server.set(host="127.0.0.1", port=listen)
-            yield HAProxy(url.render_as_string(hide_password=False), pg_link, api_link, log)
-        finally:
-            process.terminate()
-            process.wait(10)
+        argv = [executable, "-db", "-f", str(here / "haproxy.cfg")]
+        with processes.serving("haproxy", argv, listen, here) as process:
+            url = server.set(host="127.0.0.1", port=listen).render_as_string(hide_password=False)
+            yield HAProxy(url, pg_link, api_link, process.log_path)
 
 
 _RUN = "SELECT status, worker_id, lease_epoch FROM awooop_run_state WHERE run_id = :r"

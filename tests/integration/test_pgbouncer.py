@@ -16,8 +16,6 @@ from __future__ import annotations
 import configparser
 import dataclasses
 import os
-import shutil
-import subprocess
 import tempfile
 import threading
 import time
@@ -38,9 +36,8 @@ from awooop.engine import lease, runner
 from awooop.store import admission
 from awooop.web.app import create_app
 from awooop.workflows import registry
-from tests.conftest import IN_CI
 from tests.support import db as rows
-from tests.support import runs
+from tests.support import debian_tools, processes, runs
 from tests.support.docs import ROOT, fenced
 from tests.support.netproxy import FaultProxy
 
@@ -49,19 +46,6 @@ THREADS = 5
 RUNS = 50
 # What the pooler sets on each server connection, since the clients send no timeouts.
 STATEMENT_TIMEOUT_MS, LOCK_TIMEOUT_MS = 30000, 10000
-
-
-def _executable() -> str:
-    found = shutil.which("pgbouncer") or shutil.which("pgbouncer", path="/usr/sbin")
-    if found is None:
-        message = (
-            "pgbouncer is not installed: run `make pgbouncer` (as root on Debian), or "
-            "`sudo apt-get install --no-install-recommends pgbouncer` (its service need not run)"
-        )
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
-    return found
 
 
 def documented_settings() -> dict[str, str]:
@@ -85,7 +69,7 @@ def started_pgbouncer(
     (transaction pooling, its ``query_timeout`` unless given), with two server connections to
     the test's database (through ``via``, a proxy, if given), the statement and lock timeouts
     set by ``connect_query``, and clients trusted (the user must be in its auth_file)."""
-    executable = _executable()
+    executable = debian_tools.executable("pgbouncer")
     server = make_url(database_url)
     host, port = via or (server.host or "127.0.0.1", server.port or 5432)
     listen = devstack.free_port()
@@ -116,24 +100,10 @@ max_client_conn = 100
 query_timeout = {query_timeout if query_timeout is not None else documented["query_timeout"]}
 """
         )
-        log = here / "pgbouncer.log"
-        with log.open("wb") as out:
-            process = subprocess.Popen(
-                [executable, *as_user, str(here / "pgbouncer.ini")],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        try:
-            deadline = time.monotonic() + 10
-            while not devstack.port_open(listen, timeout=0.2):
-                if process.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"pgbouncer did not start: {log.read_text()[-2000:]}")
-                time.sleep(0.05)
+        argv = [executable, *as_user, str(here / "pgbouncer.ini")]
+        with processes.serving("pgbouncer", argv, listen, here):
             url = server.set(host="127.0.0.1", port=listen, password=None)
             yield url.render_as_string(hide_password=False)
-        finally:
-            process.terminate()
-            process.wait(10)
 
 
 @pytest.fixture

@@ -11,7 +11,8 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from tests.support import waiting
@@ -100,6 +101,24 @@ class Process:
             except subprocess.TimeoutExpired:
                 self.kill()
         self._log.close()
+
+
+@contextmanager
+def serving(name: str, argv: list[str], port: int, log_dir: Path) -> Iterator[Process]:
+    """A server process started from ``argv``, once it accepts connections on ``port``
+    (within 10 s, or the test fails with its log); stopped afterwards."""
+    process = Process(name, argv, dict(os.environ), log_dir)
+    try:
+
+        def up() -> bool:
+            if process.popen.poll() is not None:
+                raise AssertionError(f"{name} did not start:\n{process.log()[-2000:]}")
+            return listening(port)
+
+        wait_until(up, 10, f"{name} to listen on {port}", interval=0.05)
+        yield process
+    finally:
+        process.stop()
 
 
 class Stack:

@@ -12,20 +12,18 @@ it these tests skip, or fail under ``CI=true``.
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
 import promql_parser
-import pytest
 import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
 from awooop import metrics
+from tests.support import debian_tools
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS = ROOT / "deploy" / "prometheus"
@@ -52,15 +50,7 @@ SAMPLE_SUFFIXES = {
 
 
 def promtool(*args: str) -> subprocess.CompletedProcess[str]:
-    path = shutil.which("promtool")
-    if path is None:
-        message = (
-            "promtool is not installed: run `make promtool` (as root on Debian), or "
-            "`sudo apt-get install --no-install-recommends prometheus` (its service need not run)"
-        )
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    path = debian_tools.executable("promtool", "prometheus")
     return subprocess.run(
         [path, *args], cwd=PROMETHEUS, capture_output=True, text=True, timeout=60, check=False
     )
