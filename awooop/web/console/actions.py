@@ -1,6 +1,7 @@
 """One run's management actions: the buttons its state allows, the confirmation page and
 the POST that carries the action out through the same code as the JSON management
-endpoints (:func:`awooop.web.management_api.perform`).
+endpoints (:func:`awooop.web.management_api.perform`), or for a finished run's rerun as
+``POST …/runs/{run_id}/rerun`` does (:func:`awooop.engine.reruns.rerun_run`).
 
 A confirmation page renders a fresh ``operation_id`` (a double submit is one effect) and the
 run version the operator saw (a run that changed meanwhile is refused with a clear message).
@@ -15,13 +16,17 @@ from flask import flash, g, redirect, request, url_for
 from werkzeug.wrappers import Response as HttpResponse
 
 from awooop import errors
+from awooop.channels.base import digest
 from awooop.domain import states
+from awooop.engine import reruns
 from awooop.store import runs as store_runs
-from awooop.web import context, management_api, roles
+from awooop.web import context, management_api, roles, throttle
 from awooop.web.console.base import LABELS, blueprint, page, require, secure
 
 # URL segment -> engine operation, as in the JSON API.
 OPERATIONS = management_api.OPERATIONS
+# A finished run's rerun: its own URL segment, and not a management operation.
+RERUN = "rerun"
 EXPLANATIONS = {
     "pause": "The run takes no automatic action until resumed: claims skip it, its timers "
     "wait, and a worker holding it stops at the next step boundary.",
@@ -35,6 +40,8 @@ EXPLANATIONS = {
     "polls start again, or a halted step runs again.",
     "manual_close": "The run ends CANCELLED / MANUALLY_CLOSED at once. Nothing is "
     "compensated: you take responsibility for what it did.",
+    RERUN: "A new run of the same workflow and version starts with this run's input, linked "
+    "to it. This run stays as it is; both pages link to each other.",
 }
 
 
@@ -59,6 +66,8 @@ def offered_operations(run: dict[str, Any], caller: roles.Caller) -> list[str]:
         offered.append("retry_resolution")
     if stuck and caller.role in roles.ADMINISTER and context.settings().manual_close_enabled:
         offered.append("manual_close")
+    if finished and caller.role in roles.RERUN:
+        offered.append(RERUN)
     return offered
 
 
@@ -83,14 +92,20 @@ def _load_run(caller: roles.Caller, run_id: str) -> tuple[uuid.UUID, dict[str, A
 
 
 def segment_of(operation: str) -> str:
+    if operation == RERUN:
+        return RERUN
     return next(s for s, op in OPERATIONS.items() if op == operation)
 
 
 def _operation(segment: str) -> str:
-    operation = OPERATIONS.get(segment)
+    operation = RERUN if segment == RERUN else OPERATIONS.get(segment)
     if operation is None:
         raise errors.NotFound("No such page.")
     return operation
+
+
+def _roles(operation: str) -> frozenset[str]:
+    return roles.RERUN if operation == RERUN else management_api.roles_for(operation)
 
 
 def _version(raw: str | None, name: str) -> int | None:
@@ -108,7 +123,7 @@ def confirm(run_id: str, segment: str) -> HttpResponse:
     before the operator confirms, nothing is done. ``?version=`` is the version the run
     page showed; a difference is pointed out."""
     operation = _operation(segment)
-    caller = require(management_api.roles_for(operation))
+    caller = require(_roles(operation))
     if operation == "manual_close" and not context.settings().manual_close_enabled:
         raise errors.ManualCloseDisabled()
     parsed, run = _load_run(caller, run_id)
@@ -129,7 +144,7 @@ def confirm(run_id: str, segment: str) -> HttpResponse:
 @blueprint.post("/runs/<run_id>/<segment>")
 def act(run_id: str, segment: str) -> HttpResponse:
     operation = _operation(segment)
-    caller = require(management_api.roles_for(operation))
+    caller = require(_roles(operation))
     parsed = run_id_or_404(run_id)
     g.back = url_for(".run_detail", run_id=str(parsed))
     form = request.form
@@ -142,6 +157,8 @@ def act(run_id: str, segment: str) -> HttpResponse:
         raise errors.MalformedRequest(
             f"The reason is too long: at most {management_api.MAX_REASON} characters."
         )
+    if operation == RERUN:
+        return _rerun(caller, parsed, operation_id, reason)
     try:
         result = management_api.perform(
             caller,
@@ -169,3 +186,30 @@ def act(run_id: str, segment: str) -> HttpResponse:
             "info",
         )
     return secure(redirect(url_for(".run_detail", run_id=str(parsed)), code=303))
+
+
+def _rerun(caller: roles.Caller, run_id: uuid.UUID, operation_id: str, reason: str) -> HttpResponse:
+    """Rerun the finished run as the API does; the form's operation id is the request's
+    idempotency key, so a second submit answers the run the first one made. Then the new
+    run's page."""
+    throttle.check(caller.project_id, throttle.MANAGEMENT, caller.auth.limits.management_per_minute)
+    try:
+        done = reruns.rerun_run(
+            context.engine(),
+            caller.project_id,
+            run_id,
+            key=operation_id,
+            request_digest=digest({"run_id": str(run_id), "reason": reason}),
+            actor=caller.actor,
+            reason=reason,
+            max_active_runs=caller.auth.limits.max_active_runs,
+        )
+    except errors.NotFound:
+        raise no_such_run() from None
+    context.enqueue(done.due_now)
+    new = done.runs[0]
+    if done.created:
+        flash(f"Rerun: started as this run, a rerun of {str(run_id)[:8]}.", "info")
+    else:
+        flash("This form was already submitted: the run was rerun once, as this run.", "info")
+    return secure(redirect(url_for(".run_detail", run_id=str(new.run_id)), code=303))

@@ -32,6 +32,7 @@ LABELS = {
     "retry_compensation": "Retry compensation",
     "retry_resolution": "Retry resolution",
     "manual_close": "Close manually",
+    "rerun": "Rerun",
 }
 
 
