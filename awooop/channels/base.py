@@ -93,7 +93,7 @@ def _not_json(text: str) -> Any:
 _DECODER = json.JSONDecoder(parse_float=_finite, parse_constant=_not_json)
 
 
-def _storable_text(text: str) -> bool:
+def storable_text(text: str) -> bool:
     """PostgreSQL text and jsonb cannot hold U+0000, and UTF-8 cannot encode a lone
     surrogate (``"\\ud800"`` is valid JSON but no character)."""
     if "\x00" in text:
@@ -121,10 +121,10 @@ def _check_value(value: Any) -> None:
             raise errors.MalformedRequest(_TOO_DEEP)
         children = item.items() if isinstance(item, dict) else enumerate(item)
         for key, child in children:
-            if isinstance(key, str) and not _storable_text(key):
+            if isinstance(key, str) and not storable_text(key):
                 raise errors.MalformedRequest(_UNSTORABLE)
             if isinstance(child, str):
-                if not _storable_text(child):
+                if not storable_text(child):
                     raise errors.MalformedRequest(_UNSTORABLE)
             elif isinstance(child, dict | list):
                 pending.append((child, depth + 1))

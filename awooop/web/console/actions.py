@@ -21,6 +21,7 @@ from awooop.domain import states
 from awooop.engine import reruns
 from awooop.store import runs as store_runs
 from awooop.web import context, management_api, roles, throttle
+from awooop.web.console import forms
 from awooop.web.console.base import LABELS, blueprint, page, require, secure
 
 # URL segment -> engine operation, as in the JSON API.
@@ -147,16 +148,9 @@ def act(run_id: str, segment: str) -> HttpResponse:
     caller = require(_roles(operation))
     parsed = run_id_or_404(run_id)
     g.back = url_for(".run_detail", run_id=str(parsed))
-    form = request.form
-    operation_id = form.get("operation_id", "")
-    if not 0 < len(operation_id) <= management_api.MAX_OPERATION_ID:
-        raise errors.FormRefused()
-    expected_version = _version(form.get("expected_version"), "expected_version")
-    reason = form.get("reason", "").strip()
-    if len(reason) > management_api.MAX_REASON:
-        raise errors.MalformedRequest(
-            f"The reason is too long: at most {management_api.MAX_REASON} characters."
-        )
+    operation_id = forms.operation_id()
+    expected_version = _version(request.form.get("expected_version"), "expected_version")
+    reason = forms.free_text("reason", management_api.MAX_REASON)
     if operation == RERUN:
         return _rerun(caller, parsed, operation_id, reason)
     try:

@@ -28,6 +28,7 @@ from awooop.engine import approvals as engine_approvals
 from awooop.store import approvals as store_approvals
 from awooop.web import approvals as approvals_api
 from awooop.web import context, params, roles
+from awooop.web.console import forms
 from awooop.web.console.base import blueprint, given, page, secure
 from awooop.web.console.session import safe_next
 
@@ -84,9 +85,7 @@ def decide(approval_id: str) -> HttpResponse:
     decision = request.form.get("decision", "")
     if decision not in DECISIONS:
         raise errors.MalformedRequest('The decision must be "approve" or "reject".')
-    comment = request.form.get("comment", "").strip()
-    if len(comment) > MAX_COMMENT:
-        raise errors.MalformedRequest(f"The comment is too long: at most {MAX_COMMENT} characters.")
+    comment = forms.free_text("comment", MAX_COMMENT)
     decider = engine_approvals.Caller(via="console", actor=caller.actor, role=caller.role)
     decided = approvals_api.take(
         lambda: engine_approvals.decide_by_id(

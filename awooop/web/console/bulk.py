@@ -38,6 +38,7 @@ from awooop.domain import states
 from awooop.engine import reruns
 from awooop.store import queries
 from awooop.web import context, management_api, params, roles, throttle
+from awooop.web.console import forms
 from awooop.web.console.actions import EXPLANATIONS
 from awooop.web.console.base import LABELS, blueprint, given, page, require, secure
 from awooop.web.console.filters import FILTERS, run_filters
@@ -218,18 +219,12 @@ def bulk_act(segment: str) -> HttpResponse:
     fields = MultiDict(_filter_fields(given(form)))
     runs_url = _runs_url(fields)
     g.back, g.back_label = runs_url, "Back to the runs"
-    operation_id = form.get("operation_id", "")
-    if not 0 < len(operation_id) <= management_api.MAX_OPERATION_ID:
-        raise errors.FormRefused()
+    operation_id = forms.operation_id()
     try:
         as_of = params.instant(form.get("as_of", ""))
     except ValueError:
         raise errors.FormRefused() from None
-    reason = form.get("reason", "").strip()
-    if len(reason) > management_api.MAX_REASON:
-        raise errors.MalformedRequest(
-            f"The reason is too long: at most {management_api.MAX_REASON} characters."
-        )
+    reason = forms.free_text("reason", management_api.MAX_REASON)
     filters = action.select(_created_before(run_filters(fields), as_of))
     throttle.check(caller.project_id, throttle.MANAGEMENT, caller.auth.limits.management_per_minute)
     counts = _perform(action, caller, filters, operation_id, reason)
