@@ -47,6 +47,8 @@ def cmd_workflows(args: argparse.Namespace) -> int:
         steps = " -> ".join(s.name for s in wf.steps)
         schedule = f"  schedule={wf.schedule!r}" if wf.schedule else ""
         line = f"{wf.name} v{wf.version}  max_attempts={wf.max_attempts}  {steps}{schedule}"
+        if registry.engine_only(wf.name):  # not for routes or clients
+            line += "  (started by the engine only)"
         print(f"{line}  {wf.description}".rstrip())
     return 0
 

@@ -142,9 +142,10 @@ class AwooopEnv:
             registry.register(workflow)
         with db.transaction(self.engine) as conn:
             projects.create_project(conn, project_id, project_id, {})
-            projects.set_allowed_workflows(
-                conn, project_id, sorted({w.name for w in workflows}), []
-            )
+            # One the engine starts itself (late-compensation) is admitted here, never
+            # allowed.
+            allowed = {w.name for w in workflows if not registry.engine_only(w.name)}
+            projects.set_allowed_workflows(conn, project_id, sorted(allowed), [])
             projects.set_config(conn, project_id, dict(config or {}))
         return project_id
 

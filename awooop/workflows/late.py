@@ -1,7 +1,8 @@
 """``late-compensation``: undoing a tool step's late success that its saga gave up on.
 
 Started by the tool-result API for steps with ``late_result="compensate"`` (one run per
-original run and step). It runs the original step's compensation with the original step's
+original run and step), never by a project's route or a client: it is registered
+engine-only. It runs the original step's compensation with the original step's
 compensate effect id, through the ordinary machinery: lease, retries, escalation.
 """
 
@@ -42,5 +43,6 @@ LATE_COMPENSATION = registry.register(
         1,
         [Step("undo", undo_late_success, retry=RetryPolicy(max_retries=4, base_delay=2.0))],
         description="Undo a tool step's success that arrived after its saga gave up on it",
-    )
+    ),
+    engine_only=True,
 )

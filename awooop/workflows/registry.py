@@ -4,6 +4,9 @@ Built-in workflows register on import of :mod:`awooop.workflows.builtin`; deploy
 their own modules with ``AWOOOP_WORKFLOW_MODULES`` (comma-separated import paths, imported by
 :func:`import_modules` when a process starts), each of which calls :func:`register`.
 Old versions stay registered while runs use them.
+
+A workflow registered with ``engine_only=True`` is started by the engine itself (e.g.
+``late-compensation``): no project may route a channel to it or let clients start it by name.
 """
 
 from __future__ import annotations
@@ -15,13 +18,18 @@ from collections.abc import Iterable
 from awooop.domain.workflow import Workflow
 
 _WORKFLOWS: dict[tuple[str, int], Workflow] = {}
+# Names of the workflows only the engine starts (every version of the name).
+_ENGINE_ONLY: set[str] = set()
 
 
 class UnknownWorkflow(LookupError):
     """The run's workflow (name, version) is not registered in this process."""
 
 
-def register(workflow: Workflow) -> Workflow:
+def register(workflow: Workflow, *, engine_only: bool = False) -> Workflow:
+    """Register ``workflow``; ``engine_only``: the engine starts it itself, never a project's
+    route or a client's start request. It marks the name, in all its versions; registering the
+    workflow again without the flag leaves the mark."""
     key = (workflow.name, workflow.version)
     existing = _WORKFLOWS.get(key)
     if existing is not None and existing.digest != workflow.digest:
@@ -30,7 +38,16 @@ def register(workflow: Workflow) -> Workflow:
             "definition; bump the version"
         )
     _WORKFLOWS[key] = workflow
+    if engine_only:
+        _ENGINE_ONLY.add(workflow.name)
     return workflow
+
+
+def engine_only(name: str) -> bool:
+    """Whether the workflow called ``name`` is started by the engine only (False for a name
+    no workflow has)."""
+    load()
+    return name in _ENGINE_ONLY
 
 
 def get(name: str, version: int) -> Workflow:
