@@ -14,6 +14,7 @@ import re
 import sys
 import uuid
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from awooop import db, secrets
 from awooop.cli import _db
@@ -64,6 +65,25 @@ INBOUND_SECRETS = {
 MIN_INBOUND_SECRET = 16
 # What Telegram accepts as a secret_token.
 TELEGRAM_SECRET_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,256}")
+# A Telegram chat as the Bot API's chat_id takes it: the chat's integer id (negative for
+# groups and channels) or a public channel's @username (5-32 letters, digits, '_').
+TELEGRAM_CHAT = re.compile(r"-?[0-9]{1,20}|@[A-Za-z][A-Za-z0-9_]{4,31}")
+# A bot's id: the number before the ':' of its token.
+TELEGRAM_BOT_ID = re.compile(r"[0-9]{1,20}")
+
+
+def _stdin_line(what: str) -> str:
+    """The first line of standard input, stripped, read strictly as UTF-8 (``what`` names it
+    in the refusal of other bytes)."""
+    buffer = getattr(sys.stdin, "buffer", None)
+    try:
+        if buffer is not None:
+            return str(buffer.readline().decode("utf-8")).strip()
+        line = sys.stdin.readline()
+        line.encode("utf-8")  # a str from a surrogateescape reader may hide raw bytes
+        return line.strip()
+    except (UnicodeDecodeError, UnicodeEncodeError):
+        raise UsageError(f"{what} on standard input is not UTF-8 text") from None
 
 
 def _check_project_id(project_id: str) -> str:
@@ -84,6 +104,10 @@ def create_project(settings: Settings, project_id: str, name: str | None = None)
     from awooop.store import projects
 
     _check_project_id(project_id)
+    try:
+        projects.check_name(project_id if name is None else name)
+    except projects.InvalidName as exc:
+        raise UsageError(str(exc)) from None
     box = secrets.SecretBox(settings.secret_keys)
     api_token = secrets.new_token()
     channel_secrets = {
@@ -128,7 +152,10 @@ def cmd_project_routes(args: argparse.Namespace) -> int:
     registry.import_modules(settings.workflow_module_list)
     routes = _parse_routes(args.routes)
     with _db.engine(settings).connect() as conn:
-        updated = projects.set_routes(conn, args.project_id, routes)
+        try:
+            updated = projects.set_routes(conn, args.project_id, routes)
+        except projects.EngineOnlyWorkflow as exc:
+            raise UsageError(str(exc)) from None
     if updated is None:
         raise UsageError(f"no project {args.project_id!r}")
     print(json.dumps({"project_id": args.project_id, "routes": updated}, indent=2))
@@ -157,7 +184,10 @@ def cmd_project_workflows(args: argparse.Namespace) -> int:
         )
     with _db.engine(settings).connect() as conn:
         if allow or disallow:
-            updated = projects.set_allowed_workflows(conn, args.project_id, allow, disallow)
+            try:
+                updated = projects.set_allowed_workflows(conn, args.project_id, allow, disallow)
+            except projects.EngineOnlyWorkflow as exc:
+                raise UsageError(str(exc)) from None
         else:
             updated = projects.allowed_workflows(conn, args.project_id)
     if updated is None:
@@ -173,13 +203,14 @@ def cmd_project_config(args: argparse.Namespace) -> int:
     config = {}
     for pair in args.settings:
         key, sep, value = pair.partition("=")
-        if not sep or key not in PROJECT_CONFIG_KEYS:
+        if not sep:
             raise UsageError(
                 f"setting {pair!r} must look like <key>=<value>; keys: "
                 f"{', '.join(PROJECT_CONFIG_KEYS)}"
             )
-        if key in _URL_KEYS and not value.startswith(("http://", "https://")):
-            raise UsageError(f"{key} must be an http:// or https:// URL")
+        if key not in PROJECT_CONFIG_KEYS:
+            raise UsageError(f"unknown setting {key!r}; known: {', '.join(PROJECT_CONFIG_KEYS)}")
+        _check_setting(key, value)
         config[key] = _parse_approvers(value) if key == "approvers" else value
     settings = _db.settings("database_url")
     with _db.engine(settings).connect() as conn:
@@ -188,6 +219,38 @@ def cmd_project_config(args: argparse.Namespace) -> int:
         raise UsageError(f"no project {args.project_id!r}")
     print(json.dumps({"project_id": args.project_id, "config": updated}, indent=2))
     return 0
+
+
+def _check_setting(key: str, value: str) -> None:
+    """Refuse a value ``key`` cannot use: control characters in any, a URL that is not a
+    whole http(s) URL, a Telegram chat or bot that Telegram would not take."""
+    if not value.isprintable():
+        raise UsageError(f"{key} may not hold control characters or bytes that are not UTF-8")
+    if key in _URL_KEYS and not _is_http_url(value):
+        raise UsageError(
+            f"{key} must be a valid http:// or https:// URL with a host, e.g. "
+            "https://automation.example"
+        )
+    if key == "notify_telegram_chat" and not TELEGRAM_CHAT.fullmatch(value):
+        raise UsageError(
+            "notify_telegram_chat is a Telegram chat id (an integer, negative for groups and "
+            "channels, e.g. -1001234567890) or a public channel's @username"
+        )
+    if key == "notify_telegram_bot" and not TELEGRAM_BOT_ID.fullmatch(value):
+        raise UsageError(
+            "notify_telegram_bot is the bot's numeric id (the part of its token before ':')"
+        )
+
+
+def _is_http_url(value: str) -> bool:
+    if not value.isascii() or any(c.isspace() for c in value):
+        return False
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
 def _parse_approvers(value: str) -> dict[str, list[str]]:
@@ -243,7 +306,7 @@ def cmd_project_outbound(args: argparse.Namespace) -> int:
     credential_type, _ = OUTBOUND_CREDENTIALS[args.channel]
     if args.generate and args.channel != "webhook":
         raise UsageError("--generate makes webhook signing secrets only")
-    secret = signing.new_secret() if args.generate else sys.stdin.readline().strip()
+    secret = signing.new_secret() if args.generate else _stdin_line("the credential")
     if not secret:
         raise UsageError("give the credential on standard input (never as an argument)")
     if args.channel == "webhook":
@@ -258,7 +321,7 @@ def cmd_project_outbound(args: argparse.Namespace) -> int:
 
 def cmd_project_inbound(args: argparse.Namespace) -> int:
     _check_project_id(args.project_id)
-    secret = sys.stdin.readline().strip()
+    secret = _stdin_line("the secret")
     if not secret:
         raise UsageError("give the secret on standard input (never as an argument)")
     if len(secret) < MIN_INBOUND_SECRET:
@@ -343,7 +406,7 @@ def cmd_project_token(args: argparse.Namespace) -> int:
     _check_project_id(args.project_id)
     settings = _db.settings("database_url")
     if args.stdin:
-        token = sys.stdin.readline().strip()
+        token = _stdin_line("the token")
         if len(token) < MIN_GIVEN_TOKEN or not token.isascii() or not token.isprintable():
             raise UsageError(
                 f"the token on stdin must be at least {MIN_GIVEN_TOKEN} printable ASCII "
@@ -354,7 +417,14 @@ def cmd_project_token(args: argparse.Namespace) -> int:
     with db.transaction(_db.engine(settings)) as conn:
         if not projects.project_exists(conn, args.project_id):
             raise UsageError(f"no project {args.project_id!r}")
-        projects.add_api_token(conn, args.project_id, args.role, secrets.sha256_hex(token))
+        try:
+            projects.add_api_token(conn, args.project_id, args.role, secrets.sha256_hex(token))
+        except projects.TokenRegistered as exc:
+            raise UsageError(
+                f"{exc}; a token has one role in a project: to change it, revoke it first "
+                f"(`awooop project revoke {args.project_id} {exc.credential_id}`) and "
+                "register it again"
+            ) from None
     made = {} if args.stdin else {"api_token": token}  # never echo a token given on stdin
     print(json.dumps({"project_id": args.project_id, "role": args.role, **made}))
     return 0

@@ -9,10 +9,60 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from awooop.domain.limits import ProjectLimits
+from awooop.workflows import registry
+
+# The width of ``awooop_project.name``.
+MAX_NAME_LENGTH = 200
 
 
 class ProjectExists(Exception):
     """A project with this id already exists."""
+
+
+class InvalidName(ValueError):
+    """A display name the project cannot hold; the message says the rule."""
+
+
+class TokenRegistered(Exception):
+    """The project already has this token as an active API token."""
+
+    def __init__(self, project_id: str, role: str, credential_id: str) -> None:
+        super().__init__(
+            f"project {project_id!r} already has this token as an active {role} token "
+            f"(credential {credential_id})"
+        )
+        self.project_id = project_id
+        self.role = role
+        self.credential_id = credential_id
+
+
+class EngineOnlyWorkflow(ValueError):
+    """A workflow only the engine starts was named for a route or the allowed list."""
+
+    def __init__(self, names: list[str]) -> None:
+        super().__init__(
+            f"{', '.join(map(repr, names))} "
+            f"{'is a workflow' if len(names) == 1 else 'are workflows'} the engine starts "
+            "itself: a project cannot route to it or let clients start it"
+        )
+        self.names = names
+
+
+def check_name(name: str) -> str:
+    """``name`` if a project can hold it as its display name, else :class:`InvalidName`."""
+    if not name or len(name) > MAX_NAME_LENGTH:
+        raise InvalidName(f"a project name is 1 to {MAX_NAME_LENGTH} characters")
+    if not name.isprintable():
+        raise InvalidName(
+            "a project name may not hold control characters or bytes that are not UTF-8"
+        )
+    return name
+
+
+def _refuse_engine_only(names: list[str]) -> None:
+    engine_only = sorted({n for n in names if registry.engine_only(n)})
+    if engine_only:
+        raise EngineOnlyWorkflow(engine_only)
 
 
 _INSERT_PROJECT = text(
@@ -33,6 +83,8 @@ VALUES (:project_id, :kind, :channel_type, :role, :secret_hash, :secret_encrypte
 
 
 def create_project(conn: Connection, project_id: str, name: str, routes: dict[str, str]) -> None:
+    check_name(name)
+    _refuse_engine_only(list(routes.values()))
     inserted = conn.execute(
         _INSERT_PROJECT, {"project_id": project_id, "name": name, "routes": json.dumps(routes)}
     ).rowcount
@@ -40,7 +92,30 @@ def create_project(conn: Connection, project_id: str, name: str, routes: dict[st
         raise ProjectExists(project_id)
 
 
+# The project's row, locked until the transaction ends: registrations of API tokens in one
+# project take it first, so they run one after another and each sees those before it.
+_LOCK_PROJECT = text("SELECT 1 FROM awooop_project WHERE project_id = :project_id FOR UPDATE")
+
+_ACTIVE_TOKEN = text(
+    """
+SELECT credential_id, role FROM awooop_credential
+WHERE project_id = :project_id AND kind = 'api_token' AND secret_hash = :secret_hash
+  AND revoked_at IS NULL
+LIMIT 1
+"""
+)
+
+
 def add_api_token(conn: Connection, project_id: str, role: str, token_hash: str) -> None:
+    """Add an API token; :class:`TokenRegistered` if the project already has it as an active
+    token (in whatever role: one token, one role). Takes the project's row lock (call it in a
+    transaction), so two registrations of one token cannot both pass the check."""
+    conn.execute(_LOCK_PROJECT, {"project_id": project_id})
+    found = conn.execute(
+        _ACTIVE_TOKEN, {"project_id": project_id, "secret_hash": token_hash}
+    ).first()
+    if found is not None:
+        raise TokenRegistered(project_id, found.role, str(found.credential_id))
     conn.execute(
         _INSERT_CREDENTIAL,
         {
@@ -104,7 +179,10 @@ def _merge(
 
 
 def set_routes(conn: Connection, project_id: str, routes: dict[str, str]) -> dict[str, str] | None:
-    """Merge ``routes`` into the project's; returns the new routes, None if no such project."""
+    """Merge ``routes`` into the project's; returns the new routes, None if no such project.
+    :class:`EngineOnlyWorkflow` (nothing changed) for a route to a workflow only the engine
+    starts."""
+    _refuse_engine_only(list(routes.values()))
     return _merge(conn, "routes", project_id, routes)
 
 
@@ -154,7 +232,9 @@ def set_allowed_workflows(
     conn: Connection, project_id: str, allow: list[str], disallow: list[str]
 ) -> list[str] | None:
     """Add ``allow`` to the workflows the project allows by name and take ``disallow`` out;
-    the new list (sorted), None if no such project."""
+    the new list (sorted), None if no such project. :class:`EngineOnlyWorkflow` (nothing
+    changed) if ``allow`` names a workflow only the engine starts."""
+    _refuse_engine_only(allow)
     params = {
         "project_id": project_id,
         "allow": json.dumps(allow),
@@ -210,7 +290,7 @@ class ProjectAuth:
 
     def allows(self, workflow: str) -> bool:
         """Whether a client may start ``workflow`` by name: it is routed for a channel or
-        allowed by name."""
+        allowed by name (:func:`load_auth` leaves out workflows only the engine starts)."""
         return workflow in self.routes.values() or workflow in self.allowed_workflows
 
     def channel_secrets(self, channel_type: str) -> list[CredentialRow]:
@@ -241,7 +321,8 @@ WHERE p.project_id = :project_id
 
 def load_auth(conn: Connection, project_id: str, channel_type: str) -> ProjectAuth | None:
     """The project's routes, allowed workflows, config and limits, its API tokens and the
-    secrets of ``channel_type``."""
+    secrets of ``channel_type``. Routes to and permissions for workflows only the engine
+    starts are left out (stored before they were refused): they start nothing."""
     rows = conn.execute(
         _PROJECT_AUTH, {"project_id": project_id, "channel_type": channel_type}
     ).all()
@@ -256,11 +337,17 @@ def load_auth(conn: Connection, project_id: str, channel_type: str) -> ProjectAu
     )
     return ProjectAuth(
         project_id=project_id,
-        routes=rows[0].routes,
+        routes={
+            channel: workflow
+            for channel, workflow in rows[0].routes.items()
+            if not (isinstance(workflow, str) and registry.engine_only(workflow))
+        },
         credentials=creds,
         config=rows[0].config,
         limits=ProjectLimits.from_json(rows[0].limits),
-        allowed_workflows=tuple(rows[0].allowed_workflows),
+        allowed_workflows=tuple(
+            w for w in rows[0].allowed_workflows if not registry.engine_only(w)
+        ),
     )
 
 

@@ -86,7 +86,8 @@ def test_project_config_refuses_unknown_keys_and_bad_urls(capsys, monkeypatch, s
     bad_url = run(capsys, monkeypatch, settings, "project", "config", "ops", "actions_url=ftp://x")
 
     assert (bad_key[0], bad_url[0]) == (2, 2)
-    assert "keys: actions_url" in bad_key[2] and "http://" in bad_url[2]
+    assert "unknown setting 'colour'; known: actions_url" in bad_key[2]
+    assert "http://" in bad_url[2]
 
 
 def test_project_config_sets_approvers_and_notification_targets(
