@@ -585,8 +585,12 @@ def add_parser(sub: Any) -> None:
     token = project_sub.add_parser(
         "token",
         help="create an API token with a role; prints it once",
-        description="Roles: viewer (reads runs), operator (reads, admits events, steers "
-        "runs), admin (operator + manual close), ingest (admits events only).",
+        description="Roles: viewer (reads runs, workflows and workers), operator (reads, "
+        "admits events, sends signals, delivers tool results, steers runs and reruns one "
+        "finished run), admin (operator + manual close and rerunning many runs at once, and "
+        "the ops console's project list), ingest (admits events, sends signals and delivers "
+        "tool results; reads nothing). A token has one role in a project: registering one "
+        "the project already has (--stdin) is refused; revoke it first to change its role.",
     )
     token.add_argument("project_id")
     token.add_argument("--role", choices=API_TOKEN_ROLES, required=True)
