@@ -18,10 +18,10 @@ How the blocks are run — the convention a page's Python follows:
   ``AWOOOP_API_URL`` is its address, and a block's ``http://127.0.0.1:8000`` (the address of
   ``make run`` the docs show) is replaced by it. The projects ``demo`` (what ``make run``
   makes) and ``ops`` (the operations docs' project) exist, and before each block they allow
-  every workflow registered so far. ``AWOOOP_API_TOKEN`` is an operator token of the page's
-  project: ``demo`` on the pages that follow ``make run`` (README.md, docs/workflows.md),
-  ``ops`` on the others. ``AWOOOP_WEBHOOK_SECRET`` is a ``whsec_`` signing secret, as
-  ``awooop project outbound … webhook --generate`` prints.
+  every workflow registered so far (but those only the engine starts). ``AWOOOP_API_TOKEN``
+  is an operator token of the page's project: ``demo`` on the pages that follow ``make run``
+  (README.md, docs/workflows.md), ``ops`` on the others. ``AWOOOP_WEBHOOK_SECRET`` is a
+  ``whsec_`` signing secret, as ``awooop project outbound … webhook --generate`` prints.
 
 No block is left out, and none is only looked at: a block that does not run fails its
 page's test.
@@ -97,7 +97,9 @@ class Deployment:
     engine: Engine
 
     def allow_every_workflow(self) -> None:
-        names = sorted({wf.name for wf in registry.all_workflows()})
+        names = sorted(
+            {wf.name for wf in registry.all_workflows() if not registry.engine_only(wf.name)}
+        )
         with db.transaction(self.engine) as conn:
             for project_id in self.tokens:
                 projects.set_allowed_workflows(conn, project_id, names, [])
