@@ -38,7 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
         "the current directory or a parent), and the command says so on stderr. "
         "`awooop config` shows what is in effect.",
         epilog="Exit status: 0 done; 1 the operation failed (e.g. the database is "
-        "unreachable); 2 bad usage, input or configuration. Errors are one line on stderr.",
+        "unreachable, or the API refused it); 2 bad usage, input or configuration, including "
+        "input the API refused (HTTP 400, 413, 415 or 422). Errors are one line on stderr.",
     )
     parser.add_argument("--version", action="version", version=f"awooop {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -5,8 +5,8 @@ times they print are in :mod:`awooop.cli.output`).
 These commands talk to a running web, not to the database: its address comes from
 ``--url`` or ``AWOOOP_API_URL`` (default http://127.0.0.1:8000), the API token from
 ``--token`` or ``AWOOOP_API_TOKEN``, so the token's role decides what they may do. Exit
-status: 0 done; 1 the API refused (the error code is printed) or could not be reached; 2 bad
-usage.
+status: 0 done; 1 the API refused the operation (the error code is printed) or could not be
+reached; 2 bad usage or input, including input the API refused (:data:`INPUT_REFUSED`).
 """
 
 from __future__ import annotations
@@ -22,9 +22,13 @@ from awooop import client, config
 
 Command = Callable[[argparse.Namespace], int]
 
+# The API's answers that refuse the request's input (a bad value, body or key): exit status
+# 2 like a bad argument. Others (401, 403, 404, 409, 412, 429, 5xx) refuse the operation: 1.
+INPUT_REFUSED = (400, 413, 415, 422)
+INPUT_REFUSED_TEXT = "HTTP 400, 413, 415 or 422"
 EXIT_STATUS = (
-    "Exit status: 0 done; 1 the API refused (its error code is printed) or could not be "
-    "reached; 2 bad usage."
+    "Exit status: 0 done; 1 the API refused the operation (its error code is printed) or could "
+    f"not be reached; 2 bad usage or input, including input the API refused ({INPUT_REFUSED_TEXT})."
 )
 CONNECTION = (
     "These commands call a running web's HTTP API (not the database): its address from "
@@ -72,7 +76,8 @@ def reporting(command: Command) -> Command:
         except Usage as error:
             return fail(str(error), 2)
         except client.ApiError as error:
-            return fail(f"{error.code or 'error'} (HTTP {error.status}): {error.message}", 1)
+            status = 2 if error.status in INPUT_REFUSED else 1
+            return fail(f"{error.code or 'error'} (HTTP {error.status}): {error.message}", status)
         except TimeoutError as error:
             return fail(str(error), 1)
         except requests.RequestException as error:

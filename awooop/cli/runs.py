@@ -3,8 +3,8 @@ resume, the retries) and rerun them over the HTTP API (:mod:`awooop.client`,
 :mod:`awooop.cli._api`).
 
 A readable line or table for people, ``--json`` for scripts. Exit status: 0 done; 1 the API
-refused (the error code is printed) or could not be reached, or a waited-for run did not
-complete; 2 bad usage.
+refused the operation (the error code is printed) or could not be reached, or a waited-for
+run did not complete; 2 bad usage or input, including input the API refused.
 """
 
 from __future__ import annotations
@@ -38,9 +38,10 @@ def add_parser(sub: Any) -> None:
     runs = sub.add_parser(
         "runs",
         help="start, list, show and operate on runs over the HTTP API",
-        description=f"{_api.CONNECTION} Exit status: 0 done; 1 the API refused (its error "
-        "code is printed), could not be reached, or a waited-for run did not complete; 2 bad "
-        "usage.",
+        description=f"{_api.CONNECTION} Exit status: 0 done; 1 the API refused the operation "
+        "(its error code is printed), could not be reached, or a waited-for run did not "
+        f"complete; 2 bad usage or input, including input the API refused "
+        f"({_api.INPUT_REFUSED_TEXT}).",
     )
     actions = runs.add_subparsers(dest="runs_command", required=True, metavar="ACTION")
     _add_start(actions)

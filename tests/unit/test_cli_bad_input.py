@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from awooop import cli
 from awooop.cli import runs
 from tests.support.recording import RUN_ID, awooop, commands_over, run_body
 
@@ -62,4 +63,39 @@ def test_a_unicode_error_in_a_command_is_one_line(monkeypatch, wire, capsys):
     assert one_line(err) == (
         "awooop: error: not valid text: 'utf-8' codec can't decode byte 0xff in position 0: "
         "invalid start byte\n"
+    )
+
+
+# --- the API's answers -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [400, 413, 415, 422])
+def test_the_apis_refusal_of_the_input_exits_2(wire, capsys, status):
+    wire((status, {"error": {"code": "E-REQUEST-001", "message": "status 'FOO' is not one of"}}))
+
+    code, _, err = awooop(capsys, "runs", "list", "ops", "--status", "FOO")
+
+    assert code == 2
+    assert one_line(err) == (
+        f"awooop: error: E-REQUEST-001 (HTTP {status}): status 'FOO' is not one of\n"
+    )
+
+
+@pytest.mark.parametrize("status", [401, 403, 404, 409, 412, 429, 500, 503])
+def test_the_apis_refusal_of_the_operation_exits_1(wire, capsys, status):
+    wire((status, {"error": {"code": "E-X", "message": "no"}}))
+
+    code, _, err = awooop(capsys, "runs", "get", "ops", RUN_ID)
+
+    assert code == 1
+    assert one_line(err) == f"awooop: error: E-X (HTTP {status}): no\n"
+
+
+def test_the_exit_statuses_are_in_the_help(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["runs", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+
+    assert "2 bad usage or input, including input the API refused (HTTP 400, 413, 415 or 422)" in (
+        help_text
     )

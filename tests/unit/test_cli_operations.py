@@ -242,12 +242,12 @@ def test_runs_list_refuses_a_limit_out_of_range_before_any_request(wire, capsys)
     assert sent.sent == []
 
 
-def test_an_unknown_status_is_the_apis_refusal_exit_1(wire, capsys):
+def test_an_unknown_status_is_the_apis_refusal_of_the_input_exit_2(wire, capsys):
     wire((400, {"error": {"code": "E-REQUEST-001", "message": "status 'NOPE' is not one of"}}))
 
     code, _, err = awooop(capsys, "runs", "list", "ops", "--status", "NOPE")
 
-    assert code == 1
+    assert code == 2
     assert err.startswith("awooop: error: E-REQUEST-001 (HTTP 400): status 'NOPE'")
 
 
