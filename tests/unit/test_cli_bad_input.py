@@ -66,6 +66,91 @@ def test_a_unicode_error_in_a_command_is_one_line(monkeypatch, wire, capsys):
     )
 
 
+# --- awooop runs start: input, key, timeout --------------------------------------------------
+
+
+@pytest.mark.parametrize("given", ['{"a": NaN}', '{"a": Infinity}', '{"a": -Infinity}', "[1e999]"])
+def test_runs_start_refuses_an_input_that_is_not_json(wire, capsys, given):
+    sent = wire((202, {"run_id": RUN_ID, "status": "PENDING"}))
+
+    code, _, err = awooop(capsys, "runs", "start", "ops", "wf", "--key", "k", "--input", given)
+
+    assert code == 2
+    assert "--input is not JSON" in one_line(err)
+    assert sent.sent == []
+
+
+@pytest.mark.parametrize("key", ["a\nb", "", "k" * 256, "clé", "tab\there", " k", "k "])
+def test_runs_start_refuses_a_key_the_api_would_refuse(wire, capsys, key):
+    sent = wire((202, {"run_id": RUN_ID, "status": "PENDING"}))
+
+    code, _, err = awooop(capsys, "runs", "start", "ops", "wf", "--key", key)
+
+    assert code == 2
+    assert "--key must be 1 to 255 printable ASCII characters" in one_line(err)
+    assert sent.sent == []
+
+
+def test_runs_start_sends_a_key_with_spaces_and_punctuation(wire, capsys):
+    sent = wire((202, {"run_id": RUN_ID, "status": "PENDING"}))
+
+    code, _, _ = awooop(capsys, "runs", "start", "ops", "wf", "--key", "ticket 4711/a:b", "--json")
+
+    assert code == 0
+    assert sent.sent[0].headers["Idempotency-Key"] == "ticket 4711/a:b"
+
+
+@pytest.mark.parametrize("timeout", ["-1", "0", "nan", "inf"])
+def test_runs_start_refuses_a_bad_timeout_before_starting_the_run(wire, capsys, timeout):
+    sent = wire((202, {"run_id": RUN_ID, "status": "PENDING"}), (200, run_body("COMPLETED")))
+
+    code, _, err = awooop(
+        capsys, "runs", "start", "ops", "wf", "--key", "k", "--wait", "--timeout", timeout
+    )
+
+    assert code == 2
+    assert "--timeout must be a number of seconds greater than 0" in one_line(err)
+    assert sent.sent == []
+
+
+@pytest.mark.parametrize("token", ["a\nb", "tokeń"])
+def test_an_api_token_that_is_not_printable_ascii_is_refused(wire, capsys, token):
+    sent = wire((200, run_body()))
+
+    code, _, err = awooop(capsys, "runs", "get", "ops", RUN_ID, "--token", token)
+
+    assert code == 2
+    assert "the API token must be printable ASCII" in one_line(err)
+    assert token not in err
+    assert sent.sent == []
+
+
+# --- awooop runs rerun: rate and key ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("rate", ["inf", "nan", "-1", "0"])
+def test_runs_rerun_refuses_a_rate_that_is_not_a_finite_number_in_range(wire, capsys, rate):
+    sent = wire((200, {}))
+
+    code, _, err = awooop(
+        capsys, "runs", "rerun", "ops", "--workflow", "wf", "--dry-run", "--rate", rate
+    )
+
+    assert code == 2
+    assert "--rate must be a finite number of at least 0.02" in one_line(err)
+    assert sent.sent == []
+
+
+def test_runs_rerun_refuses_a_key_the_api_would_refuse(wire, capsys):
+    sent = wire((202, {}))
+
+    code, _, err = awooop(capsys, "runs", "rerun", "ops", RUN_ID, "--key", "a\nb")
+
+    assert code == 2
+    assert "--key must be 1 to 255 printable ASCII characters" in one_line(err)
+    assert sent.sent == []
+
+
 # --- the API's answers -----------------------------------------------------------------------
 
 
