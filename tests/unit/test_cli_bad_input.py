@@ -184,3 +184,32 @@ def test_the_exit_statuses_are_in_the_help(capsys):
     assert "2 bad usage or input, including input the API refused (HTTP 400, 413, 415 or 422)" in (
         help_text
     )
+
+
+# --- awooop outbox ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("limit", ["-1", "0", "1001", "99999999999999999999"])
+def test_outbox_list_refuses_a_limit_out_of_range_before_the_database(capsys, monkeypatch, limit):
+    monkeypatch.setenv("AWOOOP_DATABASE_URL", UNREACHABLE_DATABASE)
+
+    code, out, err = awooop(capsys, "outbox", "list", "--limit", limit)
+
+    assert (code, out) == (2, "")
+    assert one_line(err) == "awooop: error: --limit must be from 1 to 1000\n"
+
+
+@pytest.mark.parametrize(
+    ("action", "says"),
+    [
+        ("list", ["Lists the outbound messages", "default: 100", "1-1000"]),
+        ("retry", ["Sends a PARKED message again"]),
+    ],
+)
+def test_outbox_help_describes_the_action(capsys, action, says):
+    with pytest.raises(SystemExit):
+        cli.main(["outbox", action, "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+
+    for words in says:
+        assert words in help_text
