@@ -213,3 +213,25 @@ def test_outbox_help_describes_the_action(capsys, action, says):
 
     for words in says:
         assert words in help_text
+
+
+# --- awooop approvals decide -----------------------------------------------------------------
+
+
+def test_approvals_decide_without_actor_leaves_it_to_the_api(wire, capsys):
+    sent = wire((200, {"status": "approved", "run_id": RUN_ID}))
+
+    code, out, _ = awooop(capsys, "approvals", "decide", "ops", "T" * 43, "approve")
+
+    assert code == 0
+    assert sent.body() == {"decision": "approve"}
+    assert out == f"approved: run {RUN_ID} moves on\n"
+
+
+def test_approvals_decide_help_says_the_actors_default(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["approvals", "decide", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split()).replace("api- token", "api-token")
+
+    assert "[--actor NAME]" in help_text  # optional, as the default says
+    assert "--actor NAME who decides, for the run's history (default: api-token:ROLE" in help_text
