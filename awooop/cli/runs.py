@@ -529,10 +529,12 @@ def details(run: client.Run) -> str:
             f"    {r['run_id']} {r['status']} created {output.when(r['created_at'])}"
             for r in reruns
         ]
-    if raw.get("worker_id"):
+    if raw.get("worker_id") and raw.get("lease_until"):
         lines.append(
-            f"  held by {raw['worker_id']} (lease until {output.when(raw.get('lease_until'))})"
+            f"  held by {raw['worker_id']} (lease until {output.when(raw['lease_until'])})"
         )
+    elif raw.get("worker_id"):  # the lease was let go (a finished run): who held it last
+        lines.append(f"  last held by {raw['worker_id']}")
     journal = raw.get("saga_steps") or []
     lines.append(f"steps ({len(journal)}):" if journal else "steps: none recorded yet")
     rows = [

@@ -235,3 +235,20 @@ def test_approvals_decide_help_says_the_actors_default(capsys):
 
     assert "[--actor NAME]" in help_text  # optional, as the default says
     assert "--actor NAME who decides, for the run's history (default: api-token:ROLE" in help_text
+
+
+# --- awooop runs show ------------------------------------------------------------------------
+
+
+def test_runs_show_says_last_held_by_for_a_run_whose_lease_is_gone(wire, capsys):
+    finished = run_body(
+        "COMPLETED", worker_id="w1:4242:ab12", lease_until=None,
+        finished_at="2026-11-29T10:00:09+00:00",
+    )  # fmt: skip
+    wire((200, finished))
+
+    code, out, _ = awooop(capsys, "runs", "show", "ops", RUN_ID)
+
+    assert code == 0
+    assert "  last held by w1:4242:ab12" in out.splitlines()
+    assert "lease until" not in out
