@@ -38,7 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
         "the current directory or a parent), and the command says so on stderr. "
         "`awooop config` shows what is in effect.",
         epilog="Exit status: 0 done; 1 the operation failed (e.g. the database is "
-        "unreachable); 2 bad usage, input or configuration. Errors are one line on stderr.",
+        "unreachable, or the API refused it); 2 bad usage, input or configuration, including "
+        "input the API refused (HTTP 400, 413, 415 or 422). Errors are one line on stderr.",
     )
     parser.add_argument("--version", action="version", version=f"awooop {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -54,6 +55,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    not_text = _not_text(argv)
+    if not_text is not None:  # bytes the shell passed that are not UTF-8: nothing runs
+        print(
+            f"awooop: error: arguments must be UTF-8 text (argument {not_text} is not)",
+            file=sys.stderr,
+        )
+        return 2
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -66,9 +75,23 @@ def main(argv: list[str] | None = None) -> int:
     except sa_exc.DBAPIError as error:
         print(f"awooop: error: {_database_error(error)}", file=sys.stderr)
         return 1
+    except UnicodeError as error:  # input the command could not read as text, or send as such
+        print(f"awooop: error: not valid text: {' '.join(str(error).split())}", file=sys.stderr)
+        return 2
     except BrokenPipeError:  # `awooop config | head`: the reader left; no traceback
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+
+
+def _not_text(argv: list[str]) -> int | None:
+    """The position (from 1) of the first argument that is not text: Python hands bytes that
+    are not UTF-8 over as lone surrogates, which nothing can encode again."""
+    for position, argument in enumerate(argv, start=1):
+        try:
+            argument.encode("utf-8")
+        except UnicodeEncodeError:
+            return position
+    return None
 
 
 def _database_error(error: sa_exc.DBAPIError) -> str:

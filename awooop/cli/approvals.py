@@ -53,17 +53,21 @@ def add_parser(sub: Any) -> None:
         description="Approves or rejects the approval whose token the prompt carried "
         "(POST …/approvals/{token}); the run moves on at once. TOKEN - reads the token from "
         "stdin (an argument shows in the process list). --actor names the person in the "
-        "run's history (default: the API token's role). The approval step says which roles "
-        "may decide (operator and admin by default; E-APPROVAL-004 otherwise); an expired "
-        "token is refused with E-APPROVAL-002, one already used or whose run moved on with "
-        "E-APPROVAL-003. Example: awooop approvals decide ops TOKEN approve --actor alice "
-        "--comment 'checked the disk'",
+        "run's history (default: api-token:ROLE, the API token's role). The approval step "
+        "says which roles may decide (operator and admin by default; E-APPROVAL-004 "
+        "otherwise); an expired token is refused with E-APPROVAL-002, one already used or "
+        "whose run moved on with E-APPROVAL-003. Example: awooop approvals decide ops TOKEN "
+        "approve --actor alice --comment 'checked the disk'",
     )
     decide.add_argument("project_id", metavar="PROJECT")
     # Not "token": --token is the API token.
     decide.add_argument("approval_token", metavar="TOKEN", help="the token from the prompt, or -")
     decide.add_argument("decision", choices=("approve", "reject"))
-    decide.add_argument("--actor", required=True, metavar="NAME", help="who decides")
+    decide.add_argument(
+        "--actor",
+        metavar="NAME",
+        help="who decides, for the run's history (default: api-token:ROLE, the API token's role)",
+    )
     decide.add_argument("--comment", metavar="TEXT", help="why, for the run's history")
     decide.add_argument(
         "--run-id", help="the run the token must be bound to (refused with a 404 otherwise)"
@@ -111,5 +115,6 @@ def cmd_decide(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(answer, indent=2))
     else:
-        print(f"{answer['status']} by {args.actor}: run {answer['run_id']} moves on")
+        by = f" by {args.actor}" if args.actor else ""
+        print(f"{answer['status']}{by}: run {answer['run_id']} moves on")
     return 0

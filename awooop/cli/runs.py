@@ -3,8 +3,8 @@ resume, the retries) and rerun them over the HTTP API (:mod:`awooop.client`,
 :mod:`awooop.cli._api`).
 
 A readable line or table for people, ``--json`` for scripts. Exit status: 0 done; 1 the API
-refused (the error code is printed) or could not be reached, or a waited-for run did not
-complete; 2 bad usage.
+refused the operation (the error code is printed) or could not be reached, or a waited-for
+run did not complete; 2 bad usage or input, including input the API refused.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import uuid
 from pathlib import Path
 from typing import Any
@@ -38,9 +39,10 @@ def add_parser(sub: Any) -> None:
     runs = sub.add_parser(
         "runs",
         help="start, list, show and operate on runs over the HTTP API",
-        description=f"{_api.CONNECTION} Exit status: 0 done; 1 the API refused (its error "
-        "code is printed), could not be reached, or a waited-for run did not complete; 2 bad "
-        "usage.",
+        description=f"{_api.CONNECTION} Exit status: 0 done; 1 the API refused the operation "
+        "(its error code is printed), could not be reached, or a waited-for run did not "
+        f"complete; 2 bad usage or input, including input the API refused "
+        f"({_api.INPUT_REFUSED_TEXT}).",
     )
     actions = runs.add_subparsers(dest="runs_command", required=True, metavar="ACTION")
     _add_start(actions)
@@ -99,7 +101,12 @@ def _add_start(actions: Any) -> None:
         metavar="JSON",
         help="the event: a JSON object, or @FILE to read it from a file (default: {})",
     )
-    start.add_argument("--key", required=True, help="the idempotency key (1-255 characters)")
+    start.add_argument(
+        "--key",
+        required=True,
+        help="the idempotency key: 1-255 printable ASCII characters (letters, digits, "
+        "punctuation, inner spaces)",
+    )
     start.add_argument("--version", type=int, help="a registered version (default: the latest)")
     start.add_argument(
         "--wait",
@@ -107,7 +114,10 @@ def _add_start(actions: Any) -> None:
         help="wait until the run finishes, print it, and exit 1 unless it COMPLETED",
     )
     start.add_argument(
-        "--timeout", type=float, default=300.0, help="seconds --wait waits (default: 300)"
+        "--timeout",
+        type=float,
+        default=300.0,
+        help="seconds --wait waits, a number above 0 (default: 300)",
     )
     _api.add_common(start)
     start.set_defaults(func=_api.reporting(cmd_start))
@@ -249,7 +259,8 @@ def _add_rerun(actions: Any) -> None:
         "--rate",
         type=float,
         metavar="N",
-        help="new runs claimable per second at most (default: the deployment's, 5)",
+        help=f"new runs claimable per second at most, from {MIN_RATE:g} to the deployment's "
+        "AWOOOP_RERUN_MAX_RATE_PER_SECOND (default: the deployment's, 5)",
     )
     rerun.add_argument(
         "--limit", type=int, help="runs at most, newest first, 1-1000 (default: 100)"
@@ -267,8 +278,8 @@ RERUN_COLUMNS = ("RUN ID", "RERUN OF", "STATUS", "CLAIMABLE AT")
 
 def cmd_rerun(args: argparse.Namespace) -> int:
     filters = filters_of(args)
-    if args.key is not None and not 0 < len(args.key) <= 255:
-        raise Usage("--key must be 1 to 255 characters")
+    if args.key is not None:
+        _api.idempotency_key(args.key)
     if args.run_id is not None:
         given = [
             f"--{n.replace('_', '-')}" for n in _BULK_ONLY if getattr(args, n) not in (None, False)
@@ -280,8 +291,8 @@ def cmd_rerun(args: argparse.Namespace) -> int:
         raise Usage("give RUN_ID, or at least one filter (see runs list) to rerun many")
     if args.limit is not None and not 1 <= args.limit <= MAX_LIMIT:
         raise Usage(f"--limit must be from 1 to {MAX_LIMIT}")
-    if args.rate is not None and not args.rate >= MIN_RATE:
-        raise Usage(f"--rate must be at least {MIN_RATE:g}")
+    if args.rate is not None and not (math.isfinite(args.rate) and args.rate >= MIN_RATE):
+        raise Usage(f"--rate must be a finite number of at least {MIN_RATE:g}")
     key = None if args.dry_run else _key(args)
     done = _api.api_client(args).rerun_matching(
         filters,
@@ -339,15 +350,31 @@ def parse_input(text: str) -> dict[str, Any]:
         except OSError as exc:
             raise Usage(f"--input {text}: {exc.strerror}") from None
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_constant=_not_json, parse_float=_finite)
     except ValueError as exc:
-        raise Usage(f"--input is not JSON: {exc}") from None
+        raise Usage(f"--input is not JSON: {' '.join(str(exc).split())}") from None
     if not isinstance(value, dict):
         raise Usage('--input must be a JSON object, e.g. \'{"host": "db-1"}\'')
     return value
 
 
+def _not_json(constant: str) -> Any:
+    """Python's json reads NaN and Infinity, which are not JSON: the API would refuse them."""
+    raise ValueError(f"{constant} is not a JSON number")
+
+
+def _finite(number: str) -> float:
+    """A JSON number too large for a float (1e999) reads as infinity: refused like Infinity."""
+    value = float(number)
+    if not math.isfinite(value):
+        raise ValueError(f"{number} is too large a number")
+    return value
+
+
 def cmd_start(args: argparse.Namespace) -> int:
+    _api.idempotency_key(args.key)
+    if args.wait and not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise Usage("--timeout must be a number of seconds greater than 0")
     event = parse_input(args.input)
     if args.version is not None and args.version < 1:
         raise Usage("--version must be a positive integer")
@@ -502,10 +529,12 @@ def details(run: client.Run) -> str:
             f"    {r['run_id']} {r['status']} created {output.when(r['created_at'])}"
             for r in reruns
         ]
-    if raw.get("worker_id"):
+    if raw.get("worker_id") and raw.get("lease_until"):
         lines.append(
-            f"  held by {raw['worker_id']} (lease until {output.when(raw.get('lease_until'))})"
+            f"  held by {raw['worker_id']} (lease until {output.when(raw['lease_until'])})"
         )
+    elif raw.get("worker_id"):  # the lease was let go (a finished run): who held it last
+        lines.append(f"  last held by {raw['worker_id']}")
     journal = raw.get("saga_steps") or []
     lines.append(f"steps ({len(journal)}):" if journal else "steps: none recorded yet")
     rows = [

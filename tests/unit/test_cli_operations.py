@@ -242,12 +242,12 @@ def test_runs_list_refuses_a_limit_out_of_range_before_any_request(wire, capsys)
     assert sent.sent == []
 
 
-def test_an_unknown_status_is_the_apis_refusal_exit_1(wire, capsys):
+def test_an_unknown_status_is_the_apis_refusal_of_the_input_exit_2(wire, capsys):
     wire((400, {"error": {"code": "E-REQUEST-001", "message": "status 'NOPE' is not one of"}}))
 
     code, _, err = awooop(capsys, "runs", "list", "ops", "--status", "NOPE")
 
-    assert code == 1
+    assert code == 2
     assert err.startswith("awooop: error: E-REQUEST-001 (HTTP 400): status 'NOPE'")
 
 
@@ -481,8 +481,8 @@ def test_an_expired_approval_exits_1_with_its_code(wire, capsys):
     assert code == 1 and "E-APPROVAL-002 (HTTP 410)" in err
 
 
-def test_a_decision_needs_an_actor_and_approve_or_reject(capsys):
-    for argv in (["approve"], ["maybe", "--actor", "a"]):
+def test_a_decision_needs_approve_or_reject(capsys):
+    for argv in ([], ["maybe", "--actor", "a"]):
         with pytest.raises(SystemExit) as exited:
             cli.main(["approvals", "decide", "ops", "T" * 43, *argv])
         assert exited.value.code == 2

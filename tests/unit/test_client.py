@@ -180,11 +180,20 @@ def test_runs_get_prints_one_line_for_people(wire, capsys):
 
 
 def test_an_api_error_exits_1_with_its_code(wire, capsys):
-    wire((422, {"error": {"code": "E-WORKFLOW-001", "message": "not allowed here"}}))
+    wire((403, {"error": {"code": "E-AUTH-002", "message": "role viewer may not"}}))
 
     code, out, err = awooop(capsys, "runs", "start", "ops", "chatops", "--key", "t")
 
     assert (code, out) == (1, "")
+    assert err == "awooop: error: E-AUTH-002 (HTTP 403): role viewer may not\n"
+
+
+def test_an_api_refusal_of_the_input_exits_2_with_its_code(wire, capsys):
+    wire((422, {"error": {"code": "E-WORKFLOW-001", "message": "not allowed here"}}))
+
+    code, out, err = awooop(capsys, "runs", "start", "ops", "chatops", "--key", "t")
+
+    assert (code, out) == (2, "")
     assert err == "awooop: error: E-WORKFLOW-001 (HTTP 422): not allowed here\n"
 
 
