@@ -5,8 +5,8 @@
 - ``POST /v1/projects/{p}/runs/rerun`` — every finished run the runs list's filters match;
   role admin. Body ``{"filters": {...}, "limit": n, "rate": r, "dry_run": bool, "cursor":
   "...", "reason": "..."}``: ``filters`` are the list's query parameters by name (a value a
-  string, or a list of strings for the repeatable ones); ``limit`` runs at most (default
-  100, at most 1000), newest first; the new runs become claimable at most ``rate`` per
+  string, or a list of strings for the repeatable ones), at least one; ``limit`` runs at
+  most (default 100, at most 1000), newest first; the new runs become claimable at most ``rate`` per
   second (default ``AWOOOP_RERUN_RATE_PER_SECOND``, at most
   ``AWOOOP_RERUN_MAX_RATE_PER_SECOND``); ``dry_run`` answers how many runs match (and
   which) and writes nothing; ``next_cursor`` in the answer continues after the last run.
@@ -53,7 +53,7 @@ BULK_RERUN = bodies.Body(
             nullable=True,
             default=dict,
             description="The runs list's filters by name (a string, or a list of strings for "
-            "status, saga_status and tag); only finished runs are matched.",
+            "status, saga_status and tag), at least one; only finished runs are matched.",
         ),
         bodies.Field(
             "limit",
@@ -139,7 +139,8 @@ def rerun_one(project_id: str, run_id: str) -> tuple[Response, int]:
 
 
 def _filters(given: dict[str, str | list[str]]) -> MultiDict[str, str]:
-    """The body's ``filters`` as the list's query parameters."""
+    """The body's ``filters`` as the list's query parameters: at least one, so that a
+    forgotten filter never reruns every finished run of the project."""
     pairs = [
         (name, v)
         for name, value in given.items()
@@ -147,6 +148,11 @@ def _filters(given: dict[str, str | list[str]]) -> MultiDict[str, str]:
     ]
     args: MultiDict[str, str] = MultiDict(pairs)
     params.check_known(args, (*params.RUN_FILTERS, *params.FIND_FILTERS))
+    if not args:
+        raise errors.MalformedRequest(
+            "at least one filter is required (any of the runs list's filters); a bulk rerun "
+            "never matches every run by default"
+        )
     return args
 
 

@@ -1,0 +1,52 @@
+"""Client mistakes the HTTP API refuses with its documented code and nothing written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from awooop.engine import runner
+from tests.support import db, tokens
+from tests.support import runs as test_runs
+
+
+def path(project, suffix: str) -> str:
+    return f"/v1/projects/{project['project_id']}{suffix}"
+
+
+@pytest.fixture
+def admin(engine, project):
+    return tokens.add(engine, project["project_id"], "admin")
+
+
+# -- bulk rerun: at least one filter ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"dry_run": True},
+        {"filters": {}, "dry_run": True},
+        {"filters": None, "dry_run": True},
+        {"filters": {}},
+        {},
+    ],
+)
+def test_a_bulk_rerun_without_a_filter_is_refused_and_writes_nothing(
+    client, engine, project, settings, admin, body
+):
+    run_id = test_runs.admit(engine, project["project_id"], "noop-3")
+    assert runner.execute(engine, settings, run_id) == runner.Outcome.COMPLETED
+    counts = db.row_counts(engine)
+
+    response = client.post(
+        path(project, "/runs/rerun"),
+        headers=tokens.operation(admin, **{"Idempotency-Key": "bulk-all"}),
+        json=body,
+    )
+
+    assert response.status_code == 400, response.json
+    assert response.json["error"]["code"] == "E-REQUEST-001"
+    assert "at least one filter" in response.json["error"]["message"]
+    assert db.row_counts(engine) == counts
