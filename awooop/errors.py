@@ -79,7 +79,7 @@ class MethodNotAllowed(AwoooPError):
 
 
 class MissingIdempotencyKey(AwoooPError):
-    """The Idempotency-Key header is required (1 to 255 visible ASCII characters)."""
+    """One Idempotency-Key header is required: 1 to 255 visible ASCII characters, no comma."""
 
     code = "E-IDEMPOTENT-003"
     http_status = 400

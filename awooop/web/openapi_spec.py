@@ -276,7 +276,7 @@ def _idempotency_key(description: str) -> dict[str, Any]:
             "type": "string",
             "minLength": 1,
             "maxLength": api_channel.MAX_KEY_LENGTH,
-            "pattern": "^[\\x20-\\x7e]+$",
+            "pattern": f"^{api_channel.KEY_PATTERN}$",
         },
     }
 

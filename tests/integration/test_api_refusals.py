@@ -50,3 +50,47 @@ def test_a_bulk_rerun_without_a_filter_is_refused_and_writes_nothing(
     assert response.json["error"]["code"] == "E-REQUEST-001"
     assert "at least one filter" in response.json["error"]["message"]
     assert db.row_counts(engine) == counts
+
+
+# -- Idempotency-Key: visible ASCII, one header ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [
+        ["a b"],  # a space is not a visible character
+        [" "],
+        ["k4", "k5"],  # two headers: which one is the key?
+        ["k4,k5"],  # what two headers arrive as
+    ],
+)
+def test_an_idempotency_key_that_is_not_one_visible_ascii_token_is_refused(
+    client, engine, project, keys
+):
+    counts = db.row_counts(engine)
+
+    response = client.post(
+        path(project, "/runs"),
+        headers=[
+            ("Authorization", f"Bearer {project['api_token']}"),
+            ("Content-Type", "application/json"),
+            *[("Idempotency-Key", key) for key in keys],
+        ],
+        data=json.dumps({"hello": "world"}),
+    )
+
+    assert response.status_code == 400, response.json
+    assert response.json["error"]["code"] == "E-IDEMPOTENT-003"
+    assert db.row_counts(engine) == counts
+
+
+def test_an_idempotency_key_of_visible_ascii_is_taken(client, engine, project):
+    key = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) != ",")
+
+    response = client.post(
+        path(project, "/runs"),
+        headers=tokens.operation(project["api_token"], **{"Idempotency-Key": key}),
+        data=json.dumps({"hello": "world"}),
+    )
+
+    assert response.status_code == 202, response.json
