@@ -670,7 +670,7 @@ def _management(segment: str, operation: str) -> dict[str, Any]:
                     "name": "If-Match",
                     "in": "header",
                     "description": 'The run\'s version as its ETag (`"7"`): refused with 412 '
-                    "if the run changed.",
+                    'if the run changed. A weak one (`W/"7"`) never matches: 412.',
                     "schema": {"type": "string", "pattern": '^(W/)?"?[0-9]{1,18}"?$|^\\*$'},
                 },
             ],

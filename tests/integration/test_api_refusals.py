@@ -94,3 +94,23 @@ def test_an_idempotency_key_of_visible_ascii_is_taken(client, engine, project):
     )
 
     assert response.status_code == 202, response.json
+
+
+# -- If-Match: a weak entity-tag never matches -----------------------------------------------
+
+
+def test_a_weak_entity_tag_in_if_match_never_matches(client, engine, project, admin):
+    run_id = test_runs.admit(engine, project["project_id"])
+    before = db.run(engine, run_id)
+
+    response = client.post(
+        path(project, f"/runs/{run_id}/pause"),
+        headers=tokens.operation(admin, **{"If-Match": f'W/"{before["version"]}"'}),
+        data=json.dumps({"operation_id": "op-weak", "reason": "weak tag"}),
+    )
+
+    assert response.status_code == 412, response.json
+    assert response.json["error"]["code"] == "E-OPERATION-002"
+    assert "weak" in response.json["error"]["message"]
+    assert db.run(engine, run_id) == before
+    assert [e for e in db.events(engine, run_id) if e["trigger"] == "operator"] == []
