@@ -124,6 +124,13 @@ class WorkflowVersionUnknown(AwoooPError):
     http_status = 422
 
 
+class UnknownToolStep(AwoooPError):
+    """The run's workflow has no step of this name."""
+
+    code = "E-TOOL-001"
+    http_status = 422
+
+
 class OperationRefused(AwoooPError):
     """The run is not in a state that allows this operation."""
 

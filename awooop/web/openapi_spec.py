@@ -587,7 +587,8 @@ def _tool_results() -> dict[str, Any]:
             "tags": ["runs"],
             "summary": "Deliver an asynchronous tool call's result",
             "description": "Deduplicated by `event_id`. A result the run no longer waits for "
-            "is answered `late` (a late success may start a compensation run). Roles ingest, "
+            "is answered `late` (a late success may start a compensation run); a `step` the "
+            "run's workflow version does not have is a 422 and uses up nothing. Roles ingest, "
             "operator, admin.",
             "parameters": [_PROJECT_ID, _RUN_ID],
             "requestBody": _body(_ref("ToolResult")),
@@ -602,6 +603,7 @@ def _tool_results() -> dict[str, Any]:
                     errors.PayloadTooLarge,
                     errors.UnsupportedMediaType,
                     errors.IdempotencyKeyReused,
+                    errors.UnknownToolStep,
                     errors.ServiceUnavailable,
                 ),
             },

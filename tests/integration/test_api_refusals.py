@@ -1,4 +1,6 @@
-"""Client mistakes the HTTP API refuses with its documented code and nothing written."""
+"""Client mistakes the HTTP API refuses with its documented code and nothing written: a bulk
+rerun without a filter, a malformed or repeated Idempotency-Key, a weak entity-tag in
+If-Match, a tool result for a step the run's workflow does not have."""
 
 from __future__ import annotations
 
@@ -114,3 +116,47 @@ def test_a_weak_entity_tag_in_if_match_never_matches(client, engine, project, ad
     assert "weak" in response.json["error"]["message"]
     assert db.run(engine, run_id) == before
     assert [e for e in db.events(engine, run_id) if e["trigger"] == "operator"] == []
+
+
+# -- tool results: the step must be one of the run's workflow --------------------------------
+
+
+def deliver(client, project, run_id, **body):
+    body = {"event_id": "evt-1", "step": "diagnose", "status": "succeeded", **body}
+    return client.post(
+        path(project, f"/runs/{run_id}/tool-results"),
+        headers=tokens.operation(project["api_token"]),
+        data=json.dumps(body),
+    )
+
+
+def test_a_tool_result_for_a_step_the_workflow_does_not_have_is_refused_and_writes_nothing(
+    client, engine, project, settings
+):
+    run_id = test_runs.admit(engine, project["project_id"], "test-tool")
+    assert runner.execute(engine, settings, run_id) == runner.Outcome.WAITING_TOOL
+    before, events = db.run(engine, run_id), db.events(engine, run_id)
+
+    response = deliver(client, project, run_id, event_id="e1", step="nosuchstep")
+
+    assert response.status_code == 422, response.json
+    assert response.json["error"]["code"] == "E-TOOL-001"
+    assert "nosuchstep" in response.json["error"]["message"]
+    assert db.run(engine, run_id) == before
+    assert db.events(engine, run_id) == events
+    assert db.count(engine, "awooop_inbox") == 0
+    # The event id is not used up: the right delivery under it is accepted.
+    right = deliver(client, project, run_id, event_id="e1")
+    assert (right.status_code, right.json) == (202, {"status": "accepted"})
+
+
+def test_a_result_for_a_real_step_the_run_no_longer_waits_for_is_still_late(
+    client, engine, project, settings
+):
+    run_id = test_runs.admit(engine, project["project_id"], "test-tool")
+    assert runner.execute(engine, settings, run_id) == runner.Outcome.WAITING_TOOL
+
+    # "a" is a step of the workflow, but not the one the run waits on.
+    response = deliver(client, project, run_id, event_id="e2", step="a")
+
+    assert (response.status_code, response.json["status"]) == (200, "late")
