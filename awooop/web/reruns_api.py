@@ -162,7 +162,9 @@ def rerun_many(project_id: str) -> tuple[Response, int]:
     body = _body(BULK_RERUN, required=True)
     dry_run = body["dry_run"]
     key = None if dry_run else _key()
-    filters = params.run_filters(_filters(body["filters"]))
+    filter_args = _filters(body["filters"])
+    filters = params.run_filters(filter_args)
+    scope = params.list_scope("reruns", caller.project_id, filter_args)
     settings = context.settings()
     limit = body["limit"]
     rate = float(body.get("rate", settings.rerun_rate_per_second))
@@ -171,14 +173,14 @@ def rerun_many(project_id: str) -> tuple[Response, int]:
         raise errors.MalformedRequest(f"rate must be a number from {reruns.MIN_RATE:g} to {most:g}")
     cursor = body.get("cursor")
     cursor_args: MultiDict[str, str] = MultiDict({"cursor": cursor} if cursor else {})
-    after = params.run_position(params.decode_cursor(cursor_args, "runs"))
+    after = params.run_position(params.decode_cursor(cursor_args, "reruns", scope))
     reason = body["reason"]
     engine = context.engine()
     answer: dict[str, Any] = {"dry_run": dry_run, "limit": limit, "rate": rate}
     if key is None:
         found = reruns.matching(engine, caller.project_id, filters, after=after, limit=limit)
         answer["run_ids"] = [str(row["run_id"]) for row in found.originals]
-        return jsonify(_counted(answer, found)), 200
+        return jsonify(_counted(answer, found, scope)), 200
     throttle.check(caller.project_id, throttle.MANAGEMENT, caller.auth.limits.management_per_minute)
     request_digest = digest(
         {
@@ -208,12 +210,14 @@ def rerun_many(project_id: str) -> tuple[Response, int]:
         answer.update(count=len(done.runs), more=False, next_cursor=None)
         answer["code"] = errors.DUPLICATE_EVENT_CODE
         return jsonify(answer), 200
-    return jsonify(_counted(answer, found)), 202 if done.runs else 200
+    return jsonify(_counted(answer, found, scope)), 202 if done.runs else 200
 
 
-def _counted(answer: dict[str, Any], found: reruns.Matching) -> dict[str, Any]:
+def _counted(answer: dict[str, Any], found: reruns.Matching, scope: str) -> dict[str, Any]:
+    """The answer with the count and the cursor after the last run: one for this endpoint,
+    this project and these filters."""
     cursor = None
     if found.after is not None:
         position = {"created_at": found.after.created_at, "run_id": found.after.run_id}
-        cursor = params.run_cursor("runs", position)
+        cursor = params.run_cursor("reruns", position, scope)
     return {**answer, "count": len(found.originals), "more": found.more, "next_cursor": cursor}
