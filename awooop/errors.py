@@ -79,7 +79,7 @@ class MethodNotAllowed(AwoooPError):
 
 
 class MissingIdempotencyKey(AwoooPError):
-    """The Idempotency-Key header is required (1 to 255 visible ASCII characters)."""
+    """One Idempotency-Key header is required: 1 to 255 visible ASCII characters, no comma."""
 
     code = "E-IDEMPOTENT-003"
     http_status = 400
@@ -121,6 +121,13 @@ class WorkflowVersionUnknown(AwoooPError):
     """This version of the workflow is not registered."""
 
     code = "E-WORKFLOW-002"
+    http_status = 422
+
+
+class UnknownToolStep(AwoooPError):
+    """The run's workflow has no step of this name."""
+
+    code = "E-TOOL-001"
     http_status = 422
 
 

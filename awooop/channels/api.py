@@ -2,7 +2,7 @@
 
 Authentication: ``Authorization: Bearer <project API token>`` with a role that may admit
 events (ingest, operator, admin). Event id: the required ``Idempotency-Key`` header
-(1 to 255 visible ASCII characters).
+(1 to 255 visible ASCII characters, no comma).
 
 A body with a ``"workflow"`` key is a start request, ``{"workflow": name, "version": n,
 "input": {...}}`` (``version`` and ``input`` optional): the event is its ``input`` and the
@@ -13,6 +13,7 @@ Either way the request digest covers the whole body.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from awooop import bodies, errors
@@ -27,6 +28,9 @@ from awooop.channels.base import (
 
 CHANNEL = "api"
 MAX_KEY_LENGTH = 255
+# An Idempotency-Key: visible ASCII but the comma (see idempotency_key).
+KEY_PATTERN = f"[\\x21-\\x2b\\x2d-\\x7e]{{1,{MAX_KEY_LENGTH}}}"
+_KEY = re.compile(KEY_PATTERN)
 # awooop_run_state.workflow_name is a varchar(128).
 MAX_WORKFLOW_NAME_LENGTH = 128
 START_REQUEST = bodies.Body(
@@ -72,8 +76,11 @@ def authenticate(request: RawRequest, secrets: ChannelSecrets) -> bool:
 
 
 def idempotency_key(request: RawRequest) -> str:
+    """The one ``Idempotency-Key`` header: 1 to 255 visible ASCII characters (0x21-0x7E) but
+    the comma. HTTP joins repeated header fields with commas (the server hands on ``k1,k2``
+    for two headers), so a key with one could be two keys: it is refused."""
     key = request.headers.get("Idempotency-Key", "")
-    if not (0 < len(key) <= MAX_KEY_LENGTH and key.isascii() and key.isprintable()):
+    if _KEY.fullmatch(key) is None:
         raise errors.MissingIdempotencyKey()
     return key
 

@@ -7,7 +7,8 @@ next worker turns the result into the step's outcome (success, transient failure
 by the step's policy, which dispatches again with the same effect id — or rejection). A result
 that arrives when the run is no longer waiting on that step is late: the step's
 ``late_result`` policy decides (see docs/workflows.md); a result contradicting one already
-recorded for the same attempt is a conflict, escalated to a person.
+recorded for the same attempt is a conflict, escalated to a person. A result for a step the
+run's workflow version does not define is refused (422 ``E-TOOL-001``) and writes nothing.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from awooop import bodies, errors
 from awooop.channels.base import digest
@@ -87,6 +88,7 @@ def deliver_result(
     request_digest = digest({"step": step, **result})
     with engine.connect() as conn:
         try:
+            _check_step(conn, project_id, run_id, step)
             delivery = tools.deliver(
                 conn, project_id, run_id, event_id, step, result, request_digest
             )
@@ -119,6 +121,23 @@ def deliver_result(
         },
     )
     return DeliveryOutcome(delivery, follow_up)
+
+
+def _check_step(conn: Connection, project_id: str, run_id: uuid.UUID | str, step: str) -> None:
+    """A result for a step the run's workflow version does not define is the caller's
+    mistake: refused (422) before anything is written, so its event id stays unused. (A
+    workflow this process does not have registered cannot be checked: its results are
+    delivered as before.)"""
+    name, version = tools.workflow_of(conn, project_id, run_id)
+    try:
+        workflow = registry.get(name, version)
+    except registry.UnknownWorkflow:
+        return
+    if all(s.name != step for s in workflow.steps):
+        raise errors.UnknownToolStep(
+            f"workflow {name} v{version} has no step {step!r}; "
+            f"its steps: {', '.join(s.name for s in workflow.steps)}"
+        )
 
 
 @dataclass(frozen=True)

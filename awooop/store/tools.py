@@ -141,6 +141,20 @@ def deliver(
     )
 
 
+_WORKFLOW_OF = text(
+    "SELECT workflow_name, workflow_version FROM awooop_run_state"
+    " WHERE run_id = :run_id AND project_id = :project_id"
+)
+
+
+def workflow_of(conn: Connection, project_id: str, run_id: uuid.UUID | str) -> tuple[str, int]:
+    """The (name, version) of the project's run's workflow; RunNotFound without one."""
+    row = conn.execute(_WORKFLOW_OF, {"run_id": run_id, "project_id": project_id}).first()
+    if row is None:
+        raise RunNotFound(str(run_id))
+    return row.workflow_name, row.workflow_version
+
+
 _RUN_FACTS = text(
     "SELECT workflow_name, workflow_version, input, saga_steps, version"
     " FROM awooop_run_state WHERE run_id = :run_id"

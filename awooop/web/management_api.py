@@ -74,15 +74,22 @@ def _body() -> tuple[str, str]:
     return body["operation_id"], body["reason"]
 
 
+# A version no run has (versions start at 1): what a weak entity-tag in If-Match expects.
+NEVER_MATCHES = -1
+
+
 def _expected_version() -> int | None:
-    """The version in ``If-Match`` (``"7"``, ``W/"7"`` or ``7``); None without one or ``*``."""
+    """The version in ``If-Match`` (``"7"`` or ``7``); None without one or ``*``. A weak
+    entity-tag (``W/"7"``) never matches If-Match (RFC 9110, 13.1.1): it expects
+    :data:`NEVER_MATCHES`, so the operation is answered as for a version that changed."""
     raw = request.headers.get("If-Match")
     if raw is None or raw.strip() == "*":
         return None
-    value = raw.strip().removeprefix("W/").strip('"')
+    stripped = raw.strip()
+    value = stripped.removeprefix("W/").strip('"')
     if not value.isascii() or not value.isdigit() or len(value) > 18:
         raise errors.MalformedRequest('If-Match must be the run\'s version as an ETag, e.g. "7"')
-    return int(value)
+    return NEVER_MATCHES if stripped.startswith("W/") else int(value)
 
 
 def perform(
@@ -140,14 +147,22 @@ def operate(project_id: str, run_id: str, operation: str) -> Response:
     operation_id, reason = _body()
     expected_version = _expected_version()
     parsed_id = run_id_or_404(run_id)
-    result = perform(
-        caller,
-        operation,
-        parsed_id,
-        operation_id=operation_id,
-        reason=reason,
-        expected_version=expected_version,
-    )
+    try:
+        result = perform(
+            caller,
+            operation,
+            parsed_id,
+            operation_id=operation_id,
+            reason=reason,
+            expected_version=expected_version,
+        )
+    except errors.VersionMismatch:
+        if expected_version != NEVER_MATCHES:
+            raise
+        raise errors.VersionMismatch(
+            'a weak entity-tag (W/"…") never matches If-Match; send the run\'s version as '
+            'a strong one, e.g. "7"'
+        ) from None
     body: dict[str, Any] = {
         "run_id": str(parsed_id),
         "operation": operation,

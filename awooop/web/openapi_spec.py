@@ -276,7 +276,7 @@ def _idempotency_key(description: str) -> dict[str, Any]:
             "type": "string",
             "minLength": 1,
             "maxLength": api_channel.MAX_KEY_LENGTH,
-            "pattern": "^[\\x20-\\x7e]+$",
+            "pattern": f"^{api_channel.KEY_PATTERN}$",
         },
     }
 
@@ -587,7 +587,8 @@ def _tool_results() -> dict[str, Any]:
             "tags": ["runs"],
             "summary": "Deliver an asynchronous tool call's result",
             "description": "Deduplicated by `event_id`. A result the run no longer waits for "
-            "is answered `late` (a late success may start a compensation run). Roles ingest, "
+            "is answered `late` (a late success may start a compensation run); a `step` the "
+            "run's workflow version does not have is a 422 and uses up nothing. Roles ingest, "
             "operator, admin.",
             "parameters": [_PROJECT_ID, _RUN_ID],
             "requestBody": _body(_ref("ToolResult")),
@@ -602,6 +603,7 @@ def _tool_results() -> dict[str, Any]:
                     errors.PayloadTooLarge,
                     errors.UnsupportedMediaType,
                     errors.IdempotencyKeyReused,
+                    errors.UnknownToolStep,
                     errors.ServiceUnavailable,
                 ),
             },
@@ -670,7 +672,7 @@ def _management(segment: str, operation: str) -> dict[str, Any]:
                     "name": "If-Match",
                     "in": "header",
                     "description": 'The run\'s version as its ETag (`"7"`): refused with 412 '
-                    "if the run changed.",
+                    'if the run changed. A weak one (`W/"7"`) never matches: 412.',
                     "schema": {"type": "string", "pattern": '^(W/)?"?[0-9]{1,18}"?$|^\\*$'},
                 },
             ],

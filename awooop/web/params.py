@@ -1,13 +1,15 @@
 """Query parameters of the runs API: validation and opaque page cursors.
 
 Anything a client gets wrong here is a 400 ``E-REQUEST-001`` naming the parameter: an
-unknown parameter, a bad value, a limit out of range, a cursor this API did not issue.
+unknown parameter, a bad value, a limit out of range, a cursor this list did not issue (for
+this project, with these filters).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import uuid
 from collections.abc import Collection, Mapping
@@ -165,15 +167,41 @@ def instant(raw: str) -> datetime:
         raise ValueError("out of range") from None
 
 
-# Cursors are opaque to clients: base64url JSON naming the list they belong to.
+# Cursors are opaque to clients: base64url JSON naming the list they belong to (``k``) and,
+# for the API's lists, what that list was (``b``: a digest of the project and the filters,
+# see :func:`list_scope`). A cursor is only taken by the list that issued it, with the same
+# filters: another list's, another project's or another filter's cursor is a 400. They are
+# not signed: a client can forge one, but a cursor only says where a page starts — every
+# query is scoped by the caller's project and the request's own filters, never the cursor's.
 
 
-def encode_cursor(kind: str, position: Mapping[str, Any]) -> str:
-    raw = json.dumps({"k": kind, **position}, separators=(",", ":")).encode()
+def list_scope(kind: str, project_id: str, args: Mapping[str, Any] | None = None) -> str:
+    """What a cursor of the list ``kind`` is bound to: the project and ``args`` (the list's
+    filters, or e.g. the run of an audit trail) — a short digest, the same for the same
+    parameters in any order."""
+    pairs: list[tuple[str, str]] = []
+    if isinstance(args, MultiDict):
+        pairs = sorted((str(k), str(v)) for k, v in args.items(multi=True))
+    elif args is not None:
+        pairs = sorted((str(k), str(v)) for k, v in args.items())
+    canonical = json.dumps([kind, project_id, pairs], separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:_SCOPE_LENGTH]
+
+
+_SCOPE_LENGTH = 22
+
+
+def encode_cursor(kind: str, position: Mapping[str, Any], scope: str | None = None) -> str:
+    bound = {"b": scope} if scope is not None else {}
+    raw = json.dumps({"k": kind, **bound, **position}, separators=(",", ":")).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def decode_cursor(args: MultiDict[str, str], kind: str) -> dict[str, Any] | None:
+def decode_cursor(
+    args: MultiDict[str, str], kind: str, scope: str | None = None
+) -> dict[str, Any] | None:
+    """The position in ``args``' cursor; None without one. With ``scope``, the cursor must
+    have been issued with it (:func:`list_scope`): the same list, project and filters."""
     raw = single(args, "cursor")
     if raw is None:
         return None
@@ -183,9 +211,15 @@ def decode_cursor(args: MultiDict[str, str], kind: str) -> dict[str, Any] | None
         data = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
         if not isinstance(data, dict) or data.pop("k", None) != kind:
             raise ValueError
-        return data
+        bound = data.pop("b", None)
     except (ValueError, binascii.Error, UnicodeDecodeError):
         raise bad("cursor is not one this list returned; start again without it") from None
+    if scope is not None and bound != scope:
+        raise bad(
+            "cursor is not one this list returned with these filters (pass the same filters "
+            "as the page that named it); start again without it"
+        )
+    return data
 
 
 def run_position(data: dict[str, Any] | None) -> RunPosition | None:
@@ -200,8 +234,9 @@ def run_position(data: dict[str, Any] | None) -> RunPosition | None:
     return RunPosition(created_at, run_id)
 
 
-def run_cursor(kind: str, row: Mapping[str, Any]) -> str:
-    return encode_cursor(kind, {"t": row["created_at"].isoformat(), "r": str(row["run_id"])})
+def run_cursor(kind: str, row: Mapping[str, Any], scope: str | None = None) -> str:
+    position = {"t": row["created_at"].isoformat(), "r": str(row["run_id"])}
+    return encode_cursor(kind, position, scope)
 
 
 def seq_position(data: dict[str, Any] | None) -> int:

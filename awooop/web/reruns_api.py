@@ -5,8 +5,8 @@
 - ``POST /v1/projects/{p}/runs/rerun`` — every finished run the runs list's filters match;
   role admin. Body ``{"filters": {...}, "limit": n, "rate": r, "dry_run": bool, "cursor":
   "...", "reason": "..."}``: ``filters`` are the list's query parameters by name (a value a
-  string, or a list of strings for the repeatable ones); ``limit`` runs at most (default
-  100, at most 1000), newest first; the new runs become claimable at most ``rate`` per
+  string, or a list of strings for the repeatable ones), at least one; ``limit`` runs at
+  most (default 100, at most 1000), newest first; the new runs become claimable at most ``rate`` per
   second (default ``AWOOOP_RERUN_RATE_PER_SECOND``, at most
   ``AWOOOP_RERUN_MAX_RATE_PER_SECOND``); ``dry_run`` answers how many runs match (and
   which) and writes nothing; ``next_cursor`` in the answer continues after the last run.
@@ -53,7 +53,7 @@ BULK_RERUN = bodies.Body(
             nullable=True,
             default=dict,
             description="The runs list's filters by name (a string, or a list of strings for "
-            "status, saga_status and tag); only finished runs are matched.",
+            "status, saga_status and tag), at least one; only finished runs are matched.",
         ),
         bodies.Field(
             "limit",
@@ -139,7 +139,8 @@ def rerun_one(project_id: str, run_id: str) -> tuple[Response, int]:
 
 
 def _filters(given: dict[str, str | list[str]]) -> MultiDict[str, str]:
-    """The body's ``filters`` as the list's query parameters."""
+    """The body's ``filters`` as the list's query parameters: at least one, so that a
+    forgotten filter never reruns every finished run of the project."""
     pairs = [
         (name, v)
         for name, value in given.items()
@@ -147,6 +148,11 @@ def _filters(given: dict[str, str | list[str]]) -> MultiDict[str, str]:
     ]
     args: MultiDict[str, str] = MultiDict(pairs)
     params.check_known(args, (*params.RUN_FILTERS, *params.FIND_FILTERS))
+    if not args:
+        raise errors.MalformedRequest(
+            "at least one filter is required (any of the runs list's filters); a bulk rerun "
+            "never matches every run by default"
+        )
     return args
 
 
@@ -156,7 +162,9 @@ def rerun_many(project_id: str) -> tuple[Response, int]:
     body = _body(BULK_RERUN, required=True)
     dry_run = body["dry_run"]
     key = None if dry_run else _key()
-    filters = params.run_filters(_filters(body["filters"]))
+    filter_args = _filters(body["filters"])
+    filters = params.run_filters(filter_args)
+    scope = params.list_scope("reruns", caller.project_id, filter_args)
     settings = context.settings()
     limit = body["limit"]
     rate = float(body.get("rate", settings.rerun_rate_per_second))
@@ -165,14 +173,14 @@ def rerun_many(project_id: str) -> tuple[Response, int]:
         raise errors.MalformedRequest(f"rate must be a number from {reruns.MIN_RATE:g} to {most:g}")
     cursor = body.get("cursor")
     cursor_args: MultiDict[str, str] = MultiDict({"cursor": cursor} if cursor else {})
-    after = params.run_position(params.decode_cursor(cursor_args, "runs"))
+    after = params.run_position(params.decode_cursor(cursor_args, "reruns", scope))
     reason = body["reason"]
     engine = context.engine()
     answer: dict[str, Any] = {"dry_run": dry_run, "limit": limit, "rate": rate}
     if key is None:
         found = reruns.matching(engine, caller.project_id, filters, after=after, limit=limit)
         answer["run_ids"] = [str(row["run_id"]) for row in found.originals]
-        return jsonify(_counted(answer, found)), 200
+        return jsonify(_counted(answer, found, scope)), 200
     throttle.check(caller.project_id, throttle.MANAGEMENT, caller.auth.limits.management_per_minute)
     request_digest = digest(
         {
@@ -202,12 +210,14 @@ def rerun_many(project_id: str) -> tuple[Response, int]:
         answer.update(count=len(done.runs), more=False, next_cursor=None)
         answer["code"] = errors.DUPLICATE_EVENT_CODE
         return jsonify(answer), 200
-    return jsonify(_counted(answer, found)), 202 if done.runs else 200
+    return jsonify(_counted(answer, found, scope)), 202 if done.runs else 200
 
 
-def _counted(answer: dict[str, Any], found: reruns.Matching) -> dict[str, Any]:
+def _counted(answer: dict[str, Any], found: reruns.Matching, scope: str) -> dict[str, Any]:
+    """The answer with the count and the cursor after the last run: one for this endpoint,
+    this project and these filters."""
     cursor = None
     if found.after is not None:
         position = {"created_at": found.after.created_at, "run_id": found.after.run_id}
-        cursor = params.run_cursor("runs", position)
+        cursor = params.run_cursor("reruns", position, scope)
     return {**answer, "count": len(found.originals), "more": found.more, "next_cursor": cursor}

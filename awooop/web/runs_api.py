@@ -12,7 +12,9 @@
 - ``GET /v1/projects/{p}/interventions`` — runs waiting for a person, oldest first.
 
 Role ``viewer`` or above. Pages answer ``{"<items>": [...], "next_cursor": str | null}``;
-pass ``next_cursor`` back as ``cursor`` for the next page (with the same filters).
+pass ``next_cursor`` back as ``cursor`` for the next page (with the same filters). A cursor
+is bound to its list, project and filters (:func:`awooop.web.params.list_scope`): anything
+else is a 400.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from datetime import datetime
 from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
+from werkzeug.datastructures import MultiDict
 
 from awooop import errors
 from awooop.store import queries
@@ -59,6 +62,14 @@ def _page(rows: list[dict[str, Any]], limit: int, cursor_of: Any) -> tuple[list[
     return rows[:limit], cursor_of(rows[limit - 1])
 
 
+def _filter_args(args: MultiDict[str, str]) -> MultiDict[str, str]:
+    """The list's filters in ``args`` (not its limit or cursor): what its cursors are for."""
+    return MultiDict([(name, value) for name, value in args.items(multi=True) if name in _FILTERS])
+
+
+_FILTERS = frozenset((*params.RUN_FILTERS, *params.FIND_FILTERS))
+
+
 @blueprint.get("/v1/projects/<project_id>/runs")
 def list_runs(project_id: str) -> Response:
     caller = roles.authenticate(project_id, roles.READ)
@@ -66,10 +77,11 @@ def list_runs(project_id: str) -> Response:
     params.check_known(args, _LIST_PARAMETERS)
     filters = params.run_filters(args)
     limit = params.limit(args)
-    after = params.run_position(params.decode_cursor(args, "runs"))
+    scope = params.list_scope("runs", caller.project_id, _filter_args(args))
+    after = params.run_position(params.decode_cursor(args, "runs", scope))
     with context.engine().connect() as conn:
         rows = queries.list_runs(conn, caller.project_id, filters, after, limit + 1)
-    page, cursor = _page(rows, limit, lambda row: params.run_cursor("runs", row))
+    page, cursor = _page(rows, limit, lambda row: params.run_cursor("runs", row, scope))
     return jsonify({"runs": [jsonable(r) for r in page], "next_cursor": cursor})
 
 
@@ -81,11 +93,22 @@ def intervention_queue(project_id: str) -> Response:
     args = request.args
     params.check_known(args, ("limit", "cursor"))
     limit = params.limit(args)
-    after = params.run_position(params.decode_cursor(args, "interventions"))
+    scope = params.list_scope("interventions", caller.project_id)
+    after = params.run_position(params.decode_cursor(args, "interventions", scope))
     with context.engine().connect() as conn:
         rows = queries.intervention_queue(conn, caller.project_id, after, limit + 1)
-    page, cursor = _page(rows, limit, lambda row: params.run_cursor("interventions", row))
+    page, cursor = _page(rows, limit, lambda row: params.run_cursor("interventions", row, scope))
     return jsonify({"runs": [jsonable(r) for r in page], "next_cursor": cursor})
+
+
+def _events_scope(project_id: str, run_id: str) -> str | None:
+    """What a cursor of this run's audit trail is bound to; None for a run id that is not a
+    UUID (a 404, once a malformed cursor has been answered 400 as for any list)."""
+    try:
+        parsed = uuid.UUID(run_id)
+    except ValueError:
+        return None
+    return params.list_scope("events", project_id, {"run": str(parsed)})
 
 
 @blueprint.get("/v1/projects/<project_id>/runs/<run_id>/events")
@@ -95,11 +118,14 @@ def run_events(project_id: str, run_id: str) -> Response:
     args = request.args
     params.check_known(args, ("limit", "cursor"))
     limit = params.limit(args)
-    after_seq = params.seq_position(params.decode_cursor(args, "events"))
+    scope = _events_scope(caller.project_id, run_id)
+    after_seq = params.seq_position(params.decode_cursor(args, "events", scope))
     parsed_id = run_id_or_404(run_id)
     with context.engine().connect() as conn:
         rows = queries.run_events(conn, caller.project_id, parsed_id, after_seq, limit + 1)
     if rows is None:
         raise errors.NotFound("no such run in this project")
-    page, cursor = _page(rows, limit, lambda row: params.encode_cursor("events", {"s": row["seq"]}))
+    page, cursor = _page(
+        rows, limit, lambda row: params.encode_cursor("events", {"s": row["seq"]}, scope)
+    )
     return jsonify({"events": [jsonable(r) for r in page], "next_cursor": cursor})

@@ -36,9 +36,10 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from awooop import errors
+from awooop.web import params
 
 ADMISSION_CHANNELS = ("telegram", "alertmanager", "gitea", "line", "api")
 OTHER_CHANNELS = ("runs-read", "management", "tool-result", "approval", "webhook-unknown")
@@ -1017,7 +1018,7 @@ class Generator:
                 run_id, expect, valid = self._run_id_trick(), NOT_FOUND, False
             query = ""
             if sub and rng.random() < 0.4:
-                query, refusal = self._event_query()
+                query, refusal = self._event_query(run_id)
                 if refusal is not None:
                     expect, valid = refusal, False
             if label == "good" and rng.random() < 0.1:
@@ -1364,8 +1365,16 @@ class Generator:
             (2, "webhook-unknown", unknown_webhook),
         ]
 
-    def _event_query(self) -> tuple[str, Expect | None]:
+    def _event_query(self, run_id: str) -> tuple[str, Expect | None]:
         rng = self.rng
+        try:
+            bound = {
+                "b": params.list_scope(
+                    "events", self.creds.project_id, {"run": str(uuid.UUID(unquote(run_id)))}
+                )
+            }
+        except ValueError:  # not a UUID: the cursor is only checked for its form
+            bound = {}
         choice = rng.choice(
             [
                 ("?limit=10", None),
@@ -1376,10 +1385,10 @@ class Generator:
                 ("?limit=%D9%A3", BAD),
                 ("?limit=1&limit=2", BAD),
                 ("?cursor=garbage%00", BAD),
-                ("?cursor=" + _cursor({"k": "events", "s": 2**63}), None),
-                ("?cursor=" + _cursor({"k": "events", "s": 10**30}), None),
-                ("?cursor=" + _cursor({"k": "events", "s": -1}), BAD),
-                ("?cursor=" + _cursor({"k": "events", "s": "1"}), BAD),
+                ("?cursor=" + _cursor({"k": "events", "s": 2**63, **bound}), None),
+                ("?cursor=" + _cursor({"k": "events", "s": 10**30, **bound}), None),
+                ("?cursor=" + _cursor({"k": "events", "s": -1, **bound}), BAD),
+                ("?cursor=" + _cursor({"k": "events", "s": "1", **bound}), BAD),
                 ("?cursor=" + _cursor({"k": "runs", "s": 1}), BAD),
                 ("?cursor=" + "A" * 513, BAD),
                 ("?unknown=1", BAD),
@@ -1389,8 +1398,10 @@ class Generator:
 
     def _list_query(self, which: str) -> tuple[str, Expect | None]:
         rng = self.rng
+        # A cursor of this list and project, without filters (as the queries below have none).
+        bound = params.list_scope(which, self.creds.project_id, {})
         good_cursor = _cursor(
-            {"k": which, "t": "2026-01-01T00:00:00+00:00", "r": str(uuid.UUID(int=1))}
+            {"k": which, "b": bound, "t": "2026-01-01T00:00:00+00:00", "r": str(uuid.UUID(int=1))}
         )
         common = [
             ("", None),
@@ -1420,7 +1431,12 @@ class Generator:
             (
                 "?cursor="
                 + _cursor(
-                    {"k": which, "t": "0001-01-01T05:00:00+04:00", "r": str(uuid.UUID(int=1))}
+                    {
+                        "k": which,
+                        "b": bound,
+                        "t": "0001-01-01T05:00:00+04:00",
+                        "r": str(uuid.UUID(int=1)),
+                    }
                 ),
                 None,
             ),
