@@ -466,7 +466,7 @@ SECURITY_SCHEMES: dict[str, Schema] = {
         "type": "http",
         "scheme": "bearer",
         "description": "A project API token. Roles: `viewer` < `operator` < `admin` for the "
-        "runs API; `ingest` only admits events and delivers tool results.",
+        "runs API; `ingest` only admits events, sends signals and delivers tool results.",
     },
     "telegramSecretToken": {
         "type": "apiKey",

@@ -1,10 +1,11 @@
 """Who is calling: a project API token and its role.
 
 Roles of API tokens: ``viewer`` < ``operator`` < ``admin`` for the runs API, and ``ingest``,
-which only admits events. Each kind of request names the set of roles it allows here
-(``READ``, ``OPERATE``, ``RERUN`` …). A missing or unknown token is a 401 ``E-AUTH-001``
-(alike for an unknown project, so projects cannot be enumerated); a valid token of this
-project whose role is not enough is a 403 ``E-AUTH-002``.
+which only admits events, sends signals and delivers tool results. Each kind of request
+names the set of roles it allows here (``READ``, ``OPERATE``, ``RERUN`` …). A missing or
+unknown token is a 401 ``E-AUTH-001`` (alike for an unknown project, so projects cannot be
+enumerated); a valid token of this project whose role is not enough is a 403
+``E-AUTH-002``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ ADMINISTER = frozenset({"admin"})
 # run a filter matches (POST …/runs/rerun, up to a thousand at a time) for admins only.
 RERUN = frozenset({"operator", "admin"})
 RERUN_MANY = frozenset({"admin"})
-# Roles whose tokens may admit events and deliver tool results (a viewer token only reads).
+# Roles whose tokens may admit events, send signals and deliver tool results (a viewer token
+# only reads).
 ADMIT = frozenset({"ingest", "operator", "admin"})
 
 
