@@ -18,6 +18,7 @@ with another request is a 422 ``E-IDEMPOTENT-002``. New runs answer 202.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
@@ -114,24 +115,30 @@ def _rerun_json(rerun: Rerun) -> dict[str, Any]:
     }
 
 
-@blueprint.post("/v1/projects/<project_id>/runs/<run_id>/rerun")
-def rerun_one(project_id: str, run_id: str) -> tuple[Response, int]:
-    caller = roles.authenticate(project_id, roles.RERUN)
-    key = _key()
-    reason = _body(RERUN_REQUEST, required=False)["reason"]
-    parsed_id = run_id_or_404(run_id)
+def rerun(caller: roles.Caller, run_id: uuid.UUID, key: str, reason: str) -> reruns.Reruns:
+    """Rerun one finished run of the caller's project (counted against its management rate
+    limit) and send the new run's message: the API's and the console's rerun of one run."""
     throttle.check(caller.project_id, throttle.MANAGEMENT, caller.auth.limits.management_per_minute)
     done = reruns.rerun_run(
         context.engine(),
         caller.project_id,
-        parsed_id,
+        run_id,
         key=key,
-        request_digest=digest({"run_id": str(parsed_id), "reason": reason}),
+        request_digest=digest({"run_id": str(run_id), "reason": reason}),
         actor=caller.actor,
         reason=reason,
         max_active_runs=caller.auth.limits.max_active_runs,
     )
     context.enqueue(done.due_now)
+    return done
+
+
+@blueprint.post("/v1/projects/<project_id>/runs/<run_id>/rerun")
+def rerun_one(project_id: str, run_id: str) -> tuple[Response, int]:
+    caller = roles.authenticate(project_id, roles.RERUN)
+    key = _key()
+    reason = _body(RERUN_REQUEST, required=False)["reason"]
+    done = rerun(caller, run_id_or_404(run_id), key, reason)
     body = _rerun_json(done.runs[0])
     if not done.created:
         body["code"] = errors.DUPLICATE_EVENT_CODE

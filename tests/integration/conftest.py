@@ -10,6 +10,21 @@ from sqlalchemy import Engine
 from awooop.config import Settings
 from awooop.tasks import handoff
 from awooop.web.app import create_app
+from tests.support import tokens
+from tests.support.console import login
+
+
+@pytest.fixture
+def role_tokens(engine: Engine, project: dict) -> dict[str, str]:
+    """An API token of the test project in each role, by role."""
+    return tokens.all_roles(engine, project["project_id"])
+
+
+@pytest.fixture
+def operator(client: FlaskClient, project: dict, role_tokens: dict[str, str]) -> FlaskClient:
+    """The test client signed in to the ops console with an operator token."""
+    assert login(client, project["project_id"], role_tokens["operator"]).status_code == 303
+    return client
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from awooop.web.app import create_app
 from awooop.web.console import views as console_views
 from tests.integration.conftest import queued_messages
 from tests.support import approvals as approval_setup
-from tests.support import db, requests, tokens
+from tests.support import db, requests
 from tests.support import runs as test_runs
 from tests.support.console import confirm_form, hidden_fields, login, submit, text
 
@@ -28,18 +28,6 @@ from tests.support.console import confirm_form, hidden_fields, login, submit, te
 def settings(settings: Settings) -> Settings:
     # No auth cache: a revoked token must end its session on the next request.
     return dataclasses.replace(settings, auth_cache_seconds=0)
-
-
-@pytest.fixture
-def role_tokens(engine, project) -> dict[str, str]:
-    return tokens.all_roles(engine, project["project_id"])
-
-
-@pytest.fixture
-def operator(client, project, role_tokens):
-    """A test client signed in with an operator token."""
-    assert login(client, project["project_id"], role_tokens["operator"]).status_code == 303
-    return client
 
 
 def halted_run(engine, settings, project, tmp_path) -> uuid.UUID:

@@ -11,14 +11,9 @@ import pytest
 from awooop import secrets
 from awooop.engine import runner
 from tests.integration.conftest import queued_messages
-from tests.support import db, tokens
+from tests.support import db
 from tests.support import runs as test_runs
 from tests.support.console import hidden_fields, login, text
-
-
-@pytest.fixture
-def role_tokens(engine, project) -> dict[str, str]:
-    return tokens.all_roles(engine, project["project_id"])
 
 
 def waiting_run(engine, settings, project_id: str) -> uuid.UUID:

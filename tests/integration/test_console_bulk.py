@@ -13,23 +13,12 @@ from werkzeug.datastructures import MultiDict
 from awooop.engine import runner
 from awooop.web.console import bulk
 from tests.integration.conftest import queued_messages
-from tests.support import db, tokens
+from tests.support import db
 from tests.support import overview as seed
 from tests.support import runs as test_runs
 from tests.support.console import hidden_fields, login, text
 
 _COUNT = re.compile(r'<strong class="bulk-count">(\d+)</strong>')
-
-
-@pytest.fixture
-def role_tokens(engine, project) -> dict[str, str]:
-    return tokens.all_roles(engine, project["project_id"])
-
-
-@pytest.fixture
-def operator(client, project, role_tokens):
-    assert login(client, project["project_id"], role_tokens["operator"]).status_code == 303
-    return client
 
 
 def confirm(client, segment: str, **filters: str) -> tuple[int, str, list[tuple[str, str]]]:

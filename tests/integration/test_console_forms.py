@@ -4,22 +4,14 @@ a comment or an operation id — is a 400 page that says so, and nothing is writ
 
 from __future__ import annotations
 
-import pytest
 from werkzeug.datastructures import MultiDict
 
 from awooop.engine import runner
-from tests.support import db, tokens
+from tests.support import db
 from tests.support import runs as test_runs
-from tests.support.console import confirm_form, hidden_fields, login, submit, text
+from tests.support.console import confirm_form, hidden_fields, submit, text
 
 NUL = "disk\x00replaced"
-
-
-@pytest.fixture
-def operator(client, engine, project):
-    token = tokens.all_roles(engine, project["project_id"])["operator"]
-    assert login(client, project["project_id"], token).status_code == 303
-    return client
 
 
 def completed_run(engine, settings, project):

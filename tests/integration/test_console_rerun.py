@@ -3,24 +3,11 @@
 
 from __future__ import annotations
 
-import pytest
-
 from awooop.engine import runner
 from tests.integration.conftest import queued_messages, queued_run_ids
-from tests.support import db, tokens
+from tests.support import db
 from tests.support import runs as test_runs
 from tests.support.console import confirm_form, hidden_fields, login, submit, text
-
-
-@pytest.fixture
-def role_tokens(engine, project) -> dict[str, str]:
-    return tokens.all_roles(engine, project["project_id"])
-
-
-@pytest.fixture
-def operator(client, project, role_tokens):
-    assert login(client, project["project_id"], role_tokens["operator"]).status_code == 303
-    return client
 
 
 def completed_run(engine, settings, project):

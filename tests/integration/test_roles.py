@@ -84,11 +84,6 @@ def settings(settings: Settings) -> Settings:
     return dataclasses.replace(settings, manual_close_enabled=1)
 
 
-@pytest.fixture
-def role_tokens(engine, project):
-    return tokens.all_roles(engine, project["project_id"])
-
-
 @pytest.mark.parametrize("endpoint", ENDPOINTS, ids=_id)
 @pytest.mark.parametrize("role", ALL_ROLES)
 def test_each_endpoint_allows_its_roles_and_forbids_the_others(

@@ -1,7 +1,7 @@
 """One run's management actions: the buttons its state allows, the confirmation page and
 the POST that carries the action out through the same code as the JSON management
 endpoints (:func:`awooop.web.management_api.perform`), or for a finished run's rerun as
-``POST …/runs/{run_id}/rerun`` does (:func:`awooop.engine.reruns.rerun_run`).
+``POST …/runs/{run_id}/rerun`` does (:func:`awooop.web.reruns_api.rerun`).
 
 A confirmation page renders a fresh ``operation_id`` (a double submit is one effect) and the
 run version the operator saw (a run that changed meanwhile is refused with a clear message).
@@ -16,11 +16,9 @@ from flask import flash, g, redirect, request, url_for
 from werkzeug.wrappers import Response as HttpResponse
 
 from awooop import errors
-from awooop.channels.base import digest
 from awooop.domain import states
-from awooop.engine import reruns
 from awooop.store import runs as store_runs
-from awooop.web import context, management_api, roles, throttle
+from awooop.web import context, management_api, reruns_api, roles
 from awooop.web.console import forms
 from awooop.web.console.base import LABELS, blueprint, page, require, secure
 
@@ -186,21 +184,10 @@ def _rerun(caller: roles.Caller, run_id: uuid.UUID, operation_id: str, reason: s
     """Rerun the finished run as the API does; the form's operation id is the request's
     idempotency key, so a second submit answers the run the first one made. Then the new
     run's page."""
-    throttle.check(caller.project_id, throttle.MANAGEMENT, caller.auth.limits.management_per_minute)
     try:
-        done = reruns.rerun_run(
-            context.engine(),
-            caller.project_id,
-            run_id,
-            key=operation_id,
-            request_digest=digest({"run_id": str(run_id), "reason": reason}),
-            actor=caller.actor,
-            reason=reason,
-            max_active_runs=caller.auth.limits.max_active_runs,
-        )
+        done = reruns_api.rerun(caller, run_id, operation_id, reason)
     except errors.NotFound:
         raise no_such_run() from None
-    context.enqueue(done.due_now)
     new = done.runs[0]
     if done.created:
         flash(f"Rerun: started as this run, a rerun of {str(run_id)[:8]}.", "info")
