@@ -104,8 +104,7 @@ def _add_start(actions: Any) -> None:
     start.add_argument(
         "--key",
         required=True,
-        help="the idempotency key: 1-255 printable ASCII characters (letters, digits, "
-        "punctuation, inner spaces)",
+        help="the idempotency key: 1-255 visible ASCII characters, no space or comma",
     )
     start.add_argument("--version", type=int, help="a registered version (default: the latest)")
     start.add_argument(

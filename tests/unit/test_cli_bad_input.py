@@ -80,24 +80,26 @@ def test_runs_start_refuses_an_input_that_is_not_json(wire, capsys, given):
     assert sent.sent == []
 
 
-@pytest.mark.parametrize("key", ["a\nb", "", "k" * 256, "clé", "tab\there", " k", "k "])
+@pytest.mark.parametrize(
+    "key", ["a\nb", "", "k" * 256, "clé", "tab\there", " k", "k ", "ticket 4711", "k4,k5"]
+)
 def test_runs_start_refuses_a_key_the_api_would_refuse(wire, capsys, key):
     sent = wire((202, {"run_id": RUN_ID, "status": "PENDING"}))
 
     code, _, err = awooop(capsys, "runs", "start", "ops", "wf", "--key", key)
 
     assert code == 2
-    assert "--key must be 1 to 255 printable ASCII characters" in one_line(err)
+    assert "--key must be 1 to 255 visible ASCII characters, no space or comma" in one_line(err)
     assert sent.sent == []
 
 
-def test_runs_start_sends_a_key_with_spaces_and_punctuation(wire, capsys):
+def test_runs_start_sends_a_key_with_punctuation(wire, capsys):
     sent = wire((202, {"run_id": RUN_ID, "status": "PENDING"}))
 
-    code, _, _ = awooop(capsys, "runs", "start", "ops", "wf", "--key", "ticket 4711/a:b", "--json")
+    code, _, _ = awooop(capsys, "runs", "start", "ops", "wf", "--key", "ticket-4711/a:b", "--json")
 
     assert code == 0
-    assert sent.sent[0].headers["Idempotency-Key"] == "ticket 4711/a:b"
+    assert sent.sent[0].headers["Idempotency-Key"] == "ticket-4711/a:b"
 
 
 @pytest.mark.parametrize("timeout", ["-1", "0", "nan", "inf"])
@@ -147,7 +149,7 @@ def test_runs_rerun_refuses_a_key_the_api_would_refuse(wire, capsys):
     code, _, err = awooop(capsys, "runs", "rerun", "ops", RUN_ID, "--key", "a\nb")
 
     assert code == 2
-    assert "--key must be 1 to 255 printable ASCII characters" in one_line(err)
+    assert "--key must be 1 to 255 visible ASCII characters, no space or comma" in one_line(err)
     assert sent.sent == []
 
 
