@@ -244,7 +244,7 @@ def test_bytes_on_stdin_that_are_not_utf8_are_refused(capsys, monkeypatch, setti
 
 @pytest.mark.parametrize(
     ("name", "message"),
-    [("x" * 201, "1 to 200 characters"), ("a\x01b", "control"), ("\udcff", "control")],
+    [("x" * 201, "1 to 200 characters"), ("a\x01b", "control"), ("\udcff", "UTF-8")],
 )
 def test_a_display_name_the_project_cannot_hold_is_refused(
     capsys, monkeypatch, settings, engine, name, message
