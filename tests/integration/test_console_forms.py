@@ -14,12 +14,6 @@ from tests.support.console import confirm_form, hidden_fields, submit, text
 NUL = "disk\x00replaced"
 
 
-def completed_run(engine, settings, project):
-    run_id = test_runs.admit(engine, project["project_id"])
-    assert runner.execute(engine, settings, run_id) == runner.Outcome.COMPLETED
-    return run_id
-
-
 def test_a_nul_in_an_actions_reason_is_a_400_and_changes_nothing(operator, engine, project):
     run_id = test_runs.admit(engine, project["project_id"])
     form = confirm_form(operator, run_id, "pause")
@@ -43,7 +37,7 @@ def test_a_nul_in_an_operation_id_is_a_refused_form(operator, engine, project):
 
 
 def test_a_nul_in_a_reruns_reason_is_a_400_and_makes_no_run(operator, engine, settings, project):
-    run_id = completed_run(engine, settings, project)
+    run_id = test_runs.completed(engine, settings, project["project_id"])
     form = confirm_form(operator, run_id, "rerun")
 
     response = submit(operator, run_id, "rerun", form, NUL)

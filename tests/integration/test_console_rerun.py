@@ -11,9 +11,7 @@ from tests.support.console import confirm_form, hidden_fields, login, submit, te
 
 
 def completed_run(engine, settings, project):
-    run_id = test_runs.admit(engine, project["project_id"], "noop-3", {"disk": "db-1"})
-    assert runner.execute(engine, settings, run_id) == runner.Outcome.COMPLETED
-    return run_id
+    return test_runs.completed(engine, settings, project["project_id"], event={"disk": "db-1"})
 
 
 def reruns_of(engine, run_id) -> list[dict]:

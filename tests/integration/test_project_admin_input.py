@@ -15,14 +15,7 @@ from sqlalchemy import text
 from awooop import cli, db, secrets
 from awooop.store import projects
 from tests.support import requests
-
-
-def run(capsys, monkeypatch, settings, *argv: str):
-    monkeypatch.setenv("AWOOOP_DATABASE_URL", settings.database_url)
-    monkeypatch.setenv("AWOOOP_SECRET_KEY", settings.secret_key)
-    code = cli.main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+from tests.support.commands import run
 
 
 def stdin_bytes(monkeypatch, raw: bytes) -> None:

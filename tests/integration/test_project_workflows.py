@@ -5,16 +5,11 @@ from __future__ import annotations
 
 import json
 
-from awooop import cli
-from tests.support import requests
+from tests.support import commands, requests
 
 
 def run(capsys, monkeypatch, settings, *argv: str):
-    monkeypatch.setenv("AWOOOP_DATABASE_URL", settings.database_url)
-    monkeypatch.setenv("AWOOOP_SECRET_KEY", settings.secret_key)
-    code = cli.main(["project", "workflows", *argv])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    return commands.run(capsys, monkeypatch, settings, "project", "workflows", *argv)
 
 
 def listed(out: str) -> list[str]:

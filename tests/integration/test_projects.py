@@ -8,14 +8,7 @@ import pytest
 from sqlalchemy import text
 
 from awooop import cli, secrets
-
-
-def run(capsys, monkeypatch, settings, *argv: str):
-    monkeypatch.setenv("AWOOOP_DATABASE_URL", settings.database_url)
-    monkeypatch.setenv("AWOOOP_SECRET_KEY", settings.secret_key)
-    code = cli.main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+from tests.support.commands import run
 
 
 def test_project_create_prints_fresh_credentials_and_stores_none_of_them(

@@ -51,6 +51,19 @@ def admit_many(
     return [admit(engine, project_id, workflow) for _ in range(n)]
 
 
+def completed(
+    engine: Engine,
+    settings: Settings,
+    project_id: str,
+    workflow: str = "noop-3",
+    event: dict[str, Any] | None = None,
+) -> uuid.UUID:
+    """A run admitted and driven to COMPLETED in this process."""
+    run_id = admit(engine, project_id, workflow, event)
+    assert runner.execute(engine, settings, run_id) == runner.Outcome.COMPLETED
+    return run_id
+
+
 def operate(
     engine: Engine,
     settings: Settings,
