@@ -167,9 +167,9 @@ def instant(raw: str) -> datetime:
         raise ValueError("out of range") from None
 
 
-# Cursors are opaque to clients: base64url JSON naming the list they belong to (``k``) and,
-# for the API's lists, what that list was (``b``: a digest of the project and the filters,
-# see :func:`list_scope`). A cursor is only taken by the list that issued it, with the same
+# Cursors are opaque to clients: base64url JSON naming the list they belong to (``k``) and
+# what that list was (``b``: a digest of the project and the filters, see :func:`list_scope`;
+# the API's lists and the console's pages alike). A cursor is only taken by the list that issued it, with the same
 # filters: another list's, another project's or another filter's cursor is a 400. They are
 # not signed: a client can forge one, but a cursor only says where a page starts — every
 # query is scoped by the caller's project and the request's own filters, never the cursor's.
@@ -189,6 +189,11 @@ def list_scope(kind: str, project_id: str, args: Mapping[str, Any] | None = None
 
 
 _SCOPE_LENGTH = 22
+
+
+def events_scope(project_id: str, run_id: uuid.UUID) -> str:
+    """What a cursor of one run's audit trail is bound to: the project and the run."""
+    return list_scope("events", project_id, {"run": str(run_id)})
 
 
 def encode_cursor(kind: str, position: Mapping[str, Any], scope: str | None = None) -> str:

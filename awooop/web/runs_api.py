@@ -101,16 +101,6 @@ def intervention_queue(project_id: str) -> Response:
     return jsonify({"runs": [jsonable(r) for r in page], "next_cursor": cursor})
 
 
-def _events_scope(project_id: str, run_id: str) -> str | None:
-    """What a cursor of this run's audit trail is bound to; None for a run id that is not a
-    UUID (a 404, once a malformed cursor has been answered 400 as for any list)."""
-    try:
-        parsed = uuid.UUID(run_id)
-    except ValueError:
-        return None
-    return params.list_scope("events", project_id, {"run": str(parsed)})
-
-
 @blueprint.get("/v1/projects/<project_id>/runs/<run_id>/events")
 def run_events(project_id: str, run_id: str) -> Response:
     """The run's audit trail (transitions, leases, steps, operations), oldest first."""
@@ -118,9 +108,9 @@ def run_events(project_id: str, run_id: str) -> Response:
     args = request.args
     params.check_known(args, ("limit", "cursor"))
     limit = params.limit(args)
-    scope = _events_scope(caller.project_id, run_id)
-    after_seq = params.seq_position(params.decode_cursor(args, "events", scope))
     parsed_id = run_id_or_404(run_id)
+    scope = params.events_scope(caller.project_id, parsed_id)
+    after_seq = params.seq_position(params.decode_cursor(args, "events", scope))
     with context.engine().connect() as conn:
         rows = queries.run_events(conn, caller.project_id, parsed_id, after_seq, limit + 1)
     if rows is None:

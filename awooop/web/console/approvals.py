@@ -51,14 +51,16 @@ def approvals_list() -> HttpResponse:
     caller: roles.Caller = g.caller
     args = given(request.args)
     params.check_known(args, ("cursor",))
-    after = _position(params.decode_cursor(args, "approvals"))
+    scope = params.list_scope("approvals", caller.project_id)
+    after = _position(params.decode_cursor(args, "approvals", scope))
     with context.read_engine().connect() as conn:
         rows = store_approvals.pending(conn, caller.project_id, after, PAGE_SIZE + 1)
     next_url = None
     if len(rows) > PAGE_SIZE:
         rows = rows[:PAGE_SIZE]
         last = {"t": rows[-1]["created_at"].isoformat(), "a": str(rows[-1]["approval_id"])}
-        next_url = url_for(".approvals_list", cursor=params.encode_cursor("approvals", last))
+        cursor = params.encode_cursor("approvals", last, scope)
+        next_url = url_for(".approvals_list", cursor=cursor)
     return page(
         "console/approvals.html",
         approvals=rows,

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from flask import g, request, url_for
+from werkzeug.datastructures import MultiDict
 from werkzeug.wrappers import Response as HttpResponse
 
 from awooop import errors
@@ -73,9 +74,15 @@ def runs() -> HttpResponse:
         "channels": RUN_CHANNEL_TYPES,
         "outbox_statuses": queries.OUTBOX_FILTER_STATUSES,
     }
+    # The filter form sends every field, the empty ones too: an empty field filters nothing,
+    # so it does not bind the cursor either.
+    given_filters = MultiDict(
+        [(k, v) for k, v in args.items(multi=True) if k != "cursor" and v != ""]
+    )
+    scope = params.list_scope("runs", caller.project_id, given_filters)
     try:
         filters = run_filters(args)
-        after = params.run_position(params.decode_cursor(args, "runs"))
+        after = params.run_position(params.decode_cursor(args, "runs", scope))
     except errors.MalformedRequest as bad:
         return page("console/runs.html", 400, runs=[], form=form, message=bad.message, **choices)
     with context.read_engine().connect() as conn:
@@ -84,7 +91,7 @@ def runs() -> HttpResponse:
     next_url = None
     if len(rows) > PAGE_SIZE:
         rows = rows[:PAGE_SIZE]
-        next_url = url_for(".runs", **kept, cursor=params.run_cursor("runs", rows[-1]))
+        next_url = url_for(".runs", **kept, cursor=params.run_cursor("runs", rows[-1], scope))
     offered = [(s, a) for s, a in bulk.ACTIONS.items() if caller.role in a.allowed]
     return page(
         "console/runs.html",
@@ -105,13 +112,15 @@ def interventions() -> HttpResponse:
     caller: roles.Caller = g.caller
     args = given(request.args)
     params.check_known(args, ("cursor",))
-    after = params.run_position(params.decode_cursor(args, "interventions"))
+    scope = params.list_scope("interventions", caller.project_id)
+    after = params.run_position(params.decode_cursor(args, "interventions", scope))
     with context.read_engine().connect() as conn:
         rows = queries.intervention_queue(conn, caller.project_id, after, PAGE_SIZE + 1)
     next_url = None
     if len(rows) > PAGE_SIZE:
         rows = rows[:PAGE_SIZE]
-        next_url = url_for(".interventions", cursor=params.run_cursor("interventions", rows[-1]))
+        cursor = params.run_cursor("interventions", rows[-1], scope)
+        next_url = url_for(".interventions", cursor=cursor)
     return page(
         "console/interventions.html",
         runs=rows,
@@ -141,8 +150,9 @@ def run_detail(run_id: str) -> HttpResponse:
     caller: roles.Caller = g.caller
     args = given(request.args)
     params.check_known(args, ("cursor",))
-    after_seq = params.seq_position(params.decode_cursor(args, "events"))
     parsed = run_id_or_404(run_id)
+    scope = params.events_scope(caller.project_id, parsed)
+    after_seq = params.seq_position(params.decode_cursor(args, "events", scope))
     with context.engine().connect() as conn:
         run = store_runs.get_run(conn, caller.project_id, parsed)
         if run is None:
@@ -158,7 +168,7 @@ def run_detail(run_id: str) -> HttpResponse:
     next_events_url = None
     if len(events) > EVENTS_PAGE_SIZE:
         events = events[:EVENTS_PAGE_SIZE]
-        cursor = params.encode_cursor("events", {"s": events[-1]["seq"]})
+        cursor = params.encode_cursor("events", {"s": events[-1]["seq"]}, scope)
         next_events_url = url_for(".run_detail", run_id=str(parsed), cursor=cursor)
     return page(
         "console/run.html",
