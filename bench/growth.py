@@ -101,8 +101,7 @@ def bench_admission(b: Bench, ids: list[str], body: bytes) -> list[dict[str, Any
     rows += [(f"{n:,} projects", n, load.BODY) for n in k.projects]
     rows.append((f"1 project, {size_text(len(body))} bodies", 1, body))
     results: list[dict[str, Any]] = []
-    with procs.started(procs.Web("web-growth-admission", b.logdir, **b.web_env)) as web:
-        web.wait()
+    with procs.serving(procs.Web("web-growth-admission", b.logdir, **b.web_env)) as web:
         for conns in k.connections:
             reference = None
             for label, n, row_body in rows:
@@ -286,8 +285,7 @@ def main() -> None:
                 knobs, url, logdir, broker, noise, tokens, settings.auth_cache_seconds, web_env
             )
             admission = bench_admission(b, admission_ids, body)
-            with procs.started(procs.Web("web-growth-e2e", logdir, **web_env)) as web:
-                web.wait()
+            with procs.serving(procs.Web("web-growth-e2e", logdir, **web_env)) as web:
                 e2e = [bench_e2e(b, web, key, e2e_ids[key], c, bd) for key, _, c, bd in rows]
             e2e_ratios(e2e)
             results: dict[str, Any] = {

@@ -265,6 +265,13 @@ def started(proc: P, stop_timeout: float = 15.0) -> Iterator[P]:
         proc.stop(stop_timeout)
 
 
+@contextlib.contextmanager
+def serving(web: Web) -> Iterator[Web]:
+    """``web`` once it answers (:meth:`Web.wait`), stopped on the way out."""
+    with started(web):
+        yield web.wait()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

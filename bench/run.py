@@ -133,9 +133,7 @@ def bench_admission(b: Bench, ids: tuple[str, str]) -> tuple[list[dict[str, Any]
     results: list[dict[str, Any]] = []
     pairs: dict[int, list[verdicts.Pair]] = {}
     baseline = procs.Web("web-baseline", b.logdir, "bench.baseline_app:create_app()")
-    with procs.started(procs.Web("web-awooop", b.logdir)) as real, procs.started(baseline):
-        real.wait()
-        baseline.wait()
+    with procs.serving(procs.Web("web-awooop", b.logdir)) as real, procs.serving(baseline):
         for conns in b.knobs.connections:
 
             def one_pair(k: int, conns: int = conns) -> verdicts.Pair:
