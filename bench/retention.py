@@ -412,16 +412,13 @@ def run_sweep(what: str, url: str, store: database.Store, logdir: Path, gap: flo
     passes_file = logdir / f"sweep-{what}.jsonl"
     argv = [sys.executable, "-c", _SWEEP, what, str(gap), str(passes_file)]
     env = procs.child_env(AWOOOP_DATABASE_URL=url, AWOOOP_LOG_LEVEL="WARNING")
-    child = procs.Proc(f"sweep-{what}", argv, env, logdir)
     samples: list[tuple[float, float, float]] = []
-    started = time.time()
-    try:
+    with procs.started(procs.Proc(f"sweep-{what}", argv, env, logdir)) as child:
+        started = time.time()
         while child.alive():
             samples.append(store.admit_and_claim(BENCH_PROJECT))
             if time.time() - started > 3600:
                 raise BenchError(f"the {what} sweep did not catch up within an hour")
-    finally:
-        child.stop()
     store.finish_claimed()
     if child.popen.returncode != 0:
         raise child.failure(f"the {what} sweep failed")
