@@ -193,12 +193,8 @@ def render_block(results: dict[str, Any]) -> str:
     max_body = f"`AWOOOP_MAX_BODY_BYTES` {k['max_body_bytes']:,}, " + (
         "raised for the bench" if k["max_body_raised"] else "as configured"
     )
+    written = report.written_by(results["command"], "bench.growth", results["machine"])
     lines = [
-        BEGIN,
-        "## Cost as work grows (`make bench-growth`)",
-        "",
-        report.written_by(results["command"], "bench.growth", results["machine"]),
-        "",
         "Admission and `noop-3` runs end to end as `make bench` measures them, with the events "
         "spread over more projects, with bigger bodies, and with a second worker process. The "
         "ratios compare rows of this run; the absolute figures are not comparable with "
@@ -242,7 +238,7 @@ def render_block(results: dict[str, Any]) -> str:
     ]
     if fails := failures(results):
         lines += [""] + [f"- **FAIL** {line}" for line in fails]
-    return "\n".join([*lines, END]) + "\n"
+    return report.section(BEGIN, END, "Cost as work grows (`make bench-growth`)", written, lines)
 
 
 # --- main --------------------------------------------------------------------------------------

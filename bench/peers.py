@@ -345,9 +345,8 @@ def render_markdown(
 ) -> str:
     n, pc = knobs.runs, knobs.procrastinate_concurrency
     versions = ", ".join(f"{p} {v}" for p, v in packages.items())
-    written = report.written_by(
-        report.command("bench-peers", "bench.peers"), "bench.peers", machine
-    )
+    command = report.command("bench-peers", "bench.peers")
+    written = f"{report.written_by(command, 'bench.peers', machine)} Packages: {versions}."
     intro = (
         f"{n:,} three-step no-op workflows with durable steps per system, each in a scratch "
         "database of its own, admitted with no worker running, then drained by ONE worker "
@@ -389,9 +388,8 @@ def render_markdown(
         [(w, fmt(v, 2), report.md_target(t), vd) for w, v, t, vd in targets(results)],
         "lrll",
     )
-    head = [BEGIN, "## Peers (`make bench-peers`)", "", f"{written} Packages: {versions}.", ""]
     body = [intro, "", *([reduced] if n != DEFAULT_RUNS else []), *drains, "", *latency, ""]
-    return "\n".join([*head, *body, *verdicts, "", END]) + "\n"
+    return report.section(BEGIN, END, "Peers (`make bench-peers`)", written, [*body, *verdicts, ""])
 
 
 # --- main ----------------------------------------------------------------------------------

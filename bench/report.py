@@ -304,6 +304,12 @@ def written_by(command: str, module: str, m: dict[str, str]) -> str:
     )
 
 
+def section(begin: str, end: str, title: str, written: str, body: Sequence[str]) -> str:
+    """A bench's block below MARKER: ``begin``, its ``## title``, ``written`` (who wrote it:
+    :func:`written_by`), ``body`` one line each, ``end``."""
+    return "\n".join([begin, f"## {title}", "", written, "", *body, end]) + "\n"
+
+
 # --- figures ---------------------------------------------------------------------------------
 
 

@@ -462,11 +462,6 @@ def render(r: dict[str, Any], knobs: Knobs) -> str:
     s, sweep, runs_aged = r["settings"], r["sweeps"]["retention"], r["backlog_before"]["runs"]
     anchor = "../bench/NOTES.md#make-bench-retention-benchretentionpy"
     lines = [
-        BEGIN,
-        "## Retention: a database with a month of history (`make bench-retention`)",
-        "",
-        report.written_by(r["command"], "bench.retention", r["machine"]),
-        "",
         "Two scratch databases on that server: **empty**, and **loaded** with a month of history "
         "generated with SQL. The store's admission and claim statements, admission over HTTP "
         "and `/metrics` scrapes are timed on both, alternating between them; then the sweeps "
@@ -493,9 +488,10 @@ def render(r: dict[str, Any], knobs: Knobs) -> str:
         f"the {runs_aged:,} runs past their age take {sweep['passes']} passes, about "
         f"{sweep['passes'] * s['retention_interval_s'] / 60:.0f} minutes.",
         "",
-        END,
     ]
-    return "\n".join(lines) + "\n"
+    title = "Retention: a database with a month of history (`make bench-retention`)"
+    written = report.written_by(r["command"], "bench.retention", r["machine"])
+    return report.section(BEGIN, END, title, written, lines)
 
 
 def loaded_text(r: dict[str, Any], knobs: Knobs) -> str:
