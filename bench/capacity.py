@@ -96,7 +96,7 @@ class Knobs:
                 "BENCH_CAPACITY_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//"
             ),
             timeout=env_float("BENCH_CAPACITY_TIMEOUT", 120 if quick else 900),
-            output=ROOT / os.environ.get("BENCH_CAPACITY_OUTPUT", "docs/scaling.md"),
+            output=report.output("docs/scaling.md", "BENCH_CAPACITY_OUTPUT"),
             ceiling_seconds=env_float("BENCH_CAPACITY_CEILING_SECONDS", 3 if quick else 15),
         )
 
