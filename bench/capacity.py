@@ -96,7 +96,7 @@ class Knobs:
                 "BENCH_CAPACITY_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//"
             ),
             timeout=env_float("BENCH_CAPACITY_TIMEOUT", 120 if quick else 900),
-            output=ROOT / os.environ.get("BENCH_CAPACITY_OUTPUT", "docs/scaling.md"),
+            output=report.output("docs/scaling.md", "BENCH_CAPACITY_OUTPUT"),
             ceiling_seconds=env_float("BENCH_CAPACITY_CEILING_SECONDS", 3 if quick else 15),
         )
 
@@ -218,8 +218,8 @@ def admit_with_fresh_web(
 ) -> None:
     """Start a web (one gunicorn worker: its CPU is not measured), admit ``n`` runs, stop it."""
     env = {"AWOOOP_WEB_WORKERS": "1", **broker.env, **env}
-    with procs.started(procs.Web(f"web-{label}", b.logdir, **env)) as web:
-        admit(web.wait(), label, source, n, spread=False)
+    with procs.serving(procs.Web(f"web-{label}", b.logdir, **env)) as web:
+        admit(web, label, source, n, spread=False)
     time.sleep(FLUSH_S)
 
 
@@ -238,8 +238,7 @@ def measure_admission(b: Bench, broker: Broker, project_id: str, batch: str) -> 
     database.vacuum_runs(b.url)
     counts0 = counts(b.url)
     name = f"web-admission-{broker.name.lower()}"
-    with procs.started(procs.Web(name, b.logdir, **b.knobs.web_workers, **broker.env)) as web:
-        web.wait()
+    with procs.serving(procs.Web(name, b.logdir, **b.knobs.web_workers, **broker.env)) as web:
         admit(web, "admission warm-up", load.events(b.tokens, [project_id], limit=warm), warm)
         before = b.snapshot(broker, web=web)
         source = load.events(b.tokens, [project_id], limit=n)

@@ -73,7 +73,7 @@ class Scratch:
     def __init__(self, url: str, keep: bool = False) -> None:
         self.url, self.keep = url, keep
         self.names: list[str] = []
-        server = make_url(url).set(database="postgres").render_as_string(hide_password=False)
+        server = database_url(url, "postgres")
         self.admin: Engine = create_engine(server, isolation_level="AUTOCOMMIT")
 
     def empty(self, prefix: str) -> tuple[str, str]:

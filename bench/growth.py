@@ -101,8 +101,7 @@ def bench_admission(b: Bench, ids: list[str], body: bytes) -> list[dict[str, Any
     rows += [(f"{n:,} projects", n, load.BODY) for n in k.projects]
     rows.append((f"1 project, {size_text(len(body))} bodies", 1, body))
     results: list[dict[str, Any]] = []
-    with procs.started(procs.Web("web-growth-admission", b.logdir, **b.web_env)) as web:
-        web.wait()
+    with procs.serving(procs.Web("web-growth-admission", b.logdir, **b.web_env)) as web:
         for conns in k.connections:
             reference = None
             for label, n, row_body in rows:
@@ -194,12 +193,8 @@ def render_block(results: dict[str, Any]) -> str:
     max_body = f"`AWOOOP_MAX_BODY_BYTES` {k['max_body_bytes']:,}, " + (
         "raised for the bench" if k["max_body_raised"] else "as configured"
     )
+    written = report.written_by(results["command"], "bench.growth", results["machine"])
     lines = [
-        BEGIN,
-        "## Cost as work grows (`make bench-growth`)",
-        "",
-        report.written_by(results["command"], "bench.growth", results["machine"]),
-        "",
         "Admission and `noop-3` runs end to end as `make bench` measures them, with the events "
         "spread over more projects, with bigger bodies, and with a second worker process. The "
         "ratios compare rows of this run; the absolute figures are not comparable with "
@@ -243,7 +238,7 @@ def render_block(results: dict[str, Any]) -> str:
     ]
     if fails := failures(results):
         lines += [""] + [f"- **FAIL** {line}" for line in fails]
-    return "\n".join([*lines, END]) + "\n"
+    return report.section(BEGIN, END, "Cost as work grows (`make bench-growth`)", written, lines)
 
 
 # --- main --------------------------------------------------------------------------------------
@@ -286,8 +281,7 @@ def main() -> None:
                 knobs, url, logdir, broker, noise, tokens, settings.auth_cache_seconds, web_env
             )
             admission = bench_admission(b, admission_ids, body)
-            with procs.started(procs.Web("web-growth-e2e", logdir, **web_env)) as web:
-                web.wait()
+            with procs.serving(procs.Web("web-growth-e2e", logdir, **web_env)) as web:
                 e2e = [bench_e2e(b, web, key, e2e_ids[key], c, bd) for key, _, c, bd in rows]
             e2e_ratios(e2e)
             results: dict[str, Any] = {

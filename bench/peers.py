@@ -231,22 +231,19 @@ def commits(url: str) -> int:
 
 def drain(s: System, worker: procs.Proc, n: int, noise: procs.Noise, info: dict[str, Any]) -> None:
     """Until the worker has completed all n workflows; CPU (from the first claim) and span."""
-    progress = s.progress()
-    started = time.monotonic()
+    with contextlib.closing(s.progress()) as progress:
+        started = time.monotonic()
 
-    def on_poll(done: int) -> None:
-        if "startup_cpu_s" not in info and progress.counts()[2] > 0:  # the first claim
-            info["startup_s"] = time.monotonic() - started
-            info["startup_cpu_s"] = worker.cpu_seconds()
+        def on_poll(done: int) -> None:
+            if "startup_cpu_s" not in info and progress.counts()[2] > 0:  # the first claim
+                info["startup_s"] = time.monotonic() - started
+                info["startup_cpu_s"] = worker.cpu_seconds()
 
-    try:
         if done := progress.counts()[0]:
             raise BenchError(f"{s.label}: {done} workflows done before the worker started")
         with noise.measure(info):
             progress.wait(n, [worker], max(120.0, n / 10), on_poll, POLL_S)
         info["seconds"] = progress.span()
-    finally:
-        progress.close()
     info["wall_s"] = time.monotonic() - started
     info["worker_cpu_ms"] = (worker.cpu_seconds() - info.get("startup_cpu_s", 0.0)) * 1000 / n
     info["per_s"] = n / info["seconds"] if info["seconds"] > 0 else float("nan")
@@ -297,19 +294,18 @@ def latency_phase(s: System, drained: int, rate: float, seconds: int) -> dict[st
     """Open loop at ``rate`` a second for ``seconds`` with one worker running (warmed by
     WARM_UP workflows first): each workflow's admission, first step and completion."""
     n = max(20, int(rate * seconds))
-    progress = s.progress()
-    try:
-        with procs.started(s.start_worker()) as worker:
-            for count, first in ((WARM_UP, drained), (n, drained + WARM_UP)):
-                since = time.time()
-                s.admit(count, first, rate)
-                total = first + count
-                progress.wait(total, [worker], max(60.0, 4 * total / rate), poll=POLL_S)
-            with progress.conn.cursor() as cur:
-                cur.execute(QUERIES[s.key][2], {**s.params, "since": since})
-                rows = [(float(a), float(b), float(c)) for a, b, c in cur.fetchall()]
-    finally:
-        progress.close()
+    with (
+        contextlib.closing(s.progress()) as progress,
+        procs.started(s.start_worker()) as worker,
+    ):
+        for count, first in ((WARM_UP, drained), (n, drained + WARM_UP)):
+            since = time.time()
+            s.admit(count, first, rate)
+            total = first + count
+            progress.wait(total, [worker], max(60.0, 4 * total / rate), poll=POLL_S)
+        with progress.conn.cursor() as cur:
+            cur.execute(QUERIES[s.key][2], {**s.params, "since": since})
+            rows = [(float(a), float(b), float(c)) for a, b, c in cur.fetchall()]
     if len(rows) != n:
         raise BenchError(f"{s.label}: {len(rows)} of the latency phase's {n} workflows found")
     admitted = [a for a, _, _ in rows]  # the arrival rate achieved, from their own times
@@ -349,9 +345,8 @@ def render_markdown(
 ) -> str:
     n, pc = knobs.runs, knobs.procrastinate_concurrency
     versions = ", ".join(f"{p} {v}" for p, v in packages.items())
-    written = report.written_by(
-        report.command("bench-peers", "bench.peers"), "bench.peers", machine
-    )
+    command = report.command("bench-peers", "bench.peers")
+    written = f"{report.written_by(command, 'bench.peers', machine)} Packages: {versions}."
     intro = (
         f"{n:,} three-step no-op workflows with durable steps per system, each in a scratch "
         "database of its own, admitted with no worker running, then drained by ONE worker "
@@ -393,9 +388,8 @@ def render_markdown(
         [(w, fmt(v, 2), report.md_target(t), vd) for w, v, t, vd in targets(results)],
         "lrll",
     )
-    head = [BEGIN, "## Peers (`make bench-peers`)", "", f"{written} Packages: {versions}.", ""]
     body = [intro, "", *([reduced] if n != DEFAULT_RUNS else []), *drains, "", *latency, ""]
-    return "\n".join([*head, *body, *verdicts, "", END]) + "\n"
+    return report.section(BEGIN, END, "Peers (`make bench-peers`)", written, [*body, *verdicts, ""])
 
 
 # --- main ----------------------------------------------------------------------------------

@@ -265,6 +265,13 @@ def started(proc: P, stop_timeout: float = 15.0) -> Iterator[P]:
         proc.stop(stop_timeout)
 
 
+@contextlib.contextmanager
+def serving(web: Web) -> Iterator[Web]:
+    """``web`` once it answers (:meth:`Web.wait`), stopped on the way out."""
+    with started(web):
+        yield web.wait()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -283,14 +290,12 @@ def run_to_end(
     name: str, argv: list[str], env: dict[str, str], logdir: Path, timeout: float
 ) -> float:
     """Run a command to its end; seconds taken."""
-    proc = Proc(name, argv, env, logdir)
-    t0 = time.perf_counter()
-    try:
-        proc.popen.wait(timeout=timeout)
-    except subprocess.TimeoutExpired as exc:
-        raise proc.failure(f"{name} did not finish within {timeout:.0f} s") from exc
-    finally:
-        proc.stop()
+    with started(Proc(name, argv, env, logdir)) as proc:
+        t0 = time.perf_counter()
+        try:
+            proc.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            raise proc.failure(f"{name} did not finish within {timeout:.0f} s") from exc
     if proc.popen.returncode != 0:
         raise proc.failure(f"{name} exited with status {proc.popen.returncode}")
     return time.perf_counter() - t0

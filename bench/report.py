@@ -304,6 +304,12 @@ def written_by(command: str, module: str, m: dict[str, str]) -> str:
     )
 
 
+def section(begin: str, end: str, title: str, written: str, body: Sequence[str]) -> str:
+    """A bench's block below MARKER: ``begin``, its ``## title``, ``written`` (who wrote it:
+    :func:`written_by`), ``body`` one line each, ``end``."""
+    return "\n".join([begin, f"## {title}", "", written, "", *body, end]) + "\n"
+
+
 # --- figures ---------------------------------------------------------------------------------
 
 
@@ -352,8 +358,13 @@ def table(header: str, rows: Sequence[str | Sequence[Any]], align: str = "") -> 
         "|" + "|".join(f" {c.strip()} " if c.strip() else " " for c in cells) + "|",
         "|" + "|".join("---" if a == "l" else "---:" for a in align) + "|",
     ]
-    cells_of = (r.split(" | ") if isinstance(r, str) else [str(c) for c in r] for r in rows)
-    return out + ["| " + " | ".join(cells) + " |" for cells in cells_of]
+    return out + table_rows(rows)
+
+
+def table_rows(rows: Sequence[str | Sequence[Any]]) -> list[str]:
+    """Markdown table rows: each a string of cells joined by " | ", or the sequence of its
+    cells."""
+    return [f"| {r if isinstance(r, str) else ' | '.join(map(str, r))} |" for r in rows]
 
 
 def report_failures(label: str, result: Any) -> list[str]:

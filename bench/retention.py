@@ -412,16 +412,13 @@ def run_sweep(what: str, url: str, store: database.Store, logdir: Path, gap: flo
     passes_file = logdir / f"sweep-{what}.jsonl"
     argv = [sys.executable, "-c", _SWEEP, what, str(gap), str(passes_file)]
     env = procs.child_env(AWOOOP_DATABASE_URL=url, AWOOOP_LOG_LEVEL="WARNING")
-    child = procs.Proc(f"sweep-{what}", argv, env, logdir)
     samples: list[tuple[float, float, float]] = []
-    started = time.time()
-    try:
+    with procs.started(procs.Proc(f"sweep-{what}", argv, env, logdir)) as child:
+        started = time.time()
         while child.alive():
             samples.append(store.admit_and_claim(BENCH_PROJECT))
             if time.time() - started > 3600:
                 raise BenchError(f"the {what} sweep did not catch up within an hour")
-    finally:
-        child.stop()
     store.finish_claimed()
     if child.popen.returncode != 0:
         raise child.failure(f"the {what} sweep failed")
@@ -465,11 +462,6 @@ def render(r: dict[str, Any], knobs: Knobs) -> str:
     s, sweep, runs_aged = r["settings"], r["sweeps"]["retention"], r["backlog_before"]["runs"]
     anchor = "../bench/NOTES.md#make-bench-retention-benchretentionpy"
     lines = [
-        BEGIN,
-        "## Retention: a database with a month of history (`make bench-retention`)",
-        "",
-        report.written_by(r["command"], "bench.retention", r["machine"]),
-        "",
         "Two scratch databases on that server: **empty**, and **loaded** with a month of history "
         "generated with SQL. The store's admission and claim statements, admission over HTTP "
         "and `/metrics` scrapes are timed on both, alternating between them; then the sweeps "
@@ -496,9 +488,10 @@ def render(r: dict[str, Any], knobs: Knobs) -> str:
         f"the {runs_aged:,} runs past their age take {sweep['passes']} passes, about "
         f"{sweep['passes'] * s['retention_interval_s'] / 60:.0f} minutes.",
         "",
-        END,
     ]
-    return "\n".join(lines) + "\n"
+    title = "Retention: a database with a month of history (`make bench-retention`)"
+    written = report.written_by(r["command"], "bench.retention", r["machine"])
+    return report.section(BEGIN, END, title, written, lines)
 
 
 def loaded_text(r: dict[str, Any], knobs: Knobs) -> str:

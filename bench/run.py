@@ -133,9 +133,7 @@ def bench_admission(b: Bench, ids: tuple[str, str]) -> tuple[list[dict[str, Any]
     results: list[dict[str, Any]] = []
     pairs: dict[int, list[verdicts.Pair]] = {}
     baseline = procs.Web("web-baseline", b.logdir, "bench.baseline_app:create_app()")
-    with procs.started(procs.Web("web-awooop", b.logdir)) as real, procs.started(baseline):
-        real.wait()
-        baseline.wait()
+    with procs.serving(procs.Web("web-awooop", b.logdir)) as real, procs.serving(baseline):
         for conns in b.knobs.connections:
 
             def one_pair(k: int, conns: int = conns) -> verdicts.Pair:
@@ -585,8 +583,7 @@ class Figures(dict):  # type: ignore[type-arg]
 
 
 def md_rows(rows: list[Any]) -> str:
-    """Table rows: each a string of cells joined by " | ", or the sequence of its cells."""
-    return "\n".join(f"| {r if isinstance(r, str) else ' | '.join(map(str, r))} |" for r in rows)
+    return "\n".join(report.table_rows(rows))
 
 
 def _digits(what: str) -> int:
@@ -621,8 +618,7 @@ def batch_rows(series: dict[str, Any]) -> list[str]:
         ]
     return [
         f"{label} | {m.get('tasks', m.get('runs'))} | {fmt(m.get('per_s'), 0)} | "
-        f"{fmt(m.get('seconds'), 2)} | {fmt(m.get('worker_cpu_ms'), 2)} | "
-        f"{fmt(m.get('other_cpu_pct'), 0)}% | {fmt(m.get('io_cpu_pct'), 0)}%"
+        f"{fmt(m.get('seconds'), 2)} | {fmt(m.get('worker_cpu_ms'), 2)} | {report.noise_cells(m)}"
         for label, m in chain
     ]
 
