@@ -169,10 +169,11 @@ def instant(raw: str) -> datetime:
 
 # Cursors are opaque to clients: base64url JSON naming the list they belong to (``k``) and
 # what that list was (``b``: a digest of the project and the filters, see :func:`list_scope`;
-# the API's lists and the console's pages alike). A cursor is only taken by the list that issued it, with the same
-# filters: another list's, another project's or another filter's cursor is a 400. They are
-# not signed: a client can forge one, but a cursor only says where a page starts — every
-# query is scoped by the caller's project and the request's own filters, never the cursor's.
+# the API's lists and the console's pages alike). A cursor is only taken by the list that
+# issued it, with the same filters: another list's, another project's or another filter's
+# cursor is a 400. They are not signed: a client can forge one, but a cursor only says where
+# a page starts — every query is scoped by the caller's project and the request's own
+# filters, never the cursor's.
 
 
 def list_scope(kind: str, project_id: str, args: Mapping[str, Any] | None = None) -> str:
