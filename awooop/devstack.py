@@ -474,13 +474,49 @@ def _recorded_runner(paths: Paths) -> int | None:
     return pid if _start_time(pid) == start else None
 
 
+def _descendants(pid: int) -> dict[int, str]:
+    """The processes below ``pid`` (children, theirs, ...), with their start times (/proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found: dict[int, str] = {}
+    todo = list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        start = _start_time(child)
+        if start is not None and child not in found:
+            found[child] = start
+            todo.extend(children.get(child, []))
+    return found
+
+
+def _signal_alive(processes: dict[int, str], signum: int) -> list[int]:
+    """Send ``signum`` to each process still running as recorded (same start time)."""
+    alive = [pid for pid, start in processes.items() if _start_time(pid) == start]
+    for pid in alive:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signum)
+    return alive
+
+
 def stop_runner(paths: Paths, timeout: float = 15.0) -> int | None:
     """SIGTERM the recorded honcho and wait for it to stop its processes; returns its pid
-    (None when none of this state directory runs)."""
+    (None when none of this state directory runs).
+
+    A honcho that cannot stop them (it hangs once the reader of its output is gone, as
+    after Ctrl-C on `make run | tee`) is killed, and the processes it had started that
+    still run are stopped here: SIGTERM, then SIGKILL five seconds later."""
     pid = _recorded_runner(paths)
     paths.runner_pidfile.unlink(missing_ok=True)
     if pid is None:
         return None
+    started = _descendants(pid)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
@@ -488,6 +524,13 @@ def stop_runner(paths: Paths, timeout: float = 15.0) -> int | None:
             time.sleep(0.1)
         if _start_time(pid) is not None:
             os.kill(pid, signal.SIGKILL)
+    if _signal_alive(started, signal.SIGTERM):
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline and any(
+            _start_time(child) == start for child, start in started.items()
+        ):
+            time.sleep(0.1)
+        _signal_alive(started, signal.SIGKILL)
     return pid
 
 

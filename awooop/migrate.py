@@ -51,6 +51,11 @@ class MigrateError(RuntimeError):
     """The migration could not run; the message says why and what to do."""
 
 
+class RevisionError(MigrateError):
+    """The revision asked for is not one this release can migrate to from the database's
+    (no migration has it, or a downgrade to a revision above the schema): bad input."""
+
+
 def _say(message: str) -> None:
     print(f"awooop migrate: {message}", file=sys.stderr, flush=True)
 
@@ -162,6 +167,8 @@ def _migrate_with_retries(
             except Exception as exc:
                 if conn.in_transaction():
                     conn.rollback()
+                if _is_revision_error(exc):
+                    raise RevisionError(_revision_problem(conn, revision, down, exc)) from exc
                 if not schema.is_lock_timeout(exc):
                     raise
                 if attempt == retries:
@@ -180,6 +187,28 @@ def _migrate_with_retries(
                 time.sleep(timeout)
     finally:
         event.remove(conn, "begin", set_lock_timeout)
+
+
+def _is_revision_error(exc: BaseException) -> bool:
+    from alembic.util.exc import CommandError
+
+    return isinstance(exc, CommandError)
+
+
+def _revision_problem(conn: Connection, revision: str, down: bool, exc: BaseException) -> str:
+    """One line: what alembic refused, where the database is and what this release has."""
+    from alembic.script import ScriptDirectory
+
+    found = schema.revisions(conn)
+    conn.rollback()
+    at = f"revision {', '.join(sorted(found))}" if found else "no revision (no AwoooP tables)"
+    revisions = [r.revision for r in ScriptDirectory(str(MIGRATIONS)).walk_revisions()]
+    reason = " ".join(str(exc).split())
+    return (
+        f"cannot migrate {'down' if down else 'up'} to {revision!r}: {reason}. The database is "
+        f"at {at}; this release's migrations are {revisions[-1]} to {revisions[0]} "
+        "(`head` is the newest; `base`, with --down, drops every AwoooP table)"
+    )
 
 
 def _alembic(conn: Connection, revision: str, down: bool) -> None:

@@ -27,10 +27,18 @@ DEMO_PROJECT = "demo"
 def cmd_migrate(args: argparse.Namespace) -> int:
     from awooop import migrate
 
-    down = args.revision.startswith("-") or args.direction == "down"
+    revision = args.revision or "head"
+    down = revision.startswith("-") or args.direction == "down"
+    if args.direction == "down" and args.revision in (None, "head"):
+        raise UsageError(
+            "--down needs the revision to go back to, e.g. `awooop migrate --down 0013` "
+            "(or `base`: every AwoooP table dropped)"
+        )
     settings = _db.settings("database_url")
     try:
-        migrate.run(settings, args.revision, down=down)
+        migrate.run(settings, revision, down=down)
+    except migrate.RevisionError as error:  # the user's input: exit status 2
+        raise UsageError(str(error)) from error
     except migrate.MigrateError as error:
         print(f"awooop: error: {error}", file=sys.stderr)
         return 1
@@ -218,9 +226,17 @@ def add_parser(sub: Any) -> None:
     )
     config_cmd.set_defaults(func=cmd_config)
 
-    migrate = sub.add_parser("migrate", help="apply database migrations (alembic)")
+    migrate = sub.add_parser(
+        "migrate",
+        help="apply database migrations (alembic)",
+        description="Upgrades the database to this release's newest migration (or to "
+        "REVISION). Safe to run on every deploy, while the previous release serves: one "
+        "migrate at a time (an advisory lock; a second one waits), a lock timeout on each "
+        "migration. With --down, goes back to REVISION: run it only with no process of the "
+        "newer release serving. docs/upgrading.md says more.",
+    )
     migrate.add_argument(
-        "revision", nargs="?", default="head", help="target revision (default: head)"
+        "revision", nargs="?", default=None, help="target revision (default: head)"
     )
     migrate.add_argument(
         "--down",

@@ -179,8 +179,11 @@ def cmd_project_workflows(args: argparse.Namespace) -> int:
     unknown = sorted(set(allow) - _registered_names())
     if unknown:
         known = ", ".join(sorted(_registered_names()))
+        modules = settings.workflow_modules or "not set here"
         raise UsageError(
-            f"no registered workflow is called {', '.join(map(repr, unknown))}; registered: {known}"
+            f"no registered workflow is called {', '.join(map(repr, unknown))}; registered: "
+            f"{known}; a workflow of your own is registered when its module is named in "
+            f"AWOOOP_WORKFLOW_MODULES ({modules}) and importable (PYTHONPATH)"
         )
     with _db.engine(settings).connect() as conn:
         if allow or disallow:

@@ -117,3 +117,41 @@ def test_dev_down_leaves_alone_a_process_that_took_a_recorded_pid(tmp_path, honc
     assert down.returncode == 0, down.stderr
     assert down.stdout.strip() == "stopped: nothing was running"
     assert other.running()
+
+
+def test_dev_down_stops_the_processes_of_a_honcho_that_cannot_stop_them(tmp_path):
+    # Given make run's honcho whose output went to a reader that is gone (`make run | tee`,
+    # Ctrl-C: tee dies with honcho's SIGINT), so that honcho hangs instead of stopping its
+    # processes, each in a process group of its own
+    directory = tmp_path / "ours"
+    directory.mkdir()
+    (directory / "Procfile").write_text("sleeper: sleep 600\n")
+    state = directory / ".awooop"
+    runner = subprocess.Popen(
+        dev(state, "run", "Procfile"),
+        cwd=directory,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    assert runner.stdout is not None
+    child = 0
+    for line in runner.stdout:
+        found = re.search(rb"sleeper\.1 started \(pid=(\d+)\)", line)
+        if found:
+            child = int(found.group(1))
+            break
+    try:
+        runner.stdout.close()
+        os.kill(runner.pid, signal.SIGINT)
+
+        down = subprocess.run(dev(state, "down"), capture_output=True, text=True, timeout=90)
+
+        assert down.returncode == 0, down.stderr
+        wait_until(lambda: not _alive(child), 15, "the hung honcho's process to be stopped")
+        assert runner.wait(timeout=10) is not None
+    finally:
+        for pid in (child, runner.pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+        runner.wait(timeout=10)

@@ -523,6 +523,7 @@ STEPS: dict[str, Step] = {
     "awooop metrics reset": Step("deployment", emptied_metrics),
     "awooop project create ops": Step("deployment", created_project),
     "awooop project token ops --role viewer": Step("deployment", made_token("viewer")),
+    "awooop project token ops --role admin": Step("deployment", made_token("admin")),
     "awooop project routes ops alertmanager=alert-triage telegram=chatops line=chatops": Step(
         "deployment", routes(alertmanager="alert-triage", telegram="chatops", line="chatops")
     ),
@@ -756,12 +757,10 @@ STEPS: dict[str, Step] = {
     ),
     # (--quiet keeps the banner off; at INFO a started worker logs its "ready." line, after
     # the start-up check of the settings.)
-    "celery -A awooop.tasks.app --quiet worker -Q runs,notifications --loglevel INFO": Step(
-        "install", starts_when="log:ready."
-    ),
-    "celery -A awooop.tasks.app --quiet worker -Q maintenance --loglevel INFO": Step(
-        "install", starts_when="log:ready."
-    ),
+    "celery -A awooop.tasks.app --quiet worker -Q runs,notifications -n worker@%h "
+    "--loglevel INFO": Step("install", starts_when="log:ready."),
+    "celery -A awooop.tasks.app --quiet worker -Q maintenance -n maintenance@%h "
+    "--loglevel INFO": Step("install", starts_when="log:ready."),
     "mkdir -p /var/lib/awooop": Step(
         "install", succeeds, replace=(("/var/lib/awooop", "{state}"),)
     ),
@@ -1059,6 +1058,7 @@ def test_the_operations_approvals_and_workflows_docs_work_on_a_deployment(
     session.shell.env["OPERATOR_TOKEN"] = operator_token  # what the reader copied
     for command in (
         "awooop project token ops --role viewer",
+        "awooop project token ops --role admin",
         "awooop project routes ops alertmanager=alert-triage telegram=chatops line=chatops",
         "awooop project config ops actions_url=https://automation.example "
         "approvers=telegram:777000111 notify_telegram_chat=-1001234567890",

@@ -18,6 +18,7 @@ from sqlalchemy.engine import make_url
 from awooop import migrate
 from awooop.config import Settings
 from awooop.store import schema
+from tests.support import commands
 from tests.support.processes import BIN
 from tests.support.waiting import until
 
@@ -265,3 +266,35 @@ def test_the_schema_check_refuses_an_older_schema_and_accepts_head_or_a_later_on
     with db.connect() as conn:  # a later release's migration, unknown to this one
         conn.execute(text("UPDATE alembic_version SET version_num = 'later'"))
     assert problem() is None
+
+
+# --- a revision this release does not have ----------------------------------------------------
+
+
+def one_error_line(err: str) -> str:
+    assert err.count("\n") == 1 and err.startswith("awooop: error: "), err
+    return err
+
+
+def test_a_revision_no_migration_has_is_refused_on_one_line(db, empty_url, capsys, monkeypatch):
+    settings = settings_for(empty_url, secret_key=os.environ["AWOOOP_SECRET_KEY"])
+
+    code, out, err = commands.run(capsys, monkeypatch, settings, "migrate", "9999")
+
+    assert (code, out) == (2, "")
+    assert "'9999'" in one_error_line(err) and migrate.head_revision() in err
+    with db.connect() as conn:  # nothing was migrated
+        assert conn.execute(text("SELECT to_regclass('alembic_version')")).scalar() is None
+
+
+def test_a_downgrade_to_a_revision_above_the_schema_is_refused_on_one_line(
+    db, empty_url, capsys, monkeypatch
+):
+    settings = settings_for(empty_url, secret_key=os.environ["AWOOOP_SECRET_KEY"])
+    migrate.run(settings, "0007")
+
+    code, out, err = commands.run(capsys, monkeypatch, settings, "migrate", "--down", "0013")
+
+    assert (code, out) == (2, "")
+    assert "0013" in one_error_line(err) and "0007" in err
+    assert revision(db) == "0007"

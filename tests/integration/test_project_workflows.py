@@ -52,6 +52,22 @@ def test_allowing_a_name_no_registered_workflow_has_is_refused_and_changes_nothi
     assert listed(out) == []
 
 
+def test_refusing_an_unknown_name_says_how_a_workflow_of_ones_own_is_registered(
+    capsys, monkeypatch, settings, project
+):
+    # Given a reader who saved a workflow module but did not name it for the command
+    monkeypatch.delenv("AWOOOP_WORKFLOW_MODULES", raising=False)
+
+    code, _, err = run(capsys, monkeypatch, settings, project["project_id"], "--allow", "mine")
+
+    assert code == 2
+    assert err.count("\n") == 1, err
+    assert (
+        "a workflow of your own is registered when its module is named in "
+        "AWOOOP_WORKFLOW_MODULES (not set here) and importable (PYTHONPATH)" in err
+    )
+
+
 def test_allowing_and_disallowing_one_name_at_once_is_refused(
     capsys, monkeypatch, settings, project
 ):

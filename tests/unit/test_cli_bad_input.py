@@ -254,3 +254,19 @@ def test_runs_show_says_last_held_by_for_a_run_whose_lease_is_gone(wire, capsys)
     assert code == 0
     assert "  last held by w1:4242:ab12" in out.splitlines()
     assert "lease until" not in out
+
+
+# --- awooop migrate ---------------------------------------------------------------------------
+
+
+def test_a_downgrade_without_a_revision_is_refused_before_connecting(monkeypatch, capsys):
+    monkeypatch.setenv("AWOOOP_DATABASE_URL", UNREACHABLE_DATABASE)
+
+    code = cli.main(["migrate", "--down"])
+
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, "")
+    assert one_line(err) == (
+        "awooop: error: --down needs the revision to go back to, e.g. "
+        "`awooop migrate --down 0013` (or `base`: every AwoooP table dropped)\n"
+    )
