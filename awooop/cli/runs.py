@@ -305,17 +305,21 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(done.raw, indent=2))
     elif done.dry_run:
-        print(f"{done.count} finished runs would be rerun, at most {done.rate:g} a second")
+        print(f"{_runs(done.count, 'finished run')} would be rerun, at most {done.rate:g} a second")
         if done.run_ids:
             print(output.table(("RUN ID",), [(run_id,) for run_id in done.run_ids]))
     else:
         made = "rerun" if done.created else "already rerun with this key:"
-        print(f"{made} {len(done.runs)} runs, at most {done.rate:g} a second")
+        print(f"{made} {_runs(len(done.runs), 'run')}, at most {done.rate:g} a second")
         if done.runs:
             print(_rerun_table(done.runs))
     if done.more and done.next_cursor is not None:
         output.note(f"more runs match: add --cursor {done.next_cursor}")
     return 0
+
+
+def _runs(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def _key(args: argparse.Namespace) -> str:

@@ -137,7 +137,7 @@ def test_runs_rerun_dry_run_counts_and_lists_the_runs(wire, capsys):
     assert "Idempotency-Key" not in sent.sent[0].headers
     assert sent.body() == {"filters": {"tag": ["service:db-1"]}, "dry_run": True, "rate": 2.0}
     assert out.splitlines() == [
-        "1 finished runs would be rerun, at most 5 a second",
+        "1 finished run would be rerun, at most 5 a second",
         "RUN ID",
         RUN_ID,
     ]
@@ -151,7 +151,7 @@ def test_runs_rerun_many_prints_the_new_runs(wire, capsys):
 
     assert code == 0
     lines = out.splitlines()
-    assert lines[0] == "rerun 1 runs, at most 5 a second"
+    assert lines[0] == "rerun 1 run, at most 5 a second"
     assert lines[1].split() == ["RUN", "ID", "RERUN", "OF", "STATUS", "CLAIMABLE", "AT"]
     assert lines[2].split()[:3] == [NEW_ID, RUN_ID, "PENDING"]
 
