@@ -549,8 +549,9 @@ def _missing_message(missing: list[str]) -> str:
     names = " and ".join([", ".join(missing[:-1]), missing[-1]] if len(missing) > 1 else missing)
     verb = "are" if len(missing) > 1 else "is"
     return (
-        f"{names} {verb} not set. For development run `make run` (it starts embedded services "
-        f"and writes {STATE_DIR / 'env'}), or export {'them' if len(missing) > 1 else 'it'}"
+        f"{names} {verb} not set. Export {'them' if len(missing) > 1 else 'it'} (`awooop "
+        f"config` lists every setting), or in a checkout of AwoooP run `make run`, which starts "
+        f"embedded services and writes {STATE_DIR / 'env'}"
     )
 
 

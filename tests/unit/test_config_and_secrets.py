@@ -40,7 +40,10 @@ def test_numbers_are_parsed_and_bad_numbers_named():
 
 
 def test_missing_required_setting_says_which_and_how():
-    with pytest.raises(ConfigError, match="AWOOOP_BROKER_URL is not set.*make run"):
+    """How for an installed package (export it) and in a checkout (make run)."""
+    with pytest.raises(
+        ConfigError, match=r"AWOOOP_BROKER_URL is not set\. Export it \(`awooop config`.*make run"
+    ):
         Settings.from_env({k: v for k, v in BASE.items() if k != "AWOOOP_BROKER_URL"})
 
 
