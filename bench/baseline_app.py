@@ -1,10 +1,11 @@
-"""The raw baseline for the admission benchmark: plain Flask, the same database work.
+"""The raw baseline for the admission benchmark: plain Flask, AwoooP's rows minus one.
 
 ``gunicorn -c gunicorn.conf.py 'bench.baseline_app:create_app()'`` — the same gunicorn
 settings as the real app. ``POST /v1/projects/<project_id>/runs`` does what AwoooP's
-admission does minus authentication, validation, routing and the Celery message format:
-one transaction inserting the dedupe row (``ON CONFLICT DO NOTHING``) and, if it was new, the
-run row; commit; one Redis ``LPUSH`` of the run id; a 202 JSON answer (200 for a duplicate).
+admission does minus authentication, validation, routing, the run's first history row and
+the Celery message format: one transaction inserting the dedupe row (``ON CONFLICT DO
+NOTHING``) and, if it was new, the run row; commit; one Redis ``LPUSH`` of the run id; a 202
+JSON answer (200 for a duplicate).
 psycopg2 with a thread-safe pool and redis-py, no ORM. The project row must exist.
 """
 

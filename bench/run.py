@@ -498,7 +498,7 @@ cost of the system under test, not noise.
 {recent}
 
 Compared: (a) AwoooP's admission of an event over HTTP against a plain Flask app that writes \
-the same rows; (b) `noop-3` runs end to end against raw Celery no-op tasks on the same broker, \
+its dedupe and run rows (not its history row); (b) `noop-3` runs end to end against raw Celery no-op tasks on the same broker, \
 then a soak for CPU, PostgreSQL commits and WAL flushes per run; (c) memory over that soak. \
 How it is measured: {NOTES_LINK}.
 
