@@ -498,9 +498,9 @@ cost of the system under test, not noise.
 {recent}
 
 Compared: (a) AwoooP's admission of an event over HTTP against a plain Flask app that writes \
-its dedupe and run rows (not its history row); (b) `noop-3` runs end to end against raw Celery no-op tasks on the same broker, \
-then a soak for CPU, PostgreSQL commits and WAL flushes per run; (c) memory over that soak. \
-How it is measured: {NOTES_LINK}.
+its dedupe and run rows (not its history row); (b) `noop-3` runs end to end against raw Celery \
+no-op tasks on the same broker, then a soak for CPU, PostgreSQL commits and WAL flushes per \
+run; (c) memory over that soak. How it is measured: {NOTES_LINK}.
 
 Settings: {k.warmup:g} s warm-up, then {k.duration:g} s measured per admission row; batches of \
 {k.raw_tasks:,} raw Celery tasks and of {k.e2e_runs:,} `noop-3` runs (admitted over \
