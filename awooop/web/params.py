@@ -191,9 +191,15 @@ def list_scope(kind: str, project_id: str, args: Mapping[str, Any] | None = None
 _SCOPE_LENGTH = 22
 
 
-def events_scope(project_id: str, run_id: uuid.UUID) -> str:
-    """What a cursor of one run's audit trail is bound to: the project and the run."""
-    return list_scope("events", project_id, {"run": str(run_id)})
+def events_scope(project_id: str, run_id: str) -> str | None:
+    """What a cursor of one run's audit trail is bound to: the project and the run. None for a
+    run id that is not a UUID: its cursor is still read (a malformed one is a 400, as for any
+    list) before the run id is answered 404."""
+    try:
+        parsed = uuid.UUID(run_id)
+    except ValueError:
+        return None
+    return list_scope("events", project_id, {"run": str(parsed)})
 
 
 def encode_cursor(kind: str, position: Mapping[str, Any], scope: str | None = None) -> str:

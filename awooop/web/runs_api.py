@@ -108,9 +108,9 @@ def run_events(project_id: str, run_id: str) -> Response:
     args = request.args
     params.check_known(args, ("limit", "cursor"))
     limit = params.limit(args)
-    parsed_id = run_id_or_404(run_id)
-    scope = params.events_scope(caller.project_id, parsed_id)
+    scope = params.events_scope(caller.project_id, run_id)
     after_seq = params.seq_position(params.decode_cursor(args, "events", scope))
+    parsed_id = run_id_or_404(run_id)
     with context.engine().connect() as conn:
         rows = queries.run_events(conn, caller.project_id, parsed_id, after_seq, limit + 1)
     if rows is None:

@@ -181,3 +181,19 @@ def test_a_forged_cursor_never_reads_another_project_s_runs(
 
     assert response.status_code == 200, response.json
     assert {r["run_id"] for r in response.json["runs"]} == {str(r) for r in mine}
+
+
+@pytest.mark.parametrize("run_id", ["not-a-run", "aca3a7ff-1ffa-4dbd-8eb1-0fcdbeef9b4"])
+def test_a_malformed_cursor_is_refused_before_a_run_id_that_is_not_one(
+    client, project, viewer, run_id
+):
+    """As for any list, a cursor the list could never have returned is a 400 first; the run
+    id is looked at after it (404)."""
+    bad = base64.urlsafe_b64encode(b'{"k":"events","s":-1}').decode().rstrip("=")
+    path = url(project, f"/runs/{run_id}/events")
+
+    refused_first = client.get(path, headers=viewer, query_string={"cursor": bad})
+    without_cursor = client.get(path, headers=viewer)
+
+    assert refused(refused_first), refused_first.json
+    assert without_cursor.status_code == 404

@@ -150,9 +150,9 @@ def run_detail(run_id: str) -> HttpResponse:
     caller: roles.Caller = g.caller
     args = given(request.args)
     params.check_known(args, ("cursor",))
-    parsed = run_id_or_404(run_id)
-    scope = params.events_scope(caller.project_id, parsed)
+    scope = params.events_scope(caller.project_id, run_id)
     after_seq = params.seq_position(params.decode_cursor(args, "events", scope))
+    parsed = run_id_or_404(run_id)
     with context.engine().connect() as conn:
         run = store_runs.get_run(conn, caller.project_id, parsed)
         if run is None:
