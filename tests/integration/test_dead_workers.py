@@ -15,7 +15,7 @@ from awooop.engine.watch import WorkerWatch
 from awooop.store import leases, reaper, workers
 from tests.support import db
 from tests.support import runs as test_runs
-from tests.support.waiting import until
+from tests.support.waiting import lock_waiters, until
 
 DEAD_AFTER = 20.0
 LONG_TTL = 300.0  # the default lease: these runs' leases never expire during a test
@@ -165,7 +165,7 @@ def test_a_beat_held_behind_a_reap_in_flight_learns_that_its_worker_was_judged_d
         # When the worker's beat is sent meanwhile (it waits on the reap's row lock)
         beating = threading.Thread(target=lambda: beaten.append(beat(engine, "cut-worker")))
         beating.start()
-        until(lambda: _waiting_on_a_lock(engine), 5, "the beat to wait on the reap")
+        until(lambda: lock_waiters(engine) > 0, 5, "the beat to wait on the reap")
         txn.commit()
     beating.join(5)
 
@@ -342,22 +342,10 @@ def _reap_when_unblocked(engine: Engine, watch: WorkerWatch, txn) -> list:
     result: list = []
     second = threading.Thread(target=lambda: result.extend(reap(engine, watch)))
     second.start()
-    until(lambda: _waiting_on_a_lock(engine), 5, "the second reaper to wait on the first")
+    until(lambda: lock_waiters(engine) > 0, 5, "the second reaper to wait on the first")
     txn.commit()
     second.join(10)
     return result
-
-
-def _waiting_on_a_lock(engine: Engine) -> bool:
-    with engine.connect() as conn:
-        return bool(
-            conn.execute(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity "
-                    "WHERE wait_event_type = 'Lock' AND datname = current_database()"
-                )
-            ).scalar_one()
-        )
 
 
 def _db_now(engine: Engine):

@@ -13,7 +13,7 @@ from awooop.engine import lease
 from awooop.store import leases, reaper
 from tests.support import runs as test_runs
 from tests.support.netproxy import FaultProxy
-from tests.support.waiting import until
+from tests.support.waiting import lock_waiters, until
 
 TTL = 3.0
 INTERVAL = 1.0  # a renewal is abandoned after half of this
@@ -100,7 +100,7 @@ def test_drop_returns_only_after_a_renewal_in_flight_has_finished(engine, projec
         renewal = threading.Thread(target=renew)
         renewal.start()
         until(in_flight.is_set, 5, "the renewal to start")
-        until(lambda: _waiting_on_lock(engine), 5, "the renewal to wait for the row lock")
+        until(lambda: lock_waiters(engine) > 0, 5, "the renewal to wait for the row lock")
 
         # When the runner drops the lease while that renewal is in flight
         def drop() -> None:
@@ -119,15 +119,3 @@ def test_drop_returns_only_after_a_renewal_in_flight_has_finished(engine, projec
     assert seen_at_drop == [True]
     assert held.renew_now() is True  # a no-op once dropped: no statement, not lost
     assert not held.lost.is_set()
-
-
-def _waiting_on_lock(engine) -> bool:
-    with engine.connect() as conn:
-        return bool(
-            conn.execute(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                    "AND datname = current_database()"
-                )
-            ).scalar_one()
-        )

@@ -16,7 +16,7 @@ from awooop import cli, db, secrets
 from awooop.store import projects
 from tests.support import requests
 from tests.support.commands import run
-from tests.support.waiting import until
+from tests.support.waiting import lock_waiters, until
 
 
 def stdin_bytes(monkeypatch, raw: bytes) -> None:
@@ -103,19 +103,6 @@ def test_the_same_token_may_be_registered_in_another_project(capsys, monkeypatch
     assert code == 0, err
 
 
-def waiting_on_a_lock(engine) -> bool:
-    """Whether a session of the test's database waits for a lock another one holds."""
-    with engine.connect() as conn:
-        return bool(
-            conn.execute(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity"
-                    " WHERE datname = current_database() AND wait_event_type = 'Lock'"
-                )
-            ).scalar_one()
-        )
-
-
 def test_two_registrations_of_one_token_at_once_keep_one(settings, engine):
     """The second waits for the first (the project row is locked) and then sees its row."""
     cli.create_project(settings, "qa1")
@@ -137,7 +124,7 @@ def test_two_registrations_of_one_token_at_once_keep_one(settings, engine):
     with db.transaction(engine) as conn:
         projects.add_api_token(conn, "qa1", "admin", token_hash)
         first_inserted.set()
-        until(lambda: waiting_on_a_lock(engine), 10, "the second registration to wait")
+        until(lambda: lock_waiters(engine) > 0, 10, "the second registration to wait")
         assert thread.is_alive()
     thread.join(10)
 

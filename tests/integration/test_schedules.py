@@ -12,7 +12,7 @@ from sqlalchemy import Engine, text
 
 from awooop.engine import schedules
 from tests.support import db
-from tests.support.waiting import until
+from tests.support.waiting import lock_waiters, until
 from tests.support.workflows import EVERY_MINUTE
 
 NOW = datetime(2026, 12, 2, 9, 0, 20, tzinfo=UTC)
@@ -100,16 +100,6 @@ def test_a_project_that_does_not_allow_the_workflow_gets_nothing(engine, project
     assert db.count(engine, "awooop_run_state") == 0
 
 
-def _lock_waiters(engine: Engine) -> int:
-    with engine.connect() as conn:
-        return conn.execute(
-            text(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                " AND wait_event_type = 'Lock'"
-            )
-        ).scalar_one()
-
-
 @pytest.mark.parametrize("quota", [None, 10], ids=["no-quota", "within-quota"])
 def test_two_sweeps_held_at_the_same_tick_start_exactly_one_run(engine, project, settings, quota):
     # Given two sweeps that have both read that the tick is not started yet, and are both
@@ -130,7 +120,7 @@ def test_two_sweeps_held_at_the_same_tick_start_exactly_one_run(engine, project,
     threads = [threading.Thread(target=one_sweep) for _ in range(2)]
     for thread in threads:
         thread.start()
-    until(lambda: _lock_waiters(engine) == 2, what="both sweeps waiting in admission")
+    until(lambda: lock_waiters(engine) == 2, what="both sweeps waiting in admission")
 
     # When the gate opens
     gate_tx.rollback()

@@ -60,6 +60,19 @@ def fire_when_due(
     raise AssertionError(f"no {kind} timer of {run_id} fired; the sweeps fired {swept}")
 
 
+def lock_waiters(engine: Engine) -> int:
+    """How many sessions of the test's database wait for a lock another one holds."""
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                )
+            ).scalar_one()
+        )
+
+
 def blocked_on_lock(engine: Engine, needle: str) -> bool:
     """Whether some backend running a statement containing ``needle`` waits for a lock."""
     with engine.connect() as conn:
