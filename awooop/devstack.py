@@ -496,9 +496,14 @@ def _descendants(pid: int) -> dict[int, str]:
     return found
 
 
+def _alive(processes: dict[int, str]) -> list[int]:
+    """Those of ``processes`` still running as recorded (the same start time)."""
+    return [pid for pid, start in processes.items() if _start_time(pid) == start]
+
+
 def _signal_alive(processes: dict[int, str], signum: int) -> list[int]:
-    """Send ``signum`` to each process still running as recorded (same start time)."""
-    alive = [pid for pid, start in processes.items() if _start_time(pid) == start]
+    """Send ``signum`` to each process still running as recorded."""
+    alive = _alive(processes)
     for pid in alive:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signum)
@@ -526,9 +531,7 @@ def stop_runner(paths: Paths, timeout: float = 15.0) -> int | None:
             os.kill(pid, signal.SIGKILL)
     if _signal_alive(started, signal.SIGTERM):
         deadline = time.monotonic() + 5.0
-        while time.monotonic() < deadline and any(
-            _start_time(child) == start for child, start in started.items()
-        ):
+        while time.monotonic() < deadline and _alive(started):
             time.sleep(0.1)
         _signal_alive(started, signal.SIGKILL)
     return pid
