@@ -144,6 +144,12 @@ def vacuum_analyze(url: str, maintenance_url: str | None = None, tables: str = "
         wait_gone(maintenance_url, "pid = %s", pid, f"the VACUUM session (pid {pid})")
 
 
+def vacuum_database(url: str) -> None:
+    """``VACUUM (ANALYZE)`` of every table of the database, whatever its schema."""
+    with connect(url) as conn, conn.cursor() as cur:
+        cur.execute("VACUUM (ANALYZE)")
+
+
 def vacuum_runs(url: str) -> None:
     """The run tables vacuumed before a phase, so that autovacuum's work on the rows of the
     phases before lands outside its figures; returns once the session's statistics are in."""
