@@ -204,6 +204,7 @@ def test_line_request_with_one_reused_event_id_writes_nothing(
     path, headers, raw = requests.line(project, [requests.line_event("a")])
     assert client.post(path, headers=headers, data=raw).status_code == 202
     before = db.row_counts(engine)
+    assert queued_messages(redis_client) == 1  # sent (the sender is a thread): then dropped
     redis_client.delete("runs")
     changed = requests.line_event("a", text="changed")
     path, headers, raw = requests.line(project, [requests.line_event("b"), changed])
