@@ -345,6 +345,19 @@ def test_a_telegram_bot_id_in_non_ascii_digits_is_400(client, project, assert_no
     assert_nothing_written()
 
 
+def test_a_telegram_bot_id_given_twice_is_400(client, project, assert_nothing_written):
+    # Which bot the update came from decides its event key: two values cannot both be it.
+    path, headers, raw = requests.telegram(project)
+
+    response = client.post(
+        path, query_string=[("bot_id", "1"), ("bot_id", "2")], headers=headers, data=raw
+    )
+
+    expect_error(response, 400, "E-REQUEST-001")
+    assert "bot_id" in response.json["error"]["message"]
+    assert_nothing_written()
+
+
 @pytest.mark.parametrize("shape", ["x", 5, [1, 2]])
 @pytest.mark.parametrize("channel", ["telegram", "line"])
 def test_a_button_press_that_is_not_an_object_is_an_ordinary_event_not_a_500(
