@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -18,7 +18,8 @@ class RawRequest:
 
     headers: Mapping[str, str]  # case-insensitive: werkzeug Headers in production
     body: bytes
-    query: Mapping[str, str] = field(default_factory=dict)
+    # Every value of each query parameter, in order: a parameter given twice is seen as such.
+    query: Mapping[str, Sequence[str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

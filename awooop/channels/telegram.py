@@ -41,7 +41,10 @@ def parse(request: RawRequest) -> list[InboundEvent]:
         isinstance(update_id, int) and not isinstance(update_id, bool),
         "update_id must be an integer",
     )
-    bot_id = request.query.get("bot_id", "0")
+    bot_ids = request.query.get("bot_id", ["0"])
+    # The bot id is part of the event key: of two values, neither can be taken.
+    require(len(bot_ids) == 1, "query parameter 'bot_id' is given more than once")
+    bot_id = bot_ids[0]
     require(
         BOT_ID.fullmatch(bot_id) is not None,
         "bot_id must be the bot's numeric id (1 to 20 ASCII digits)",

@@ -67,4 +67,5 @@ def raw_request(body: bytes = b"") -> RawRequest:
     """The current request as the channel modules see it."""
     # werkzeug's Headers is a case-insensitive mapping in all but its declared type.
     headers = cast(Mapping[str, str], request.headers)
-    return RawRequest(headers=headers, body=body, query=request.args)
+    query = {name: request.args.getlist(name) for name in request.args}
+    return RawRequest(headers=headers, body=body, query=query)

@@ -212,7 +212,7 @@ def _webhook(channel: str) -> dict[str, Any]:
                 "name": "bot_id",
                 "in": "query",
                 "description": "The bot's numeric id (the prefix of its token); part of the "
-                "event key, `0` when left out.",
+                "event key, `0` when left out; given more than once, a 400.",
                 "schema": {"type": "string", "pattern": "^[0-9]{1,20}$"},
             }
         )

@@ -204,6 +204,7 @@ def test_line_request_with_one_reused_event_id_writes_nothing(
     path, headers, raw = requests.line(project, [requests.line_event("a")])
     assert client.post(path, headers=headers, data=raw).status_code == 202
     before = db.row_counts(engine)
+    assert queued_messages(redis_client) == 1  # sent (the sender is a thread): then dropped
     redis_client.delete("runs")
     changed = requests.line_event("a", text="changed")
     path, headers, raw = requests.line(project, [requests.line_event("b"), changed])
@@ -341,6 +342,19 @@ def test_a_telegram_bot_id_in_non_ascii_digits_is_400(client, project, assert_no
     response = client.post(path, query_string={"bot_id": "\u0661"}, headers=headers, data=raw)
 
     expect_error(response, 400, "E-REQUEST-001")
+    assert_nothing_written()
+
+
+def test_a_telegram_bot_id_given_twice_is_400(client, project, assert_nothing_written):
+    # Which bot the update came from decides its event key: two values cannot both be it.
+    path, headers, raw = requests.telegram(project)
+
+    response = client.post(
+        path, query_string=[("bot_id", "1"), ("bot_id", "2")], headers=headers, data=raw
+    )
+
+    expect_error(response, 400, "E-REQUEST-001")
+    assert "bot_id" in response.json["error"]["message"]
     assert_nothing_written()
 
 

@@ -22,7 +22,7 @@ def raw(payload, headers=None, query=None) -> RawRequest:
 
 
 def test_telegram_event_id_is_bot_id_and_update_id():
-    [event] = telegram.parse(raw({"update_id": 99}, query={"bot_id": "123"}))
+    [event] = telegram.parse(raw({"update_id": 99}, query={"bot_id": ["123"]}))
     assert event.provider_event_id == "123:99"
 
 
@@ -36,7 +36,7 @@ def test_telegram_bot_id_must_be_ascii_digits(bot_id):
     # "\u0661" (ARABIC-INDIC DIGIT ONE) passes str.isdigit() and int() reads it as 1, but the
     # event key would keep it as itself: one bot, two dedupe keys for the same update.
     with pytest.raises(errors.MalformedRequest):
-        telegram.parse(raw({"update_id": 99}, query={"bot_id": bot_id}))
+        telegram.parse(raw({"update_id": 99}, query={"bot_id": [bot_id]}))
 
 
 @pytest.mark.parametrize("update_id", [None, "1", 1.5, True])
