@@ -124,14 +124,22 @@ def create_project(settings: Settings, project_id: str, name: str | None = None)
     return {"project_id": project_id, "api_token": api_token, "secrets": channel_secrets}
 
 
-def _parse_routes(pairs: list[str]) -> dict[str, str]:
-    routes = {}
+def _parse_routes(pairs: list[str]) -> dict[str, str | None]:
+    """``CHANNEL=WORKFLOW`` pairs; ``CHANNEL=`` (no workflow) is None, the route taken off."""
+    routes: dict[str, str | None] = {}
     for pair in pairs:
         channel, sep, workflow = pair.partition("=")
-        if not sep or not channel or not workflow:
-            raise UsageError(f"route {pair!r} must look like <channel>=<workflow>")
+        if not sep or not channel:
+            raise UsageError(
+                f"route {pair!r} must look like <channel>=<workflow> (or <channel>= to unroute)"
+            )
         if channel not in CHANNEL_TYPES:
             raise UsageError(f"unknown channel {channel!r}; channels: {', '.join(CHANNEL_TYPES)}")
+        if channel in routes:
+            raise UsageError(f"channel {channel!r} is given more than once")
+        if not workflow:
+            routes[channel] = None
+            continue
         if registry.latest(workflow) is None:
             known = ", ".join(sorted(_registered_names()))
             raise UsageError(f"unknown workflow {workflow!r}; registered: {known}")
@@ -476,10 +484,15 @@ def add_parser(sub: Any) -> None:
         "routes",
         help="route channels to workflows",
         description="Sets which workflow each channel's events start, e.g. "
-        "`awooop project routes demo telegram=demo-telegram api=noop-3`.",
+        "`awooop project routes demo telegram=demo-telegram api=noop-3`; the channels not "
+        "named keep their routes. `CHANNEL=` with no workflow takes the channel's route off: "
+        'its events are then answered 200 {"status": "ignored"} and start nothing. Changes '
+        "reach web processes within AWOOOP_AUTH_CACHE_SECONDS.",
     )
     routes.add_argument("project_id")
-    routes.add_argument("routes", nargs="+", metavar="CHANNEL=WORKFLOW")
+    routes.add_argument(
+        "routes", nargs="+", metavar="CHANNEL=WORKFLOW", help="CHANNEL= (empty) unroutes"
+    )
     routes.set_defaults(func=cmd_project_routes)
     allowed = project_sub.add_parser(
         "workflows",

@@ -151,7 +151,7 @@ def add_channel_secret(
 
 
 # Merge a JSON object into one of the project's JSONB columns (the names are fixed here).
-# A limit set to null is removed (no limit).
+# A route or a limit set to null is removed (no route; no limit).
 _MERGE = {
     column: text(
         f"""
@@ -162,7 +162,7 @@ RETURNING {column} AS merged
 """
     )
     for column, merged in (
-        ("routes", "routes || CAST(:values AS jsonb)"),
+        ("routes", "jsonb_strip_nulls(routes || CAST(:values AS jsonb))"),
         ("config", "config || CAST(:values AS jsonb)"),
         ("limits", "jsonb_strip_nulls(limits || CAST(:values AS jsonb))"),
     )
@@ -178,11 +178,14 @@ def _merge(
     return None if row is None else row.merged
 
 
-def set_routes(conn: Connection, project_id: str, routes: dict[str, str]) -> dict[str, str] | None:
-    """Merge ``routes`` into the project's; returns the new routes, None if no such project.
+def set_routes(
+    conn: Connection, project_id: str, routes: dict[str, str | None]
+) -> dict[str, str] | None:
+    """Merge ``routes`` into the project's (None takes a channel's route off: its events are
+    answered "ignored"); returns the new routes, None if no such project.
     :class:`EngineOnlyWorkflow` (nothing changed) for a route to a workflow only the engine
     starts."""
-    _refuse_engine_only(list(routes.values()))
+    _refuse_engine_only([w for w in routes.values() if w is not None])
     return _merge(conn, "routes", project_id, routes)
 
 

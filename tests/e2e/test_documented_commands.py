@@ -253,6 +253,13 @@ def routes(**expected: str) -> Check:
     return check
 
 
+def unrouted(channel: str) -> Check:
+    def check(done: Done, ctx: dict[str, Any]) -> None:
+        assert channel not in done.json()["routes"]
+
+    return check
+
+
 def project_config(**expected: Any) -> Check:
     def check(done: Done, ctx: dict[str, Any]) -> None:
         assert done.json()["config"].items() >= expected.items()
@@ -601,6 +608,7 @@ STEPS: dict[str, Step] = {
     "awooop project config ops gitea_url=https://gitea.example.com": Step(
         "deployment", project_config(gitea_url="https://gitea.example.com")
     ),
+    "awooop project routes ops gitea=": Step("deployment", unrouted("gitea")),
     """curl -s "https://api.telegram.org/bot$TELEGRAM_BOT_TOKEN/setWebhook" -F """
     """"url=https://awooop.example.com/v1/projects/ops/webhooks/telegram" -F """
     """"secret_token=$TELEGRAM_SECRET" -F 'allowed_updates=["message", "callback_query"]'""": Step(
@@ -1148,6 +1156,7 @@ def test_the_operations_approvals_and_workflows_docs_work_on_a_deployment(
     for command in (
         "printenv LINE_CHANNEL_SECRET | awooop project inbound ops line",
         "awooop project config ops gitea_url=https://gitea.example.com",
+        "awooop project routes ops gitea=",
         """curl -s "https://api.telegram.org/bot$TELEGRAM_BOT_TOKEN/setWebhook" -F """
         """"url=https://awooop.example.com/v1/projects/ops/webhooks/telegram" -F """
         """"secret_token=$TELEGRAM_SECRET" -F 'allowed_updates=["message", "callback_query"]'""",

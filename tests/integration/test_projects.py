@@ -8,6 +8,7 @@ import pytest
 from sqlalchemy import text
 
 from awooop import cli, secrets
+from tests.support import requests
 from tests.support.commands import run
 
 
@@ -46,6 +47,25 @@ def test_project_routes_changes_only_the_named_channels(capsys, monkeypatch, set
     assert code == 0
     routes = json.loads(out)["routes"]
     assert routes["api"] == "noop-3" and routes["telegram"] == "demo-telegram"
+
+
+def test_project_routes_with_no_workflow_unroutes_the_channel(
+    capsys, monkeypatch, settings, engine, client
+):
+    project = cli.create_project(settings, "ops")
+
+    code, out, err = run(
+        capsys, monkeypatch, settings, "project", "routes", "ops", "telegram=", "api=noop-3"
+    )
+
+    assert (code, err) == (0, "")
+    routes = json.loads(out)["routes"]
+    assert "telegram" not in routes and routes["api"] == "noop-3"
+    path, headers, raw = requests.telegram(project)
+    answer = client.post(path, headers=headers, data=raw)
+    assert (answer.status_code, answer.json["status"]) == (200, "ignored")
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM awooop_run_state")).scalar_one() == 0
 
 
 def test_project_routes_for_an_unknown_project_is_refused(capsys, monkeypatch, settings, engine):

@@ -23,7 +23,9 @@ def test_invalid_project_id_is_refused(capsys, monkeypatch):
     ("route", "message"),
     [
         ("telegram", "must look like <channel>=<workflow>"),
+        ("=noop-3", "must look like <channel>=<workflow>"),
         ("fax=demo-api", "unknown channel 'fax'"),
+        ("fax=", "unknown channel 'fax'"),
         ("api=no-such-workflow", "unknown workflow 'no-such-workflow'"),
     ],
 )
@@ -32,6 +34,13 @@ def test_bad_routes_are_refused_before_touching_the_database(capsys, monkeypatch
     code, err = run(capsys, "project", "routes", "demo", route)
     assert code == 2
     assert message in err
+
+
+def test_a_channel_routed_twice_in_one_command_is_refused(capsys, monkeypatch):
+    monkeypatch.setenv("AWOOOP_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
+    code, err = run(capsys, "project", "routes", "demo", "api=noop-3", "api=")
+    assert code == 2
+    assert "channel 'api' is given more than once" in err
 
 
 def test_missing_configuration_is_a_clear_error(capsys, monkeypatch):
