@@ -95,10 +95,13 @@ def bad(message: str) -> errors.MalformedRequest:
     return errors.MalformedRequest(message)
 
 
-def check_known(args: MultiDict[str, str], allowed: Collection[str]) -> None:
+def check_known(
+    args: MultiDict[str, str], allowed: Collection[str], what: str = "query parameter"
+) -> None:
+    """A 400 naming the first of ``args`` not ``allowed``; ``what`` the args are called."""
     unknown = sorted(set(args) - set(allowed))
     if unknown:
-        raise bad(f"unknown query parameter {unknown[0]!r}; allowed: {', '.join(allowed)}")
+        raise bad(f"unknown {what} {unknown[0]!r}; allowed: {', '.join(allowed)}")
 
 
 def single(args: MultiDict[str, str], name: str) -> str | None:

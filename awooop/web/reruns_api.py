@@ -154,7 +154,7 @@ def _filters(given: dict[str, str | list[str]]) -> MultiDict[str, str]:
         for v in ([value] if isinstance(value, str) else value)
     ]
     args: MultiDict[str, str] = MultiDict(pairs)
-    params.check_known(args, (*params.RUN_FILTERS, *params.FIND_FILTERS))
+    params.check_known(args, (*params.RUN_FILTERS, *params.FIND_FILTERS), what="filter")
     if not args:
         raise errors.MalformedRequest(
             "at least one filter is required (any of the runs list's filters); a bulk rerun "

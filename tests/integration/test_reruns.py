@@ -340,6 +340,17 @@ def test_a_bad_bulk_request_is_refused_and_writes_nothing(
     assert db.count(engine, "awooop_run_state") == 1
 
 
+def test_an_unknown_bulk_filter_is_named_as_a_filter(client, engine, project, settings, roles):
+    finished_run(engine, settings, project)
+
+    answer = bulk(client, project, roles["admin"], filters={"workflow": "noop-3", "colour": "red"})
+
+    assert answer.status_code == 400
+    message = answer.json["error"]["message"]
+    assert message.startswith("unknown filter 'colour'; allowed: status, "), message
+    assert db.count(engine, "awooop_run_state") == 1
+
+
 def test_a_bulk_rerun_over_the_active_run_quota_is_refused_whole(
     client, engine, project, settings, roles
 ):
