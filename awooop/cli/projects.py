@@ -396,14 +396,16 @@ def cmd_project_retention(args: argparse.Namespace) -> int:
     with _db.engine(settings).connect() as conn:
         if not projects.set_run_retention(conn, args.project_id, days):
             raise UsageError(f"no project {args.project_id!r}")
-    effective = settings.run_retention_days if days is None else days
-    floor = settings.dedupe_ttl_seconds / 86400
+    effective = max(
+        settings.run_retention_days if days is None else days, settings.dedupe_ttl_seconds / 86400
+    )
     print(
         json.dumps(
             {
                 "project_id": args.project_id,
                 "run_retention_days": days,
-                "effective_days": max(effective, floor),
+                # whole days as a whole number (the settings are floats: 7, not 7.0)
+                "effective_days": int(effective) if effective == int(effective) else effective,
             },
             indent=2,
         )

@@ -278,6 +278,7 @@ def test_project_retention_sets_and_clears_the_override(capsys, monkeypatch, set
     # Shorter than the dedupe TTL (7 days): runs are kept until their dedupe rows expire.
     code, out, _ = run(capsys, monkeypatch, settings, "project", "retention", "ops", "2")
     assert (code, json.loads(out)["effective_days"]) == (0, 7)
+    assert '"effective_days": 7\n' in out  # whole days print as whole numbers, not 7.0
 
     code, out, _ = run(capsys, monkeypatch, settings, "project", "retention", "ops", "default")
     assert code == 0
@@ -286,6 +287,7 @@ def test_project_retention_sets_and_clears_the_override(capsys, monkeypatch, set
         "run_retention_days": None,
         "effective_days": 30,
     }
+    assert '"effective_days": 30\n' in out
     with engine.connect() as conn:
         stored = conn.execute(text("SELECT run_retention_days FROM awooop_project")).scalar_one()
     assert stored is None
