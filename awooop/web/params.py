@@ -153,8 +153,10 @@ def timestamp(args: MultiDict[str, str], name: str) -> datetime | None:
     try:
         return instant(raw)
     except ValueError:
+        # A '+' typed into a URL reaches us as a space (form encoding).
+        hint = "; a '+' in a query string must be sent as %2B" if " " in raw else ""
         raise bad(
-            f"{name} must be an ISO 8601 time with a UTC offset, e.g. 2026-11-29T10:00:00Z"
+            f"{name} must be an ISO 8601 time with a UTC offset, e.g. 2026-11-29T10:00:00Z" + hint
         ) from None
 
 

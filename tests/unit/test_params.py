@@ -88,3 +88,21 @@ def test_a_forged_run_cursor_with_an_offset_postgresql_refuses_is_read_in_utc():
     position = params.run_position(params.decode_cursor(MultiDict({"cursor": cursor}), "runs"))
 
     assert position == params.RunPosition(datetime(2026, 11, 28, 11, 0, tzinfo=UTC), run_id)
+
+
+def test_a_plus_sent_unencoded_in_a_time_is_named_in_the_refusal():
+    # `created_from=2026-11-29T10:00:00+00:00` typed into a URL: the query string decodes
+    # the '+' to a space.
+    args = MultiDict({"created_from": "2026-11-29T10:00:00 00:00"})
+
+    with pytest.raises(errors.MalformedRequest) as refused:
+        params.timestamp(args, "created_from")
+
+    assert "a '+' in a query string must be sent as %2B" in str(refused.value)
+
+
+def test_a_time_without_an_offset_is_refused_without_that_hint():
+    with pytest.raises(errors.MalformedRequest) as refused:
+        params.timestamp(MultiDict({"created_from": "2026-11-29T10:00:00"}), "created_from")
+
+    assert "UTC offset" in str(refused.value) and "%2B" not in str(refused.value)
