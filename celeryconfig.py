@@ -80,6 +80,8 @@ task_routes = {
 }
 
 beat_schedule_filename = _settings.beat_schedule_file
+# Celery's PersistentScheduler, refusing a schedule file's missing directory in one line.
+beat_scheduler = "awooop.tasks.app:Scheduler"
 beat_schedule = {
     "reap-stale-runs": {
         "task": "awooop.sweeps.reap",

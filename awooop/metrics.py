@@ -47,7 +47,6 @@ import logging
 import os
 import platform
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -64,7 +63,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from awooop import __version__, config, db, errors, metric_files
+from awooop import __version__, config, db, errors
 from awooop.domain import states
 from awooop.store import monitoring
 
@@ -415,9 +414,3 @@ def render(engine: Engine, timeout_seconds: float) -> bytes:
         registry.register(REGISTRY)
     registry.register(DatabaseCollector(engine, timeout_seconds))
     return generate_latest(registry)
-
-
-def reset(directory: str | Path) -> int:
-    """Delete the metric files in ``directory`` (before the processes start); returns how many.
-    Refused while a process uses it (:func:`awooop.metric_files.reset`)."""
-    return metric_files.reset(directory)

@@ -65,9 +65,11 @@ def cmd_metrics_reset(args: argparse.Namespace) -> int:
     directory = args.dir or _db.read_environment().values.get("PROMETHEUS_MULTIPROC_DIR")
     if not directory:
         raise UsageError("PROMETHEUS_MULTIPROC_DIR is not set; pass --dir or export it")
-    from awooop import metrics
+    # awooop.metric_files, not awooop.metrics: importing the metrics would write this
+    # command's own metric files into the directory, which it would then count as removed.
+    from awooop import metric_files
 
-    removed = metrics.reset(directory)
+    removed = metric_files.reset(directory)
     print(f"removed {removed} metric file(s) from {directory}")
     return 0
 

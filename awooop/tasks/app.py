@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
 import threading
+from pathlib import Path
 
 from celery import Celery, beat, platforms
 from celery.loaders.app import AppLoader
@@ -48,6 +50,26 @@ class Loader(AppLoader):
         # issue a lease epoch twice on failover: said once here (or, with
         # AWOOOP_DATABASE_FAILOVER_CHECK=refuse, the process stops with status 2).
         failover.check_or_exit(settings, "worker")
+
+
+class Scheduler(beat.PersistentScheduler):
+    """Celery's scheduler (``beat_scheduler``), which keeps the schedule's state in
+    ``AWOOOP_BEAT_SCHEDULE_FILE``: a file in a directory that does not exist (the default,
+    ``.awooop/`` under the working directory, outside a checkout) stops beat here with one
+    line naming the variable (exit status 2), rather than a traceback from the shelve."""
+
+    def setup_schedule(self) -> None:
+        directory = Path(self.schedule_filename).absolute().parent
+        if not directory.is_dir():
+            print(
+                f"awooop: configuration error: AWOOOP_BEAT_SCHEDULE_FILE={self.schedule_filename}: "
+                f"the directory {directory} does not exist (create it, or point the variable "
+                "at one that does)",
+                file=sys.stderr,
+                flush=True,
+            )
+            raise SystemExit(2)
+        super().setup_schedule()
 
 
 app = Celery(

@@ -788,19 +788,25 @@ STEPS: dict[str, Step] = {
     ),
     **{
         f"PROMETHEUS_MULTIPROC_DIR=/run/awooop/metrics-{name} AWOOOP_METRICS_PORT={port} "
-        f"AWOOOP_METRICS_ADDRESS=0.0.0.0 celery -A awooop.tasks.app --quiet {argv}": Step(
+        f"AWOOOP_METRICS_ADDRESS=0.0.0.0 {schedule}celery -A awooop.tasks.app --quiet {argv}": Step(
             "host",
             replace=(
                 ("/run/awooop", "{run_dir}"),
+                *((("/var/lib/awooop", "{run_dir}"),) if schedule else ()),
                 (str(port), f"{{port_{port}}}"),
                 ALL_INTERFACES,
             ),
             serves_metrics_on=f"port_{port}",
         )
-        for name, port, argv in (
-            ("worker", 9101, "worker -Q runs,notifications --loglevel INFO -E"),
-            ("maintenance", 9102, "worker -Q maintenance --loglevel INFO -E"),
-            ("beat", 9103, "beat --loglevel INFO"),
+        for name, port, schedule, argv in (
+            ("worker", 9101, "", "worker -Q runs,notifications --loglevel INFO -E"),
+            ("maintenance", 9102, "", "worker -Q maintenance --loglevel INFO -E"),
+            (
+                "beat",
+                9103,
+                "AWOOOP_BEAT_SCHEDULE_FILE=/var/lib/awooop/celerybeat-schedule ",
+                "beat --loglevel INFO",
+            ),
         )
     },
     # --- README / operations.md: the alert rules ------------------------------------------
@@ -1333,7 +1339,6 @@ def test_the_per_host_metrics_commands_start_processes_that_serve_them(settings,
         AWOOOP_DATABASE_URL=settings.database_url,
         AWOOOP_BROKER_URL=settings.broker_url,
         AWOOOP_SECRET_KEY=settings.secret_key,
-        AWOOOP_BEAT_SCHEDULE_FILE=str(tmp_path / "celerybeat-schedule"),
     )
     session = Session("host", Shell(tmp_path, env, tmp_path))
     session.ctx.update(run_dir=run_dir, port_9101=free_port(), port_9102=free_port())

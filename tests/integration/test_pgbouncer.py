@@ -7,8 +7,10 @@ With ``AWOOOP_DATABASE_PREPARED_STATEMENTS`` and ``AWOOOP_DATABASE_SESSION_OPTIO
 are admitted, claimed and driven to the end from several threads; with them on, the failures
 that made them settings. With PostgreSQL cut off behind the pooler (a proxy between them
 stops forwarding, and PgBouncer keeps answering its clients), a claim and an admission end at
-the ``query_timeout`` the docs set, not when the network heals. Without pgbouncer the tests
-skip, or fail under ``CI=true``.
+the ``query_timeout`` the docs set, not when the network heals. And ``awooop migrate``'s
+session-level lock stays behind when its release lands on another server connection, which is
+why the docs have it go to PostgreSQL itself. Without pgbouncer the tests skip, or fail under
+``CI=true``.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from awooop import db, devstack
 from awooop.config import Settings
 from awooop.domain.workflow import Workflow
 from awooop.engine import lease, runner
-from awooop.store import admission
+from awooop.store import admission, schema
 from awooop.web.app import create_app
 from awooop.workflows import registry
 from tests.support import db as rows
@@ -439,3 +441,32 @@ def test_an_admission_behind_pgbouncer_is_answered_503_when_the_database_is_cut_
     assert response.get_json()["error"]["code"] == "E-UNAVAILABLE-001"
     assert int(response.headers["Retry-After"]) > 0
     assert took >= QUERY_TIMEOUT_S - 0.5
+
+
+def test_the_migration_lock_stays_behind_when_migrate_runs_through_the_pooler(pgbouncer):
+    # Why docs/operations.md has `awooop migrate` run against PostgreSQL itself: it holds a
+    # session-level advisory lock across its transactions (one per migration, index builds
+    # outside any), and a transaction pooler runs its release wherever a server connection
+    # is free. Given migrate's connection, which took the lock on one server connection
+    migrating = create_engine(pgbouncer, poolclass=NullPool)
+    try:
+        with migrating.connect() as conn:
+            assert schema.try_migration_lock(conn)
+            locked_on = _server_pid(conn)
+            conn.commit()
+            # When a web or worker transaction has that server connection as migrate ends
+            with _holding(pgbouncer, locked_on):
+                schema.release_migration_lock(conn)
+                conn.commit()
+            # Then that server connection still holds the lock, and the next migrate,
+            # landing on the other one, cannot take it
+            holders = [h["pid"] for h in schema.migration_lock_holders(conn)]
+            conn.commit()
+            with _holding(pgbouncer, locked_on), migrating.connect() as following:
+                taken = schema.try_migration_lock(following)
+                following.commit()
+    finally:
+        migrating.dispose()
+
+    assert holders == [locked_on]
+    assert not taken

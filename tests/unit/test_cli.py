@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+
 import pytest
 
 from awooop import cli, config
+from tests.support.processes import BIN
 
 
 def run(capsys, *argv: str) -> tuple[int, str]:
@@ -88,6 +92,27 @@ def test_metrics_reset_deletes_only_metric_files(capsys, tmp_path):
     # (awooop.lock stays: the lock processes of the directory share, awooop.metric_files)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["awooop.lock", "keep.txt"]
     assert "removed 2 metric file(s)" in capsys.readouterr().out
+
+
+def test_metrics_reset_counts_only_the_files_it_found(tmp_path):
+    # A command of its own, as an operator types it: PROMETHEUS_MULTIPROC_DIR exported, the
+    # directory new. The command's own metric files are not among those it says it removed.
+    directory = tmp_path / "metrics"
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(directory)}
+
+    result = subprocess.run(
+        [str(BIN / "awooop"), "metrics", "reset"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"removed 0 metric file(s) from {directory}\n"
+    assert [p.name for p in directory.iterdir()] == ["awooop.lock"]
 
 
 def test_metrics_reset_without_a_directory_is_refused(capsys, monkeypatch):

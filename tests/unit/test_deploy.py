@@ -256,6 +256,18 @@ def labels_of(metric: str) -> set[str]:
     return set()
 
 
+def test_the_observability_guide_lists_every_metric_awooop_exports():
+    guide = GUIDE.read_text()
+    table = guide[guide.index("## Metrics") : guide.index("Labels are")]
+    listed = {
+        re.sub(r"_(total|bucket|count|sum)$", "", name)
+        for name in re.findall(r"`(awooop_\w+)`", table)
+    }
+    exported = {re.sub(r"_(total|bucket|count|sum)$", "", n) for n in exported_sample_names()}
+
+    assert sorted(exported - listed) == []
+
+
 def test_every_dashboard_selector_is_scoped_by_the_job_instance_and_workflow_variables():
     unscoped = []
     for where, expression in dashboard_expressions():
