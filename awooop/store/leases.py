@@ -438,11 +438,13 @@ def fail_unloadable(conn: Connection, unloadable: UnloadableRun) -> bool:
 
 # How long the run has been unavailable: since the first of its current unbroken series of
 # hand-backs for want of its workflow definition. The series is broken by anything the run
-# did besides being claimed and handed back (a step recorded, a wait, an operator's action: an
-# event of another kind), so a run that went on after a worker with its definition came back
-# starts a fresh series if it is stranded again. Measured here rather than from
-# ``updated_at`` (every claim and hand-back moves it), from rows the hand-backs wrote
-# (durable, whichever worker wrote them), by the database's clock, never a worker's.
+# did besides being claimed and handed back, so a run that went on after a worker with its
+# definition came back starts a fresh series if it is stranded again: a wait or an
+# operator's action (an event of another kind than 'lease'), and a journal entry (a step
+# recorded writes no event; every entry carries its ``recorded_at``, and the last one is the
+# latest). Measured here rather than from ``updated_at`` (every claim and hand-back moves
+# it), from rows the hand-backs wrote (durable, whichever worker wrote them), by the
+# database's clock, never a worker's.
 _UNAVAILABLE_FOR = text(
     """
 SELECT GREATEST(0, extract(epoch FROM now() - min(e.at)))::float8 AS seconds
@@ -452,6 +454,10 @@ WHERE e.run_id = :run_id
   AND e.seq > COALESCE(
       (SELECT max(o.seq) FROM awooop_run_event o WHERE o.run_id = :run_id AND o.kind <> 'lease'),
       0)
+  AND e.at > COALESCE(
+      (SELECT (r.saga_steps -> -1 ->> 'recorded_at')::timestamptz
+       FROM awooop_run_state r WHERE r.run_id = :run_id),
+      '-infinity')
 """
 )
 

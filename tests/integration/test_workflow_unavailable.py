@@ -11,6 +11,7 @@ import logging
 import pytest
 
 from awooop.engine import runner, sweeps
+from awooop.store import leases, segments
 from tests.support import db, metrics
 from tests.support import runs as test_runs
 
@@ -150,6 +151,35 @@ def test_a_run_that_went_on_in_between_counts_its_unavailability_afresh(engine, 
     assert runner.execute(engine, settings, run_id) == runner.Outcome.RELEASED
     assert db.run(engine, run_id)["status"] == "PENDING"
     assert len(hand_backs(engine, run_id)) == 2
+
+
+def test_a_step_recorded_in_between_starts_the_count_afresh(engine, project, settings):
+    """A step record writes no history row; the count must see it all the same."""
+    # Given a run handed back long ago, which then recorded a step on a worker that had its
+    # definition, and was handed on by the reaper when that worker's lease ran out
+    run_id = test_runs.admit(engine, project["project_id"], "noop-3")
+    strand(engine, run_id)
+    assert runner.execute(engine, settings, run_id) == runner.Outcome.RELEASED
+    age_hand_backs(engine, run_id, LIMIT * 2)
+    strand(engine, run_id, version=1)
+    with engine.connect() as conn:
+        claim = leases.claim(conn, "worker-with-the-definition", 30.0, run_id)
+        assert claim is not None
+        assert segments.record_step(conn, claim, [{"step": "one", "output": 1}], "two")
+    db.execute(
+        engine,
+        "UPDATE awooop_run_state SET lease_until = now() - interval '1 second' WHERE run_id = :r",
+        r=run_id,
+    )
+    assert [r.run_id for r in sweeps.reap_once(engine, settings)] == [run_id]
+
+    # When it is stranded again
+    strand(engine, run_id)
+    age_hand_backs(engine, run_id, 0)
+
+    # Then its first new hand-back starts a new count: it is handed back, not failed
+    assert runner.execute(engine, settings, run_id) == runner.Outcome.RELEASED
+    assert db.run(engine, run_id)["status"] == "PENDING"
 
 
 def test_a_run_whose_digest_changed_is_failed_the_same_way(engine, project, settings):
