@@ -17,10 +17,13 @@ from tests.support.processes import BIN, ROOT
 UNREACHABLE_BROKER = "redis://127.0.0.1:1/0"
 
 
-def test_beat_refuses_a_schedule_file_whose_directory_does_not_exist(tmp_path):
+def test_beat_refuses_a_schedule_file_whose_directory_does_not_exist(tmp_path, database_url):
     schedule = tmp_path / "missing" / "celerybeat-schedule"
     env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
     env.update(
+        # this test's migrated database: the environment's may have no schema, and beat
+        # refuses that first (exit 2 as well)
+        AWOOOP_DATABASE_URL=database_url,
         AWOOOP_BROKER_URL=UNREACHABLE_BROKER,
         AWOOOP_BEAT_SCHEDULE_FILE=str(schedule),
         AWOOOP_METRICS_PORT="0",
@@ -42,5 +45,5 @@ def test_beat_refuses_a_schedule_file_whose_directory_does_not_exist(tmp_path):
     assert refusal == [
         f"awooop: configuration error: AWOOOP_BEAT_SCHEDULE_FILE={schedule}: the directory "
         f"{schedule.parent} does not exist (create it, or point the variable at one that does)"
-    ]
+    ], result.stderr
     assert not schedule.parent.exists()
