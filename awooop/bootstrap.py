@@ -15,7 +15,7 @@ import gc
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from awooop import config, telemetry
 from awooop.config import ConfigError, Settings, get_settings
@@ -42,9 +42,14 @@ def settings_or_exit() -> Settings:
     except (ConfigError, workflow.LeaseTooShort) as exc:
         if _program() not in PROCESS_PROGRAMS:
             raise
-        print(f"awooop: configuration error: {exc}", file=sys.stderr, flush=True)
-        raise SystemExit(2) from None
+        refuse(str(exc))
     return settings
+
+
+def refuse(problem: str) -> NoReturn:
+    """End a starting process over its configuration: one line on stderr, exit status 2."""
+    print(f"awooop: configuration error: {problem}", file=sys.stderr, flush=True)
+    raise SystemExit(2)
 
 
 def _program() -> str:

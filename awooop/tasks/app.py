@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import signal
-import sys
 import threading
 from pathlib import Path
 
@@ -61,14 +60,10 @@ class Scheduler(beat.PersistentScheduler):
     def setup_schedule(self) -> None:
         directory = Path(self.schedule_filename).absolute().parent
         if not directory.is_dir():
-            print(
-                f"awooop: configuration error: AWOOOP_BEAT_SCHEDULE_FILE={self.schedule_filename}: "
-                f"the directory {directory} does not exist (create it, or point the variable "
-                "at one that does)",
-                file=sys.stderr,
-                flush=True,
+            bootstrap.refuse(
+                f"AWOOOP_BEAT_SCHEDULE_FILE={self.schedule_filename}: the directory {directory} "
+                "does not exist (create it, or point the variable at one that does)"
             )
-            raise SystemExit(2)
         super().setup_schedule()
 
 
