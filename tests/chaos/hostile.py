@@ -201,6 +201,13 @@ def send(host: str, port: int, request: HostileRequest, timeout: float = 60.0) -
 # Generating -----------------------------------------------------------------------------------
 
 
+def wrong(credential: str) -> str:
+    """A credential of the same length that is surely not ``credential``: its first character
+    changed (a random secret may start with any character, and a reversed one may read the
+    same)."""
+    return ("y" if credential[:1] == "x" else "x") + credential[1:]
+
+
 def _sign(channel: str, secret: str, raw: bytes) -> list[tuple[str, bytes]]:
     digest = hmac.new(secret.encode(), raw, hashlib.sha256).digest()
     if channel == "gitea":
@@ -332,7 +339,7 @@ class Generator:
             value = {
                 "good": secret["telegram"],
                 "other": secret["telegram"],
-                "wrong": "x" + creds.secrets["telegram"][1:],
+                "wrong": wrong(creds.secrets["telegram"]),
                 "empty": "",
             }.get(auth)
             if value is not None:
@@ -343,7 +350,7 @@ class Generator:
                 "good": f"Bearer {good}",
                 "other": f"Bearer {good}",
                 "basic": "Basic " + base64.b64encode(f"am:{good}".encode()).decode(),
-                "wrong": f"Bearer {good[::-1]}",
+                "wrong": f"Bearer {wrong(good)}",
                 "basic-wrong": "Basic " + base64.b64encode(b"am:nope").decode(),
                 "basic-garbage": "Basic %%%not-base64",
                 "basic-no-password": "Basic " + base64.b64encode(good.encode()).decode(),
@@ -356,7 +363,7 @@ class Generator:
             if auth in ("good", "other"):
                 headers += _sign(channel, secret[channel], signed)
             elif auth == "wrong":
-                headers += _sign(channel, secret[channel][::-1], signed)
+                headers += _sign(channel, wrong(secret[channel]), signed)
             elif auth == "other-body":
                 headers += _sign(channel, secret[channel], signed + b" ")
             elif auth == "garbage":
@@ -370,7 +377,7 @@ class Generator:
                 "operator": creds.tokens["operator"],
                 "viewer": creds.tokens["viewer"],
                 "other": creds.other_token,
-                "wrong": creds.tokens["operator"][::-1],
+                "wrong": wrong(creds.tokens["operator"]),
                 "empty": "",
             }.get(auth)
             if token is not None:
@@ -982,7 +989,7 @@ class Generator:
             return label, good, {}
         token = {
             "none": None,
-            "wrong": good[::-1],
+            "wrong": wrong(good),
             "other": self.creds.other_token,
             "ghost": "not-a-token",
         }[label]
