@@ -67,5 +67,4 @@ def raw_request(body: bytes = b"") -> RawRequest:
     """The current request as the channel modules see it."""
     # werkzeug's Headers is a case-insensitive mapping in all but its declared type.
     headers = cast(Mapping[str, str], request.headers)
-    query = {name: request.args.getlist(name) for name in request.args}
-    return RawRequest(headers=headers, body=body, query=query)
+    return RawRequest(headers=headers, body=body, query=request.args.to_dict(flat=False))
