@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from awooop.domain.numbers import whole_value
+
 LIMIT_KEYS = ("max_active_runs", "ingress_per_minute", "management_per_minute")
 # Large enough for anything real, small enough for every integer column and Redis counter.
 MAX_LIMIT = 10_000_000
@@ -30,13 +32,8 @@ def parse_limit(key: str, value: Any) -> int | None:
         raise InvalidLimit(f"unknown limit {key!r}; limits: {', '.join(LIMIT_KEYS)}")
     if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")):
         return None
-    if isinstance(value, bool):
-        raise InvalidLimit(f"{key} must be a whole number, not {value!r}")
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise InvalidLimit(f"{key} must be a whole number, not {value!r}") from None
-    if isinstance(value, float) and number != value:
+    number = whole_value(value)
+    if number is None:
         raise InvalidLimit(f"{key} must be a whole number, not {value!r}")
     if not 0 <= number <= MAX_LIMIT:
         raise InvalidLimit(f"{key} must be between 0 and {MAX_LIMIT}, not {number}")

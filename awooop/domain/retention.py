@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from awooop.domain.numbers import whole_value
+
 # Ten years: long enough for any audit requirement, small enough for every interval type.
 MAX_RETENTION_DAYS = 3650
 
@@ -26,16 +28,12 @@ def parse_retention_days(value: Any) -> int | None:
         isinstance(value, str) and value.strip().lower() in ("", "default", "none")
     ):
         return None
-    if isinstance(value, bool):
-        raise InvalidRetention(f"retention must be a whole number of days, not {value!r}")
-    try:
-        days = int(value)
-    except (TypeError, ValueError):
+    days = whole_value(value)
+    if days is None:
+        or_default = " or 'default'" if isinstance(value, str) else ""
         raise InvalidRetention(
-            f"retention must be a whole number of days or 'default', not {value!r}"
-        ) from None
-    if isinstance(value, float) and days != value:
-        raise InvalidRetention(f"retention must be a whole number of days, not {value!r}")
+            f"retention must be a whole number of days{or_default}, not {value!r}"
+        )
     if not 1 <= days <= MAX_RETENTION_DAYS:
         raise InvalidRetention(
             f"retention must be between 1 and {MAX_RETENTION_DAYS} days, not {days}"

@@ -19,6 +19,7 @@ from flask import Blueprint, Response, jsonify, request
 
 from awooop import bodies, errors
 from awooop.channels.base import json_object
+from awooop.domain.numbers import whole_number
 from awooop.engine import management
 from awooop.store.operations import OperationResult
 from awooop.web import context, request_body, roles, throttle
@@ -87,9 +88,10 @@ def _expected_version() -> int | None:
         return None
     stripped = raw.strip()
     value = stripped.removeprefix("W/").strip('"')
-    if not value.isascii() or not value.isdigit() or len(value) > 18:
+    version = whole_number(value)
+    if version is None or version < 0:
         raise errors.MalformedRequest('If-Match must be the run\'s version as an ETag, e.g. "7"')
-    return NEVER_MATCHES if stripped.startswith("W/") else int(value)
+    return NEVER_MATCHES if stripped.startswith("W/") else version
 
 
 def perform(

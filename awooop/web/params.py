@@ -22,6 +22,7 @@ from awooop import errors
 from awooop.channels.api import MAX_KEY_LENGTH
 from awooop.channels.base import MAX_EVENT_ID_LENGTH
 from awooop.domain import states, tags
+from awooop.domain.numbers import whole_number
 from awooop.models.project import RUN_CHANNEL_TYPES
 from awooop.store.queries import (
     MAX_FAILURE_CODE,
@@ -115,9 +116,10 @@ def limit(args: MultiDict[str, str]) -> int:
     raw = single(args, "limit")
     if raw is None:
         return DEFAULT_LIMIT
-    if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= MAX_LIMIT:
+    number = whole_number(raw)
+    if number is None or not 1 <= number <= MAX_LIMIT:
         raise bad(f"limit must be a whole number from 1 to {MAX_LIMIT}")
-    return int(raw)
+    return number
 
 
 def choices(args: MultiDict[str, str], name: str, allowed: Collection[str]) -> tuple[str, ...]:

@@ -15,7 +15,11 @@ def test_valid_limit_values(value, expected):
     assert parse_limit("max_active_runs", value) == expected
 
 
-@pytest.mark.parametrize("value", [-1, "-1", "five", 2.5, True, [1], 10**9])
+@pytest.mark.parametrize(
+    "value",
+    # int() alone would read the last three as 5, 5000 and 5
+    [-1, "-1", "five", 2.5, True, [1], 10**9, "\u0665", "5_000", "+5"],
+)
 def test_invalid_limit_values_are_refused(value):
     with pytest.raises(InvalidLimit):
         parse_limit("ingress_per_minute", value)

@@ -31,6 +31,10 @@ def test_default_clears_the_override(value):
         (1.5, "whole number of days, not 1.5"),
         ("forever", "whole number of days or 'default', not 'forever'"),
         (True, "whole number of days, not True"),
+        # int() alone would read these as 5, 1000 and 5
+        ("\u0665", "whole number of days or 'default', not '\u0665'"),
+        ("1_000", "whole number of days or 'default', not '1_000'"),
+        ("+5", "whole number of days or 'default', not '\\+5'"),
     ],
 )
 def test_anything_else_is_refused_with_what_to_give(value, message):

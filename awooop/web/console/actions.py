@@ -17,6 +17,7 @@ from werkzeug.wrappers import Response as HttpResponse
 
 from awooop import errors
 from awooop.domain import states
+from awooop.domain.numbers import whole_number
 from awooop.store import runs as store_runs
 from awooop.web import context, management_api, reruns_api, roles
 from awooop.web.console import forms
@@ -110,9 +111,10 @@ def _roles(operation: str) -> frozenset[str]:
 def _version(raw: str | None, name: str) -> int | None:
     if raw is None or raw == "":
         return None
-    if not raw.isascii() or not raw.isdigit() or len(raw) > 18:
+    version = whole_number(raw)
+    if version is None or version < 0:
         raise errors.MalformedRequest(f"{name} must be a run version (a whole number)")
-    return int(raw)
+    return version
 
 
 @blueprint.get("/runs/<run_id>/<segment>")

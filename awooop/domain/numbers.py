@@ -1,0 +1,30 @@
+"""Whole numbers typed by a person: CLI arguments, query parameters, headers, form fields."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+# At most 18 digits: every such number fits PostgreSQL's bigint.
+_WHOLE_NUMBER = re.compile(r"-?[0-9]{1,18}")
+
+
+def whole_number(text: str) -> int | None:
+    """The whole number ``text`` spells in ASCII digits, with an optional minus sign; None for
+    anything else. ``int()`` alone also reads other scripts' digits (``"\\u0665"`` is 5), a
+    plus sign, underscores between digits and surrounding whitespace."""
+    return int(text) if _WHOLE_NUMBER.fullmatch(text) else None
+
+
+def whole_value(value: Any) -> int | None:
+    """A whole number given as JSON (a number, not a boolean, with no fraction) or as text
+    that spells one (surrounding whitespace ignored); None for anything else."""
+    if isinstance(value, str):
+        return whole_number(value.strip())
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
