@@ -77,7 +77,7 @@ def three_projects(engine, settings, project) -> list[str]:
 def count_cell(page: str, project_id: str, status: str) -> str:
     row = re.search(rf'<tr data-project="{project_id}">.*?</tr>', page, re.S)
     assert row is not None, f"{project_id} is not listed"
-    (n,) = re.findall(rf'data-status="{status}">([0-9+]+)</button>', row.group(0))
+    (n,) = re.findall(rf'data-status="{status}">([0-9,+]+)</button>', row.group(0))
     return n
 
 
@@ -95,6 +95,24 @@ def test_an_admin_token_sees_the_projects_it_administers_with_runs_by_status(
     assert (count_cell(page, second, "FAILED"), count_cell(page, second, "PENDING")) == ("3", "0")
     assert f'data-project="{theirs}"' not in page
     assert 'href="/console/projects"' in page  # in the navigation, for an admin
+
+
+def test_a_count_at_the_cap_reads_as_the_overview_writes_it(
+    client, engine, three_projects, monkeypatch
+):
+    from awooop.web.console import projects as console_projects
+
+    mine = three_projects[0]
+    monkeypatch.setattr(console_projects, "COUNT_CAP", 1_000)
+    seed.runs(engine, mine, "PENDING", 998)
+    token = secrets.new_token()
+    admin_in(engine, token, mine)
+    login(client, mine, token)
+
+    page = text(client.get("/console/projects"))
+
+    assert "counts stop at 1,000" in page
+    assert count_cell(page, mine, "PENDING") == "1,000+"
 
 
 def test_an_admin_enters_another_of_its_projects_and_sees_its_runs(client, engine, three_projects):
