@@ -181,6 +181,13 @@ def test_whole_numbers_and_ports_are_checked():
     assert "AWOOOP_PORT=70000 is not a port number (1-65535)" in refused(PORT="70000")
 
 
+@pytest.mark.parametrize("raw", ["\u0665", "5_000", "\uff15"])
+def test_numbers_are_ascii_decimal_as_the_configuration_page_says(raw):
+    # int() and float() alone would read these as 5, 5000 and 5
+    assert f"AWOOOP_TIMER_BATCH_SIZE={raw!r} is not a whole number" in refused(TIMER_BATCH_SIZE=raw)
+    assert f"AWOOOP_LEASE_TTL_SECONDS={raw!r} is not a number" in refused(LEASE_TTL_SECONDS=raw)
+
+
 # --- relations ------------------------------------------------------------------------------
 
 
