@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from awooop.domain import timing
-from awooop.domain.numbers import whole_number
+from awooop.domain.numbers import decimal_number, whole_number
 from awooop.masking import mask_url
 
 if TYPE_CHECKING:
@@ -142,21 +142,9 @@ def value_rule(name: str, kind: str) -> str:
     return URL_RULES.get(URL_KINDS.get(name, ""), "")
 
 
-def _decimal(text: str, kind: str) -> float | None:
-    """``text`` as an ASCII decimal number (a whole one for ``kind`` "int"), else None:
-    ``int()`` and ``float()`` alone also read other scripts' digits and underscores."""
-    if kind == "int":
-        return whole_number(text)
-    if not text.isascii() or "_" in text:
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        return None
-
-
 def _number(name: str, kind: str, raw: str) -> float:
-    number = _decimal(raw.strip(), kind)
+    text = raw.strip()
+    number = whole_number(text) if kind == "int" else decimal_number(text)
     if number is None:
         what = "a whole number" if kind == "int" else "a number"
         raise ValueError(f"={raw!r} is not {what}")

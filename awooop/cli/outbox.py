@@ -8,7 +8,7 @@ import json
 import uuid
 from typing import Any
 
-from awooop.cli import _db
+from awooop.cli import _db, arguments
 from awooop.cli._db import UsageError
 
 DEFAULT_LIMIT = 100
@@ -65,7 +65,7 @@ def add_parser(sub: Any) -> None:
     listing.add_argument("--run-id", type=uuid.UUID, help="only this run's messages")
     listing.add_argument(
         "--limit",
-        type=int,
+        type=arguments.whole,
         default=DEFAULT_LIMIT,
         metavar="N",
         help=f"messages at most, 1-{MAX_LIMIT} (default: {DEFAULT_LIMIT})",

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from awooop import client
-from awooop.cli import _api, output
+from awooop.cli import _api, arguments, output
 from awooop.cli._api import Usage
 from awooop.domain import states
 from awooop.engine.reruns import MAX_LIMIT, MIN_RATE
@@ -106,7 +106,9 @@ def _add_start(actions: Any) -> None:
         required=True,
         help="the idempotency key: 1-255 visible ASCII characters, no space or comma",
     )
-    start.add_argument("--version", type=int, help="a registered version (default: the latest)")
+    start.add_argument(
+        "--version", type=arguments.whole, help="a registered version (default: the latest)"
+    )
     start.add_argument(
         "--wait",
         action="store_true",
@@ -114,7 +116,7 @@ def _add_start(actions: Any) -> None:
     )
     start.add_argument(
         "--timeout",
-        type=float,
+        type=arguments.decimal,
         default=300.0,
         help="seconds --wait waits, a number above 0 (default: 300)",
     )
@@ -137,7 +139,7 @@ def _add_list(actions: Any) -> None:
     )
     listing.add_argument("project_id", metavar="PROJECT")
     add_filters(listing)
-    listing.add_argument("--limit", type=int, help="runs per page, 1-200 (default: 50)")
+    listing.add_argument("--limit", type=arguments.whole, help="runs per page, 1-200 (default: 50)")
     pages = listing.add_mutually_exclusive_group()
     pages.add_argument("--cursor", help="the page after the one that named this cursor")
     pages.add_argument("--all", action="store_true", help="every matching run, page after page")
@@ -229,7 +231,7 @@ def _add_operation(actions: Any, operation: str, what: str) -> None:
         help="the operation's id, 1-128 characters (default: a new one, printed)",
     )
     parser.add_argument(
-        "--if-version", type=int, metavar="N", help="act only if the run's version is N"
+        "--if-version", type=arguments.whole, metavar="N", help="act only if the run's version is N"
     )
     parser.set_defaults(func=_api.reporting(cmd_operate), operation=operation)
 
@@ -256,13 +258,13 @@ def _add_rerun(actions: Any) -> None:
     rerun.add_argument("--dry-run", action="store_true", help="count the matching runs only")
     rerun.add_argument(
         "--rate",
-        type=float,
+        type=arguments.decimal,
         metavar="N",
         help=f"new runs claimable per second at most, from {MIN_RATE:g} to the deployment's "
         "AWOOOP_RERUN_MAX_RATE_PER_SECOND (default: the deployment's, 5)",
     )
     rerun.add_argument(
-        "--limit", type=int, help="runs at most, newest first, 1-1000 (default: 100)"
+        "--limit", type=arguments.whole, help="runs at most, newest first, 1-1000 (default: 100)"
     )
     rerun.add_argument("--cursor", help="go on after the runs an earlier call named")
     rerun.add_argument("--reason", help="why, for the runs' history")

@@ -15,7 +15,7 @@ import argparse
 import sys
 from typing import Any
 
-from awooop.cli import _db
+from awooop.cli import _db, arguments
 from awooop.engine import rekey
 from awooop.secrets import SecretBox
 
@@ -46,7 +46,7 @@ def add_parser(sub: Any) -> None:
     )
     reencrypt.add_argument(
         "--batch-size",
-        type=_positive,
+        type=arguments.positive_whole,
         default=rekey.DEFAULT_BATCH_SIZE,
         help=f"rows per transaction (default {rekey.DEFAULT_BATCH_SIZE})",
     )
@@ -103,10 +103,3 @@ def _line(counts: rekey.Counts, write: bool) -> str:
         f"{what}: {counts.current} under the newest key, {counts.resealed} under an older "
         f"key, {len(counts.unreadable)} open with no key"
     )
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
-    return value

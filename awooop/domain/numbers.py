@@ -5,15 +5,27 @@ from __future__ import annotations
 import re
 from typing import Any
 
-# At most 18 digits: every such number fits PostgreSQL's bigint.
-_WHOLE_NUMBER = re.compile(r"-?[0-9]{1,18}")
+_WHOLE_NUMBER = re.compile(r"-?([0-9]+)")
 
 
-def whole_number(text: str) -> int | None:
+def whole_number(text: str, max_digits: int = 18) -> int | None:
     """The whole number ``text`` spells in ASCII digits, with an optional minus sign; None for
     anything else. ``int()`` alone also reads other scripts' digits (``"\\u0665"`` is 5), a
-    plus sign, underscores between digits and surrounding whitespace."""
-    return int(text) if _WHOLE_NUMBER.fullmatch(text) else None
+    plus sign, underscores between digits and surrounding whitespace. At most 18 digits by
+    default: every such number fits PostgreSQL's bigint."""
+    match = _WHOLE_NUMBER.fullmatch(text)
+    return int(text) if match and len(match.group(1)) <= max_digits else None
+
+
+def decimal_number(text: str) -> float | None:
+    """The number ``text`` spells in ASCII (``1.5``, ``-2``, ``1e3``, ``inf``); None for
+    anything else. ``float()`` alone also reads other scripts' digits and underscores."""
+    if not text.isascii() or "_" in text:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 def whole_value(value: Any) -> int | None:

@@ -127,6 +127,30 @@ def test_an_api_token_that_is_not_printable_ascii_is_refused(wire, capsys, token
     assert sent.sent == []
 
 
+# int() and float() alone would read each of these as 5
+@pytest.mark.parametrize("number", ["\u0665", "\uff15", "0_5"])
+@pytest.mark.parametrize(
+    ("command", "option"),
+    [
+        (("runs", "list", "ops"), "--limit"),
+        (("runs", "start", "ops", "wf", "--key", "k"), "--version"),
+        (("runs", "start", "ops", "wf", "--key", "k", "--wait"), "--timeout"),
+        (("runs", "pause", "ops", RUN_ID, "--reason", "r"), "--if-version"),
+        (("runs", "rerun", "ops", "--workflow", "wf", "--dry-run"), "--rate"),
+        (("runs", "rerun", "ops", "--workflow", "wf", "--dry-run"), "--limit"),
+    ],
+)
+def test_numbers_are_ascii_decimal(wire, capsys, command, option, number):
+    sent = wire((202, {"run_id": RUN_ID, "status": "PENDING"}), (200, run_body("COMPLETED")))
+
+    with pytest.raises(SystemExit) as exited:
+        cli.main([*command, option, number])
+
+    assert exited.value.code == 2
+    assert f"error: argument {option}: {number!r} is not a" in capsys.readouterr().err
+    assert sent.sent == []
+
+
 # --- awooop runs rerun: rate and key ---------------------------------------------------------
 
 
