@@ -290,6 +290,9 @@ def bench_e2e(b: Bench, project_id: str) -> None:
             warm = soak_phase(b, project_id, soak, admitted + soak)
             mem["web"]["after_soak"] = web.rss_mib()
             mem["worker"]["after_soak"] = b.worker.rss_mib()
+            # Raw Celery again right after the soak (AwoooP's worker idle), so that the CPU
+            # ratio sets the soak beside the raw batches either side of it, as a pair does.
+            info["raw_after_soak"] = raw_celery(b, series["concurrency"], len(series["raw"]) + 1)
         info["memory"] = mem
     finally:
         watch.stop()  # before our processes go: their sessions must look ours
@@ -339,9 +342,12 @@ def soak_phase(b: Bench, project_id: str, soak: int, expected: int) -> tuple[Any
 
 
 def cpu_per_run(info: dict[str, Any], raw_batches: list[dict[str, Any]]) -> None:
-    """AwoooP's CPU per run over the soak against raw Celery's per task (the median of the
-    last series' raw batches)."""
-    raw_cpu = [m["cpu_ms"] for m in raw_batches if "cpu_ms" in m]
+    """AwoooP's CPU per run over the soak against raw Celery's per task: the mean of the raw
+    batches either side of the soak (the last series' last one and the one after the soak),
+    since this machine's speed drifts by a tenth or more within minutes. Without a soak, the
+    median of the last series' raw batches."""
+    around = [raw_batches[-1], info["raw_after_soak"]] if "raw_after_soak" in info else raw_batches
+    raw_cpu = [m["cpu_ms"] for m in around if "cpu_ms" in m]
     info["raw_cpu_ms"] = statistics.median(raw_cpu) if raw_cpu else float("nan")
     if "cpu_ms_per_run" in info:
         info["cpu_ms"] = sum(info["cpu_ms_per_run"].values())
@@ -541,8 +547,8 @@ I/O CPU |
 | PostgreSQL | {cpu[PostgreSQL]} |
 | Redis | {cpu[Redis]} |
 | AwoooP, all four | {cpu[all]} |
-| raw Celery per task: producer + worker + Redis (median of the -c {last_c} raw \
-batches) | {cpu[raw]} |
+| raw Celery per task: producer + worker + Redis (the -c {last_c} raw batches either side \
+of the soak) | {cpu[raw]} |
 
 | PostgreSQL commits, counted over the soak | |
 |---|---|

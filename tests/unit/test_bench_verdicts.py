@@ -122,6 +122,24 @@ def test_cpu_per_run_and_wal_flushes_per_run_are_judged_against_four_and_three()
     assert rows["of which waited for a WAL flush (WAL flushes per run)"] == ("<= 3", "met")
 
 
+def test_the_soaks_cpu_is_set_against_the_raw_batches_either_side_of_it():
+    raws = [{"cpu_ms": 1.0}, {"cpu_ms": 1.2}, {"cpu_ms": 1.6}]
+    e2e = {"cpu_ms_per_run": {"web": 3.0, "worker": 3.6}, "raw_after_soak": {"cpu_ms": 2.0}}
+
+    run.cpu_per_run(e2e, raws)
+
+    assert e2e["raw_cpu_ms"] == 1.8  # the last series' last batch and the one after the soak
+    assert e2e["cpu_ratio"] == 6.6 / 1.8
+
+
+def test_without_a_soak_raw_celerys_cpu_is_the_median_of_the_last_series():
+    e2e: dict = {}
+
+    run.cpu_per_run(e2e, [{"cpu_ms": 1.0}, {"cpu_ms": 1.2}, {"cpu_ms": 1.6}])
+
+    assert e2e == {"raw_cpu_ms": 1.2}
+
+
 def test_cpu_of_processes_is_counted_from_the_first_sample_or_whole_when_they_started_since():
     before = {10: 1.0, 11: 2.0, 12: 5.0}
     after = {10: 1.5, 11: 2.0, 13: 0.25}  # 12 exited, 13 started in between
