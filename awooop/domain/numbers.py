@@ -1,4 +1,5 @@
-"""Whole numbers typed by a person: CLI arguments, query parameters, headers, form fields."""
+"""Numbers typed by a person (CLI arguments, settings, query parameters, headers, form fields),
+read as ASCII decimal only."""
 
 from __future__ import annotations
 
