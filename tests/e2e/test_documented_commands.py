@@ -632,7 +632,9 @@ STEPS: dict[str, Step] = {
         "checkout",
         out_has("COMPLETED", "restarted web"),
         replace=(("--wait", "--wait --url {base}"),),
-        retry_for=15,  # the allow-list reaches the web within AWOOOP_AUTH_CACHE_SECONDS
+        # The allow-list reaches the web within AWOOOP_AUTH_CACHE_SECONDS (5); each try is a
+        # new Python process, seconds long on a loaded machine (15 s ran out once under CI).
+        retry_for=30,
     ),
     "awooop project config ops notify_url=https://hooks.example/awooop": Step(
         "deployment", project_config(notify_url="https://hooks.example/awooop")
@@ -848,8 +850,11 @@ class Session:
             self.ran.add(command)
             return Done(0, "", "")
 
+        tried: list[Done] = []
+
         def attempt() -> Done | None:
             done = self.shell(text)
+            tried[:] = [done]
             if step.check is None:
                 return done
             try:
@@ -864,7 +869,14 @@ class Session:
             return done
 
         if step.retry_for:
-            done = wait_until(attempt, step.retry_for, f"{command!r} to answer as documented")
+            try:
+                done = wait_until(attempt, step.retry_for, f"{command!r} to answer as documented")
+            except AssertionError as timed_out:
+                last = tried[0] if tried else Done(-1, "", "(no try ended)")
+                raise AssertionError(
+                    f"{timed_out}; the last try: exit {last.returncode}\n"
+                    f"stdout: {last.out[-2000:]}\nstderr: {last.err[-2000:]}"
+                ) from None
         else:
             done = attempt()
         assert isinstance(done, Done)
