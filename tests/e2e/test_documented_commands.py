@@ -126,6 +126,10 @@ class Done:
     out: str
     err: str
 
+    def printed(self) -> str:
+        """Its exit status and the end of what it printed, for a failure's message."""
+        return f"exit {self.returncode}\nstdout: {self.out[-2000:]}\nstderr: {self.err[-2000:]}"
+
     def json(self) -> Any:
         assert self.returncode == 0, f"exit {self.returncode}: {self.err}"
         return json.loads(self.out)
@@ -862,10 +866,7 @@ class Session:
             except (AssertionError, ValueError, KeyError):
                 if step.retry_for:
                     return None
-                raise AssertionError(
-                    f"{command!r} as run:\n{text}\nexit {done.returncode}\n"
-                    f"stdout: {done.out[-2000:]}\nstderr: {done.err[-2000:]}"
-                ) from None
+                raise AssertionError(f"{command!r} as run:\n{text}\n{done.printed()}") from None
             return done
 
         if step.retry_for:
@@ -873,10 +874,7 @@ class Session:
                 done = wait_until(attempt, step.retry_for, f"{command!r} to answer as documented")
             except AssertionError as timed_out:
                 last = tried[0] if tried else Done(-1, "", "(no try ended)")
-                raise AssertionError(
-                    f"{timed_out}; the last try: exit {last.returncode}\n"
-                    f"stdout: {last.out[-2000:]}\nstderr: {last.err[-2000:]}"
-                ) from None
+                raise AssertionError(f"{timed_out}; the last try: {last.printed()}") from None
         else:
             done = attempt()
         assert isinstance(done, Done)
