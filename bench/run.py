@@ -532,7 +532,7 @@ I/O CPU |
 
 ## (b) End to end
 
-| | count | per second | seconds | worker CPU ms/item | other CPU | I/O CPU |
+| | count | per second | seconds | worker CPU ms/item, start-up included | other CPU | I/O CPU |
 |---|---:|---:|---:|---:|---:|---:|
 {batches}
 
