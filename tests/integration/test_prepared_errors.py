@@ -12,6 +12,7 @@ from sqlalchemy import exc, text
 
 from awooop import db
 from awooop.store import leases, segments
+from awooop.store.prepared import PreparedStatement
 from tests.support import db as support_db
 from tests.support import runs as test_runs
 
@@ -74,3 +75,17 @@ def test_a_refused_statement_keeps_its_sqlstate_and_its_connection(engine, proje
             text("SELECT saga_steps FROM awooop_run_state WHERE run_id = :r"), {"r": run_id}
         ).scalar_one()
         assert [(e["step"], e["output"]) for e in journal] == [("one", 1)]
+
+
+def test_rows_are_named_by_their_columns_on_the_dbapi_path(engine):
+    statement = PreparedStatement(
+        "awooop_test_row_names", "SELECT CAST(:n AS int) AS run_count, 'x' AS status, 1"
+    )
+    with engine.connect() as conn:
+        assert not conn.dispatch.before_cursor_execute  # the DBAPI path, not SQLAlchemy's
+        row = statement.execute(conn, {"n": 3}).first()
+        again = statement.execute(conn, {"n": 4}).first()  # prepared now: EXECUTE alone
+
+    assert (row.run_count, row.status, row[2]) == (3, "x", 1)
+    assert row._fields == ("run_count", "status", "_2")  # "?column?" is not a name: renamed
+    assert again.run_count == 4 and type(again) is type(row)
