@@ -196,7 +196,7 @@ _ROW_TYPES: dict[tuple[str, ...], Any] = {}
 
 def _row_type(description: Sequence[Any]) -> Any:
     # psycopg2's Column: ``column.name`` is read directly, where ``column[0]`` first builds
-    # the column's 7-tuple (five times the cost, for every statement that returns rows).
+    # the column's 7-tuple (four times the cost, for every statement that returns rows).
     names = tuple(column.name for column in description)
     row_type = _ROW_TYPES.get(names)
     if row_type is None:

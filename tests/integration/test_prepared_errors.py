@@ -2,7 +2,7 @@
 SQLAlchemy's execution path; a failure must still read as SQLAlchemy reports it, because the
 claim's retry and the fenced writes decide on ``DBAPIError.connection_invalidated`` and the
 SQLSTATE. Real faults: a backend terminated while its connection is checked out, and a
-statement the server refuses.
+statement the server refuses. Rows, too, read as SQLAlchemy's do: by their columns' names.
 """
 
 from __future__ import annotations
