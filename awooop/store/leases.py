@@ -224,10 +224,13 @@ def claim(
     )
 
 
-# The lease is still this holder's.
+# The lease is still this holder's. The run is found by its primary key: the status is
+# compared as text (``status || ''``), which no index on ``status`` can serve. Compared
+# plainly, a plan made while the statistics counted few held runs (before a burst of claims)
+# read every held run through the partial index of unfinished runs and filtered for this one.
 LEASE_HELD = (
     "run_id = :run_id AND worker_id = :worker_id AND lease_epoch = :lease_epoch"
-    " AND status = 'RUNNING'"
+    " AND status || '' = 'RUNNING'"
 )
 # ... and the journal is as long as the holder last saw it: nothing appended since by anyone,
 # this holder's own writes included.

@@ -3,10 +3,12 @@ PostgreSQL, with separate connections."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
 from collections import Counter
+from dataclasses import replace
 
 from sqlalchemy import text
 
@@ -99,6 +101,54 @@ def test_a_claim_by_run_id_reads_the_run_by_its_primary_key_however_many_are_pen
     assert "ix_awooop_run_state_claimable" not in candidate, plan
     c = claim(engine, "w1", run_id)
     assert c is not None and c.run_id == run_id
+
+
+def test_a_fenced_write_reads_its_run_by_its_primary_key_however_many_are_running(engine, project):
+    """Every segment write is fenced on the held lease (``status = 'RUNNING'`` among its
+    conditions). It must find its run through the primary key, not through an index on
+    ``status`` whose every RUNNING entry it would read and filter: a cost that grows with the
+    runs held at once, chosen by plans made while statistics counted few of them."""
+    run_id = test_runs.admit(engine, project["project_id"])
+    c = claim(engine, "w1", run_id)
+    with engine.begin() as conn:
+        # Statistics from before the burst (autovacuum has not analyzed since) ...
+        conn.execute(text("ALTER TABLE awooop_run_state SET (autovacuum_enabled = false)"))
+        conn.execute(text("ANALYZE awooop_run_state"))
+        # ... then 600 runs held by other workers
+        conn.execute(
+            text(
+                """
+                INSERT INTO awooop_run_state
+                SELECT (jsonb_populate_record(r, jsonb_build_object(
+                    'run_id', gen_random_uuid(), 'worker_id', 'other-' || n))).*
+                FROM awooop_run_state r, generate_series(1, 600) AS n
+                WHERE r.run_id = :run_id
+                """
+            ),
+            {"run_id": run_id},
+        )
+
+    with engine.begin() as conn:
+        # The plan a session keeps once it has prepared the statement (a generic one)
+        conn.execute(text("SET LOCAL plan_cache_mode = force_generic_plan"))
+        stranger = replace(c, run_id=uuid.uuid4())
+        assert segments.record_step(conn, stranger, [entry(c)], next_step="two") is None
+        params = {
+            **leases.fence_params(c),
+            "entries": json.dumps([entry(c)]),
+            "next_step": "two",
+        }
+        arguments = ", ".join(f":{name}" for name in segments._RECORD_STEP.parameters)
+        plan = "\n".join(
+            conn.execute(text(f"EXPLAIN EXECUTE awooop_record_step({arguments})"), params)
+            .scalars()
+            .all()
+        )
+
+    assert "Index Cond: (run_id = " in plan, plan
+    assert "ix_awooop_run_state_unfinished" not in plan, plan
+    with engine.begin() as conn:
+        assert segments.record_step(conn, c, [entry(c)], next_step="two") is not None
 
 
 def test_a_held_run_cannot_be_claimed_again(engine, project):
