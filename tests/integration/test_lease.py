@@ -86,18 +86,20 @@ def test_a_claim_by_run_id_reads_the_run_by_its_primary_key_however_many_are_pen
             {"run_id": run_id},
         )
 
-    with engine.begin() as conn:
-        # The plan a session keeps once it has prepared the statement (a generic one)
-        conn.execute(text("SET LOCAL plan_cache_mode = force_generic_plan"))
+    with engine.connect() as conn:
+        # The plan a session keeps once it has prepared the statement (a generic one). The
+        # engine commits each statement by itself, so the setting is the session's.
+        conn.execute(text("SET plan_cache_mode = force_generic_plan"))
         leases.claim(conn, "warm-up", 30.0, uuid.uuid4())  # prepares it on this connection
         values = {"run_id": run_id, "lease_ttl": 30.0, "worker_id": "w1"}
         arguments = ", ".join(f":{name}" for name in leases._CLAIM_BY_ID.parameters)
         plan = "\n".join(
             conn.execute(text(f"EXPLAIN EXECUTE awooop_claim_by_id({arguments})"), values).scalars()
         )
+        conn.execute(text("RESET plan_cache_mode"))
 
     candidate = plan.split("CTE claimed")[0]  # the read that finds the run
-    assert "Index Cond: (run_id = " in candidate, plan
+    assert "Index Cond: (run_id = $" in candidate, plan  # a parameter: the generic plan
     assert "ix_awooop_run_state_claimable" not in candidate, plan
     c = claim(engine, "w1", run_id)
     assert c is not None and c.run_id == run_id
@@ -128,9 +130,10 @@ def test_a_fenced_write_reads_its_run_by_its_primary_key_however_many_are_runnin
             {"run_id": run_id},
         )
 
-    with engine.begin() as conn:
-        # The plan a session keeps once it has prepared the statement (a generic one)
-        conn.execute(text("SET LOCAL plan_cache_mode = force_generic_plan"))
+    with engine.connect() as conn:
+        # The plan a session keeps once it has prepared the statement (a generic one). The
+        # engine commits each statement by itself, so the setting is the session's.
+        conn.execute(text("SET plan_cache_mode = force_generic_plan"))
         stranger = replace(c, run_id=uuid.uuid4())
         assert segments.record_step(conn, stranger, [entry(c)], next_step="two") is None
         params = {
@@ -144,8 +147,9 @@ def test_a_fenced_write_reads_its_run_by_its_primary_key_however_many_are_runnin
             .scalars()
             .all()
         )
+        conn.execute(text("RESET plan_cache_mode"))
 
-    assert "Index Cond: (run_id = " in plan, plan
+    assert "Index Cond: (run_id = $" in plan, plan  # a parameter: the generic plan
     assert "ix_awooop_run_state_unfinished" not in plan, plan
     with engine.begin() as conn:
         assert segments.record_step(conn, c, [entry(c)], next_step="two") is not None
