@@ -31,6 +31,19 @@ def reap(engine):
         return reaper.reap(conn, actor="test-reaper")
 
 
+def generic_plan(conn, statement, values: dict) -> str:
+    """The plan a session keeps for ``statement`` once it has prepared it (a generic one,
+    its values as parameters), for ``values``. The engine commits each statement by itself,
+    so the planner setting is the session's, and reset after."""
+    conn.execute(text("SET plan_cache_mode = force_generic_plan"))
+    try:
+        arguments = ", ".join(f":{name}" for name in statement.parameters)
+        explain = text(f"EXPLAIN EXECUTE {statement.name}({arguments})")
+        return "\n".join(conn.execute(explain, values).scalars())
+    finally:
+        conn.execute(text("RESET plan_cache_mode"))
+
+
 def expire_leases() -> None:
     time.sleep(SHORT_TTL + 0.1)
 
@@ -87,16 +100,9 @@ def test_a_claim_by_run_id_reads_the_run_by_its_primary_key_however_many_are_pen
         )
 
     with engine.connect() as conn:
-        # The plan a session keeps once it has prepared the statement (a generic one). The
-        # engine commits each statement by itself, so the setting is the session's.
-        conn.execute(text("SET plan_cache_mode = force_generic_plan"))
         leases.claim(conn, "warm-up", 30.0, uuid.uuid4())  # prepares it on this connection
         values = {"run_id": run_id, "lease_ttl": 30.0, "worker_id": "w1"}
-        arguments = ", ".join(f":{name}" for name in leases._CLAIM_BY_ID.parameters)
-        plan = "\n".join(
-            conn.execute(text(f"EXPLAIN EXECUTE awooop_claim_by_id({arguments})"), values).scalars()
-        )
-        conn.execute(text("RESET plan_cache_mode"))
+        plan = generic_plan(conn, leases._CLAIM_BY_ID, values)
 
     candidate = plan.split("CTE claimed")[0]  # the read that finds the run
     assert "Index Cond: (run_id = $" in candidate, plan  # a parameter: the generic plan
@@ -131,23 +137,14 @@ def test_a_fenced_write_reads_its_run_by_its_primary_key_however_many_are_runnin
         )
 
     with engine.connect() as conn:
-        # The plan a session keeps once it has prepared the statement (a generic one). The
-        # engine commits each statement by itself, so the setting is the session's.
-        conn.execute(text("SET plan_cache_mode = force_generic_plan"))
-        stranger = replace(c, run_id=uuid.uuid4())
+        stranger = replace(c, run_id=uuid.uuid4())  # prepares it on this connection
         assert segments.record_step(conn, stranger, [entry(c)], next_step="two") is None
         params = {
             **leases.fence_params(c),
             "entries": json.dumps([entry(c)]),
             "next_step": "two",
         }
-        arguments = ", ".join(f":{name}" for name in segments._RECORD_STEP.parameters)
-        plan = "\n".join(
-            conn.execute(text(f"EXPLAIN EXECUTE awooop_record_step({arguments})"), params)
-            .scalars()
-            .all()
-        )
-        conn.execute(text("RESET plan_cache_mode"))
+        plan = generic_plan(conn, segments._RECORD_STEP, params)
 
     assert "Index Cond: (run_id = $" in plan, plan  # a parameter: the generic plan
     assert "ix_awooop_run_state_unfinished" not in plan, plan
