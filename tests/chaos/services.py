@@ -27,7 +27,7 @@ from sqlalchemy import create_engine, text
 
 from awooop import devstack
 from tests.support import transitions
-from tests.support.processes import ROOT, free_port, listening, wait_until
+from tests.support.processes import ROOT, free_port, wait_until
 
 PG_USER = "postgres"
 
@@ -170,6 +170,34 @@ class Postgres:
                 os.kill(pid, signal.SIGKILL)
 
 
+def wait_serving(
+    popen: subprocess.Popen[bytes], host: str, port: int, name: str, log: str | Path
+) -> None:
+    """Wait until the redis-server (or sentinel) ``popen`` answers on ``host:port`` itself.
+
+    Something listening there is not enough: when another server holds the port, this one
+    exits at once ("Address already in use") and the other answers in its place. So the
+    server must give its own pid, and one that exits first fails here with its log."""
+    import redis
+
+    def serving() -> bool:
+        if popen.poll() is not None:
+            tail = Path(log).read_text(errors="replace")[-800:]
+            raise RuntimeError(
+                f"{name} exited (status {popen.returncode}) instead of serving {host}:{port};"
+                f" its log ends:\n{tail}"
+            )
+        client = redis.Redis(host, port, socket_timeout=1, socket_connect_timeout=0.2)
+        try:
+            return client.info("server").get("process_id") == popen.pid
+        except redis.RedisError:
+            return False
+        finally:
+            client.close()
+
+    wait_until(serving, 10, f"{name} to serve {host}:{port}")
+
+
 class Redis:
     """A redis-server child process: ``start``, ``kill`` (SIGKILL), ``flushall``; ``host``,
     ``port`` and ``launcher`` as for :class:`Postgres`; ``args``: more options (e.g.
@@ -224,7 +252,7 @@ class Redis:
             start_new_session=True,
         )
         log.close()
-        wait_until(lambda: listening(self.port, self.host), 10, "redis to listen")
+        wait_serving(self.popen, self.host, self.port, f"redis-server {self.dir.name!r}", log.name)
 
     def kill(self) -> None:
         """SIGKILL the server (everything in it is lost: --save '' --appendonly no)."""

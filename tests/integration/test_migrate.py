@@ -196,11 +196,16 @@ def test_an_index_build_blocks_no_admission_and_waits_past_the_lock_timeout(db, 
             20,
             "the concurrent build to wait for the open transaction",
         )
-        # Admissions write the table meanwhile, each within a short lock timeout.
-        with db.begin() as conn:
+        # Admissions write the table meanwhile, within a short lock timeout: a blocked one
+        # fails after 1 s. (The engine commits each statement unless told BEGIN, and SET
+        # LOCAL outside a transaction does nothing.)
+        with db.connect() as conn:
+            conn.execute(text("BEGIN"))
             conn.execute(text("SET LOCAL lock_timeout = '1s'"))
+            assert conn.execute(text("SHOW lock_timeout")).scalar_one() == "1s"
             for _ in range(5):
                 add_run(conn, project)
+            conn.execute(text("COMMIT"))
         # The build waits on, past the lock timeout of the migration's transactions.
         until(
             lambda: waiting_on(db, "virtualxid", "CREATE INDEX CONCURRENTLY%", longer_than=1.0),

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import redis
 
-from tests.chaos.services import Redis
-from tests.support.processes import free_port, listening, wait_until
+from tests.chaos.services import Redis, wait_serving
+from tests.support.processes import free_port, wait_until
 
 MASTER_NAME = "awooop"
 DOWN_AFTER_MS = 1000
@@ -72,7 +72,7 @@ class Sentinel:
             start_new_session=True,
         )
         log.close()
-        wait_until(lambda: listening(self.port, self.host), 10, "a sentinel to listen")
+        wait_serving(self.popen, self.host, self.port, f"sentinel {self.dir.name!r}", log.name)
 
     def client(self) -> redis.Redis:
         return redis.Redis(self.host, self.port, socket_timeout=2, socket_connect_timeout=2)
