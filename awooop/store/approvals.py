@@ -21,6 +21,7 @@ from sqlalchemy import Connection, text
 from awooop.domain import states
 from awooop.outbound.messages import Message
 from awooop.store.leases import FENCE, STAMP, Claim, Position, fence_params
+from awooop.store.literals import status_of_named_run
 from awooop.store.outbox import INSERT_FROM_CHANGED, messages_param
 from awooop.store.segments import HISTORY, JOURNAL_APPEND, RELEASE_TO_WAIT
 
@@ -129,8 +130,8 @@ def unsent_prompts(conn: Connection, run_id: uuid.UUID) -> list[uuid.UUID]:
 # locked first (FOR UPDATE re-reads a row changed while it waited), so a cancel or a claim
 # committed meanwhile is seen, never overwritten.
 _WAITING_HERE = (
-    "r.run_id = a.run_id AND r.status = 'WAITING_APPROVAL' AND r.saga_status = 'RUNNING'"
-    " AND r.current_step = a.step"
+    f"r.run_id = a.run_id AND {status_of_named_run(['WAITING_APPROVAL'], 'r.status')}"
+    " AND r.saga_status = 'RUNNING' AND r.current_step = a.step"
 )
 # A decision (or the expiry) hands the run back to the workers, with a fresh crash budget.
 _RESUME = (

@@ -30,6 +30,7 @@ from sqlalchemy import Connection, text
 from awooop import ids
 from awooop.domain import states
 from awooop.store import jsonb
+from awooop.store.literals import status_of_named_run
 from awooop.store.prepared import PreparedStatement
 
 states.check_transition(states.PENDING, states.RUNNING)
@@ -224,13 +225,10 @@ def claim(
     )
 
 
-# The lease is still this holder's. The run is found by its primary key: the status is
-# compared as text (``status || ''``), which no index on ``status`` can serve. Compared
-# plainly, a plan made while the statistics counted few held runs (before a burst of claims)
-# read every held run through the partial index of unfinished runs and filtered for this one.
+# The lease is still this holder's (the run read by its primary key: status_of_named_run).
 LEASE_HELD = (
     "run_id = :run_id AND worker_id = :worker_id AND lease_epoch = :lease_epoch"
-    " AND status || '' = 'RUNNING'"
+    f" AND {status_of_named_run(['RUNNING'])}"
 )
 # ... and the journal is as long as the holder last saw it: nothing appended since by anyone,
 # this holder's own writes included.

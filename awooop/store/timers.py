@@ -10,7 +10,9 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from awooop.domain import states
 from awooop.store import interventions
+from awooop.store.literals import sql_list, status_of_named_run
 
 # Claim due timers (SKIP LOCKED: two sweeps take disjoint timers), and in the same statement
 # mark each FIRED — or SKIPPED when its run moved on since it was set. A fired retry timer's
@@ -76,7 +78,7 @@ def fire_due(conn: Connection, sweeper: str, batch_size: int) -> list[FiredTimer
 # if the run still waits for it — its call the step's latest. (Not the run's version: a cancel
 # or the run deadline applied in the same sweep batch moves it, and the run keeps waiting.)
 _TIME_OUT = text(
-    """
+    f"""
 WITH changed AS (
     UPDATE awooop_run_state r
     SET saga_steps = r.saga_steps || jsonb_build_array(jsonb_build_object(
@@ -88,7 +90,8 @@ WITH changed AS (
         enqueued_at = now(),
         version = r.version + 1,
         updated_at = now()
-    WHERE r.run_id = :run_id AND r.status = 'WAITING_TOOL' AND r.current_step = :step
+    WHERE r.run_id = :run_id AND {status_of_named_run(["WAITING_TOOL"], "r.status")}
+      AND r.current_step = :step
       AND (SELECT max((e ->> 'attempt')::int) FROM jsonb_array_elements(r.saga_steps) e
            WHERE e ->> 'step' = :step AND e ->> 'status' = 'DISPATCHED') = :attempt
     RETURNING r.run_id
@@ -105,7 +108,7 @@ FROM changed
 # take the run from the (possibly hung) worker — bumping lease_epoch fences its late writes —
 # and make it claimable; the next worker resolves the step or hands it to a person.
 _TIME_OUT_STEP = text(
-    """
+    f"""
 WITH changed AS (
     UPDATE awooop_run_state r
     SET saga_steps = r.saga_steps || jsonb_build_array(jsonb_build_object(
@@ -120,7 +123,8 @@ WITH changed AS (
         enqueued_at = now(),
         version = r.version + 1,
         updated_at = now()
-    WHERE r.run_id = :run_id AND r.status = 'RUNNING' AND r.version = :expected_version
+    WHERE r.run_id = :run_id AND {status_of_named_run(["RUNNING"], "r.status")}
+      AND r.version = :expected_version
       AND r.current_step = :step
       AND NOT EXISTS (
           SELECT 1 FROM jsonb_array_elements(r.saga_steps) e
@@ -154,7 +158,7 @@ WITH changed AS (
         version = r.version + 1,
         updated_at = now()
     WHERE r.run_id = :run_id
-      AND r.status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')
+      AND r.status NOT IN ({sql_list(states.TERMINAL_STATUSES)})
       AND r.saga_status IN ('RUNNING', 'WAITING_RESOLUTION')
     RETURNING r.run_id, r.status, r.version
 ), superseded AS ({interventions.SUPERSEDE_PENDING}

@@ -14,7 +14,7 @@ from sqlalchemy import text
 
 from awooop.engine import runner, sweeps
 from awooop.store import leases, reaper, segments
-from tests.support import db
+from tests.support import db, plans
 from tests.support import runs as test_runs
 from tests.support import workflows as test_workflows
 
@@ -29,19 +29,6 @@ def claim(engine, worker: str, run_id=None, ttl: float = 30.0):
 def reap(engine):
     with engine.begin() as conn:
         return reaper.reap(conn, actor="test-reaper")
-
-
-def generic_plan(conn, statement, values: dict) -> str:
-    """The plan a session keeps for ``statement`` once it has prepared it (a generic one,
-    its values as parameters), for ``values``. The engine commits each statement by itself,
-    so the planner setting is the session's, and reset after."""
-    conn.execute(text("SET plan_cache_mode = force_generic_plan"))
-    try:
-        arguments = ", ".join(f":{name}" for name in statement.parameters)
-        explain = text(f"EXPLAIN EXECUTE {statement.name}({arguments})")
-        return "\n".join(conn.execute(explain, values).scalars())
-    finally:
-        conn.execute(text("RESET plan_cache_mode"))
 
 
 def expire_leases() -> None:
@@ -102,7 +89,7 @@ def test_a_claim_by_run_id_reads_the_run_by_its_primary_key_however_many_are_pen
     with engine.connect() as conn:
         leases.claim(conn, "warm-up", 30.0, uuid.uuid4())  # prepares it on this connection
         values = {"run_id": run_id, "lease_ttl": 30.0, "worker_id": "w1"}
-        plan = generic_plan(conn, leases._CLAIM_BY_ID, values)
+        plan = plans.generic_plan(conn, leases._CLAIM_BY_ID, values)
 
     candidate = plan.split("CTE claimed")[0]  # the read that finds the run
     assert "Index Cond: (run_id = $" in candidate, plan  # a parameter: the generic plan
@@ -118,23 +105,10 @@ def test_a_fenced_write_reads_its_run_by_its_primary_key_however_many_are_runnin
     runs held at once, chosen by plans made while statistics counted few of them."""
     run_id = test_runs.admit(engine, project["project_id"])
     c = claim(engine, "w1", run_id)
-    with engine.begin() as conn:
-        # Statistics from before the burst (autovacuum has not analyzed since) ...
-        conn.execute(text("ALTER TABLE awooop_run_state SET (autovacuum_enabled = false)"))
-        conn.execute(text("ANALYZE awooop_run_state"))
-        # ... then 600 runs held by other workers
-        conn.execute(
-            text(
-                """
-                INSERT INTO awooop_run_state
-                SELECT (jsonb_populate_record(r, jsonb_build_object(
-                    'run_id', gen_random_uuid(), 'worker_id', 'other-' || n))).*
-                FROM awooop_run_state r, generate_series(1, 600) AS n
-                WHERE r.run_id = :run_id
-                """
-            ),
-            {"run_id": run_id},
-        )
+    # Statistics from before the burst (autovacuum has not analyzed since), then 600 runs
+    # held by other workers
+    plans.freeze_statistics(engine)
+    plans.copy_run(engine, run_id, ["RUNNING"], 600)
 
     with engine.connect() as conn:
         stranger = replace(c, run_id=uuid.uuid4())  # prepares it on this connection
@@ -144,7 +118,7 @@ def test_a_fenced_write_reads_its_run_by_its_primary_key_however_many_are_runnin
             "entries": json.dumps([entry(c)]),
             "next_step": "two",
         }
-        plan = generic_plan(conn, segments._RECORD_STEP, params)
+        plan = plans.generic_plan(conn, segments._RECORD_STEP, params)
 
     assert "Index Cond: (run_id = $" in plan, plan  # a parameter: the generic plan
     assert "ix_awooop_run_state_unfinished" not in plan, plan
