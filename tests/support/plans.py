@@ -17,6 +17,8 @@ from collections.abc import Iterable
 
 from sqlalchemy import Connection, Engine, TextClause, text
 
+from awooop.store.prepared import PreparedStatement
+
 _COPIES = text(
     """
     INSERT INTO awooop_run_state
@@ -48,7 +50,7 @@ def freeze_statistics(engine: Engine) -> None:
         conn.execute(text("ANALYZE awooop_run_state"))
 
 
-def generic_plan(conn: Connection, statement, values: dict) -> str:  # type: ignore[no-untyped-def]
+def generic_plan(conn: Connection, statement: PreparedStatement, values: dict) -> str:
     """The plan a session keeps for the prepared ``statement`` once it has prepared it (a
     generic one, its values as parameters), for ``values``. The engine commits each
     statement by itself, so the planner setting is the session's, and reset after."""
