@@ -12,6 +12,7 @@ from datetime import datetime
 from sqlalchemy import Connection, text
 
 from awooop.domain import states
+from awooop.store.literals import status_of_named_run
 
 states.check_transition(states.RUNNING, states.PENDING)
 states.check_transition(states.RUNNING, states.FAILED)
@@ -23,14 +24,19 @@ EXHAUSTED = "E-LEASE-001"
 # one statement over disjoint rows. WAITING_* runs are never touched. The lock (SKIP LOCKED)
 # makes two concurrent reapers take disjoint runs.
 #
+# Each stale run found is then moved by its primary key (the status compared as text: see
+# status_of_named_run); compared plainly, statistics that count few running runs make both
+# updates read every running run again and compare it with every stale run found.
+#
 # A run is stale when its lease expired ('lease_expired', the database's clock), or when its
 # holder is one the caller judged dead ('worker_dead': :dead_ids, each with the liveness token
 # it saw unchanged for long enough) and the holder's row still holds that token. The row is
 # stamped judged_dead_at in the same statement: a beat that committed first saves the worker
 # (the compare-and-set on the token fails), and a beat that comes after reads the stamp and
 # tells its worker that the leases it held are gone.
+_RUNNING_HERE = status_of_named_run([states.RUNNING], "r.status")
 _REAP = text(
-    """
+    f"""
 WITH dead AS (
     SELECT * FROM unnest(CAST(:dead_ids AS text[]), CAST(:dead_tokens AS timestamptz[]))
         AS d(worker_id, token)
@@ -62,7 +68,7 @@ WITH dead AS (
         version = r.version + 1,
         updated_at = now()
     FROM stale s
-    WHERE r.run_id = s.run_id AND r.lease_epoch = s.lease_epoch AND r.status = 'RUNNING'
+    WHERE r.run_id = s.run_id AND r.lease_epoch = s.lease_epoch AND {_RUNNING_HERE}
       AND r.attempt_count < r.max_attempts
     RETURNING r.run_id, r.project_id, r.attempt_count, s.worker_id AS lost_worker_id,
               s.lease_epoch, 'PENDING'::text AS to_status, s.reason, s.worker_seen_at,
@@ -78,7 +84,7 @@ WITH dead AS (
         version = r.version + 1,
         updated_at = now()
     FROM stale s
-    WHERE r.run_id = s.run_id AND r.lease_epoch = s.lease_epoch AND r.status = 'RUNNING'
+    WHERE r.run_id = s.run_id AND r.lease_epoch = s.lease_epoch AND {_RUNNING_HERE}
       AND r.attempt_count >= r.max_attempts
     RETURNING r.run_id, r.project_id, r.attempt_count, s.worker_id AS lost_worker_id,
               s.lease_epoch, 'FAILED'::text AS to_status, s.reason, s.worker_seen_at,
