@@ -21,7 +21,7 @@ from sqlalchemy import Connection, text
 from awooop.domain import states
 from awooop.outbound.messages import Message
 from awooop.store.leases import FENCE, STAMP, Claim, Position, fence_params
-from awooop.store.literals import status_of_named_run
+from awooop.store.literals import status_of_named_row
 from awooop.store.outbox import INSERT_FROM_CHANGED, messages_param
 from awooop.store.segments import HISTORY, JOURNAL_APPEND, RELEASE_TO_WAIT
 
@@ -130,9 +130,11 @@ def unsent_prompts(conn: Connection, run_id: uuid.UUID) -> list[uuid.UUID]:
 # locked first (FOR UPDATE re-reads a row changed while it waited), so a cancel or a claim
 # committed meanwhile is seen, never overwritten.
 _WAITING_HERE = (
-    f"r.run_id = a.run_id AND {status_of_named_run(['WAITING_APPROVAL'], 'r.status')}"
+    f"r.run_id = a.run_id AND {status_of_named_row(['WAITING_APPROVAL'], 'r.status')}"
     " AND r.saga_status = 'RUNNING' AND r.current_step = a.step"
 )
+# A decision names its approval: read by its key, however many are pending.
+_APPROVAL_PENDING = status_of_named_row(["PENDING"], "a.status")
 # A decision (or the expiry) hands the run back to the workers, with a fresh crash budget.
 _RESUME = (
     "status = 'RESUMED', attempt_count = 0, available_at = now(), enqueued_at = now(),"
@@ -205,7 +207,7 @@ WITH waiting AS (
     FROM awooop_run_state r
     JOIN awooop_approval a ON a.run_id = r.run_id
     WHERE a.approval_id = :approval_id AND a.project_id = :project_id
-      AND a.status = 'PENDING' AND a.expires_at > now()
+      AND {_APPROVAL_PENDING} AND a.expires_at > now()
       AND {_WAITING_HERE}
     FOR UPDATE OF r
 ), decided AS (
@@ -214,7 +216,7 @@ WITH waiting AS (
         comment = :comment
     FROM waiting w
     WHERE a.approval_id = :approval_id AND a.project_id = :project_id AND a.run_id = w.run_id
-      AND a.status = 'PENDING'
+      AND {_APPROVAL_PENDING}
     RETURNING a.approval_id, a.run_id, a.step, a.attempt,
               extract(epoch FROM now() - a.created_at)::float8 AS waited
 ), changed AS (

@@ -30,7 +30,7 @@ from sqlalchemy import Connection, text
 from awooop import ids
 from awooop.domain import states
 from awooop.store import jsonb
-from awooop.store.literals import status_of_named_run
+from awooop.store.literals import status_of_named_row
 from awooop.store.prepared import PreparedStatement
 
 states.check_transition(states.PENDING, states.RUNNING)
@@ -225,10 +225,10 @@ def claim(
     )
 
 
-# The lease is still this holder's (the run read by its primary key: status_of_named_run).
+# The lease is still this holder's (the run read by its primary key: status_of_named_row).
 LEASE_HELD = (
     "run_id = :run_id AND worker_id = :worker_id AND lease_epoch = :lease_epoch"
-    f" AND {status_of_named_run(['RUNNING'])}"
+    f" AND {status_of_named_row(['RUNNING'])}"
 )
 # ... and the journal is as long as the holder last saw it: nothing appended since by anyone,
 # this holder's own writes included.

@@ -24,13 +24,13 @@ def sql_list(values: Iterable[str]) -> str:
     return ", ".join(f"'{v}'" for v in words)
 
 
-def status_of_named_run(statuses: Iterable[str], column: str = "status") -> str:
-    """The status condition of a statement that names its run by id:
-    ``status || '' IN ('A', …)``.
+def status_of_named_row(statuses: Iterable[str], column: str = "status") -> str:
+    """The status condition of a statement that names its row (a run, an approval, an
+    outbox message) by its key: ``status || '' IN ('A', …)``.
 
-    Compared as text, the status matches no index, so the run is read by its primary key.
-    Compared plainly, a plan made from statistics that count few runs in those statuses
-    (analyzed at a quiet moment, or a few hundred among a million finished ones) can read
-    every run in them through an index on ``status`` and filter for this one: a cost that
-    grows with the runs in flight."""
+    Compared as text, the status matches no index, so the row is read by its key. Compared
+    plainly, a plan made from statistics that count few rows in those statuses (analyzed at
+    a quiet moment, or a few hundred among a million finished ones) can read every row in
+    them through an index on ``status`` (or one partial to them) and filter for this one: a
+    cost that grows with the runs in flight, the approvals pending, the messages unsent."""
     return f"{column} || '' IN ({sql_list(statuses)})"

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from awooop.outbound.messages import Message
+from awooop.store.literals import status_of_named_row
 
 # A CTE body: insert :messages (a JSON array of Message rows) for the run(s) in ``changed``
 # (which must return project_id and run_id).
@@ -54,14 +55,18 @@ def add(
     return [r.message_id for r in conn.execute(_INSERT, params)]
 
 
+# A statement that names its message reads it by its key, however many are unsent.
+_PENDING_HERE = status_of_named_row(["PENDING"])
+_PARKED_HERE = status_of_named_row(["PARKED"])
+
 _CLAIM = text(
-    """
+    f"""
 UPDATE awooop_outbox o
 SET claimed_until = now() + make_interval(secs => :hold_seconds),
     attempts = o.attempts + 1
 WHERE o.message_id = (
     SELECT message_id FROM awooop_outbox
-    WHERE message_id = :message_id AND status = 'PENDING' AND next_attempt_at <= now()
+    WHERE message_id = :message_id AND {_PENDING_HERE} AND next_attempt_at <= now()
       AND (claimed_until IS NULL OR claimed_until < now())
     FOR UPDATE SKIP LOCKED
 )
@@ -94,21 +99,21 @@ def claim(conn: Connection, message_id: uuid.UUID, hold_seconds: float) -> Claim
 
 
 _SENT = text(
-    """
+    f"""
 UPDATE awooop_outbox
 SET status = 'SENT', sent_at = now(), sealed = NULL, claimed_until = NULL, last_error = NULL
-WHERE message_id = :message_id AND status = 'PENDING' AND attempts = :attempts
+WHERE message_id = :message_id AND {_PENDING_HERE} AND attempts = :attempts
 """
 )
 
 _FAILED = text(
-    """
+    f"""
 UPDATE awooop_outbox
 SET status = CASE WHEN :park THEN 'PARKED' ELSE 'PENDING' END,
     next_attempt_at = now() + make_interval(secs => :delay),
     claimed_until = NULL,
     last_error = :error
-WHERE message_id = :message_id AND status = 'PENDING' AND attempts = :attempts
+WHERE message_id = :message_id AND {_PENDING_HERE} AND attempts = :attempts
 """
 )
 
@@ -148,10 +153,10 @@ def due(conn: Connection, batch_size: int) -> list[uuid.UUID]:
 
 
 _RETRY_PARKED = text(
-    """
+    f"""
 UPDATE awooop_outbox
 SET status = 'PENDING', attempts = 0, next_attempt_at = now(), last_error = NULL
-WHERE message_id = :message_id AND status = 'PARKED'
+WHERE message_id = :message_id AND {_PARKED_HERE}
 RETURNING message_id
 """
 )

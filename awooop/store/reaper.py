@@ -12,7 +12,7 @@ from datetime import datetime
 from sqlalchemy import Connection, text
 
 from awooop.domain import states
-from awooop.store.literals import status_of_named_run
+from awooop.store.literals import status_of_named_row
 
 states.check_transition(states.RUNNING, states.PENDING)
 states.check_transition(states.RUNNING, states.FAILED)
@@ -25,7 +25,7 @@ EXHAUSTED = "E-LEASE-001"
 # makes two concurrent reapers take disjoint runs.
 #
 # Each stale run found is then moved by its primary key (the status compared as text: see
-# status_of_named_run); compared plainly, statistics that count few running runs make both
+# status_of_named_row); compared plainly, statistics that count few running runs make both
 # updates read every running run again and compare it with every stale run found.
 #
 # A run is stale when its lease expired ('lease_expired', the database's clock), or when its
@@ -34,7 +34,7 @@ EXHAUSTED = "E-LEASE-001"
 # stamped judged_dead_at in the same statement: a beat that committed first saves the worker
 # (the compare-and-set on the token fails), and a beat that comes after reads the stamp and
 # tells its worker that the leases it held are gone.
-_RUNNING_HERE = status_of_named_run([states.RUNNING], "r.status")
+_RUNNING_HERE = status_of_named_row([states.RUNNING], "r.status")
 _REAP = text(
     f"""
 WITH dead AS (

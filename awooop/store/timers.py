@@ -12,7 +12,7 @@ from sqlalchemy import Connection, text
 
 from awooop.domain import states
 from awooop.store import interventions
-from awooop.store.literals import sql_list, status_of_named_run
+from awooop.store.literals import sql_list, status_of_named_row
 
 # Claim due timers (SKIP LOCKED: two sweeps take disjoint timers), and in the same statement
 # mark each FIRED — or SKIPPED when its run moved on since it was set. A fired retry timer's
@@ -90,7 +90,7 @@ WITH changed AS (
         enqueued_at = now(),
         version = r.version + 1,
         updated_at = now()
-    WHERE r.run_id = :run_id AND {status_of_named_run(["WAITING_TOOL"], "r.status")}
+    WHERE r.run_id = :run_id AND {status_of_named_row(["WAITING_TOOL"], "r.status")}
       AND r.current_step = :step
       AND (SELECT max((e ->> 'attempt')::int) FROM jsonb_array_elements(r.saga_steps) e
            WHERE e ->> 'step' = :step AND e ->> 'status' = 'DISPATCHED') = :attempt
@@ -123,7 +123,7 @@ WITH changed AS (
         enqueued_at = now(),
         version = r.version + 1,
         updated_at = now()
-    WHERE r.run_id = :run_id AND {status_of_named_run(["RUNNING"], "r.status")}
+    WHERE r.run_id = :run_id AND {status_of_named_row(["RUNNING"], "r.status")}
       AND r.version = :expected_version
       AND r.current_step = :step
       AND NOT EXISTS (

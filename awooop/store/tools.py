@@ -11,7 +11,7 @@ from sqlalchemy import Connection, text
 
 from awooop.domain import states
 from awooop.store import interventions
-from awooop.store.literals import sql_list, status_of_named_run
+from awooop.store.literals import sql_list, status_of_named_row
 
 INBOX_CONSUMER = "tool-results"
 
@@ -188,7 +188,7 @@ WITH changed AS (
         version = r.version + 1,
         updated_at = now()
     WHERE r.run_id = :run_id AND r.version = :version
-      AND {status_of_named_run(states.ESCALATABLE_STATUSES, "r.status")}
+      AND {status_of_named_row(states.ESCALATABLE_STATUSES, "r.status")}
       AND r.saga_status IN ({sql_list(_ESCALATE_FROM_SAGA)})
     RETURNING r.run_id, r.project_id, r.status, r.current_step, r.failure_reason
 ), superseded AS ({interventions.SUPERSEDE_PENDING}

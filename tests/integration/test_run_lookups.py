@@ -1,14 +1,17 @@
-"""A statement that names its run reads that run by its primary key: however many runs share
-the status it asks for, and whatever the statistics say about how many do.
+"""A statement that names its row — a run, an approval, an outbox message, a timer — reads
+that row by its key: however many rows share the status it asks for, and whatever the
+statistics say about how many do.
 
-The statistics a plan is made from are often stale for unfinished runs: analyzed while few
-were running or waiting, or counting a few hundred among a million finished ones. A plan
-made from them can read the named run through an index on ``status`` (or on running runs
-alone) and filter every other run in that status out: a cost that grows with the runs in
-flight, the approvals waiting for a person, the tool results awaited, the runs held.
+The statistics a plan is made from are often stale for what is unfinished: analyzed while few
+runs were running or waiting and few messages were unsent, or counting a few hundred among a
+million finished ones. A plan made from them can read the named row through an index on
+``status`` (or on pending rows alone) and filter every other row in that status out: a cost
+that grows with the runs in flight, the approvals waiting for a person, the tool results
+awaited, the runs held, the messages waiting for a chat provider that is down.
 
-The statements are found, not listed: every SQL text of the store that reads the runs table
-and takes a run id or an approval id. A new one is checked without being named here."""
+The statements are found, not listed: every SQL text of the store that reads one of these
+tables and takes the id that names a row of it. A new one is checked without being named
+here."""
 
 from __future__ import annotations
 
@@ -24,53 +27,98 @@ from awooop.domain import states
 from tests.support import plans
 from tests.support import runs as test_runs
 
-# The binds that name one run: by its id, or through its approval.
-NAMING = ("run_id", "approval_id")
+# Each table, with the binds that name one row of it (a run by its id, or through its
+# approval), and the column a scan that filters for that row compares.
+NAMING = {
+    "awooop_run_state": (("run_id", "approval_id"), "run_id"),
+    "awooop_approval": (("approval_id",), "approval_id"),
+    "awooop_outbox": (("message_id",), "message_id"),
+    "awooop_timer": (("timer_id",), "timer_id"),
+}
 
 
-def statements_naming_one_run() -> Iterator[tuple[str, TextClause]]:
+def statements_naming_one_row() -> Iterator[tuple[str, TextClause]]:
     for found in pkgutil.iter_modules(awooop.store.__path__):
         module = importlib.import_module(f"awooop.store.{found.name}")
         for name, value in vars(module).items():
             clauses = value.items() if isinstance(value, dict) else [("", value)]
             for key, clause in clauses:
-                if (
-                    isinstance(clause, TextClause)
-                    and "awooop_run_state" in clause.text
-                    and any(bind in clause._bindparams for bind in NAMING)
+                if isinstance(clause, TextClause) and any(
+                    table in clause.text and any(bind in clause._bindparams for bind in binds)
+                    for table, (binds, _) in NAMING.items()
                 ):
                     yield f"{found.name}.{name}{f'[{key}]' if key else ''}", clause
 
 
-def scans_filtering_for_a_run(plan: str) -> list[str]:
-    """The scans of the runs table in ``plan`` that find a run by filtering on its id."""
-    found, scan = [], None
+def scans_filtering_for_a_row(plan: str) -> list[str]:
+    """The scans in ``plan`` that find a named row by filtering on its id."""
+    found, scan, column = [], None, None
     for line in plan.splitlines():
-        if "Scan" in line and " on awooop_run_state" in line:
-            scan = line.strip()
+        table = next((t for t in NAMING if "Scan" in line and f" on {t} " in line), None)
+        if table is not None:
+            scan, column = line.strip(), NAMING[table][1]
         elif "->" in line:
             scan = None
-        elif scan is not None and "Filter:" in line and "run_id = " in line:
+        elif scan is not None and "Filter:" in line and f"{column} = " in line:
             found.append(f"{scan}  {line.strip()}")
     return found
 
 
-def test_every_statement_that_names_a_run_reads_it_by_its_primary_key(engine, project):
-    # Given 20,000 finished runs, analyzed at a quiet moment (none unfinished), then 600
-    # runs in each unfinished status and 600 waiting for an intervention, all uncounted by
+# Rows of the other tables for one run: ``n`` approvals, outbox messages and timers in
+# the given status (each approval with its own token, each timer with its own id).
+_ROWS_OF_A_RUN = [
+    """
+    INSERT INTO awooop_approval
+        (token_hash, project_id, run_id, step, action, approvers, status, expires_at)
+    SELECT md5(random()::text) || md5(random()::text), :project_id, :run_id, 'approve',
+           'restart', '{}'::jsonb, :approval, now() + interval '1 hour'
+    FROM generate_series(1, :n)
+    """,
+    """
+    INSERT INTO awooop_outbox
+        (project_id, run_id, channel, purpose, payload, status, next_attempt_at)
+    SELECT :project_id, :run_id, 'telegram', 'report', '{}'::jsonb, :message,
+           now() - interval '1 minute'
+    FROM generate_series(1, :n)
+    """,
+    """
+    INSERT INTO awooop_timer (timer_id, run_id, kind, due_at, expected_version, state)
+    SELECT gen_random_uuid()::text, :run_id, 'retry', now() - interval '1 minute', 1, :timer
+    FROM generate_series(1, :n)
+    """,
+]
+
+
+def add_rows_of_a_run(engine, project_id, run_id, n, approval, message, timer) -> None:
+    values = {"project_id": project_id, "run_id": run_id, "n": n}
+    values.update(approval=approval, message=message, timer=timer)
+    with engine.begin() as conn:
+        for statement in _ROWS_OF_A_RUN:
+            conn.execute(text(statement), values)
+
+
+def test_every_statement_that_names_a_row_reads_it_by_its_key(engine, project):
+    # Given 20,000 finished runs, with as many decided approvals, sent messages and fired
+    # timers, analyzed at a quiet moment (nothing unfinished), then 600 runs in each
+    # unfinished status, 600 waiting for an intervention, 600 pending approvals, 600
+    # messages waiting to be sent and 600 parked, and 600 pending timers, all uncounted by
     # the statistics
-    admitted = test_runs.admit(engine, project["project_id"])
+    project_id = project["project_id"]
+    admitted = test_runs.admit(engine, project_id)
     plans.copy_run(engine, admitted, ["COMPLETED"], 20_000, saga_status="COMPLETED")
     with engine.begin() as conn:
         conn.execute(text("DELETE FROM awooop_run_state WHERE run_id = :r"), {"r": admitted})
         run_id = conn.execute(text("SELECT run_id FROM awooop_run_state LIMIT 1")).scalar_one()
-    plans.freeze_statistics(engine)
+    add_rows_of_a_run(engine, project_id, run_id, 20_000, "APPROVED", "SENT", "FIRED")
+    plans.freeze_statistics(engine, NAMING)
     plans.copy_run(engine, run_id, states.UNFINISHED_STATUSES, 600)
     plans.copy_run(engine, run_id, ["WAITING_APPROVAL"], 600, saga_status="MANUAL_INTERVENTION")
-    named = dict(statements_naming_one_run())
-    assert len(named) >= 20, sorted(named)  # the search finds the store's statements
+    add_rows_of_a_run(engine, project_id, run_id, 600, "PENDING", "PENDING", "PENDING")
+    add_rows_of_a_run(engine, project_id, run_id, 600, "EXPIRED", "PARKED", "SKIPPED")
+    named = dict(statements_naming_one_row())
+    assert len(named) >= 25, sorted(named)  # the search finds the store's statements
 
-    # When each is planned for that run
+    # When each is planned for that row
     filtering = {}
     with engine.connect() as conn:
         for name, statement in named.items():
@@ -78,10 +126,10 @@ def test_every_statement_that_names_a_run_reads_it_by_its_primary_key(engine, pr
                 bind: str(uuid.uuid4()) if bind.endswith("_id") else "1"
                 for bind in statement._bindparams
             }
-            values.update(run_id=str(run_id), project_id=project["project_id"])
-            found = scans_filtering_for_a_run(plans.custom_plan(conn, statement, values))
+            values.update(run_id=str(run_id), project_id=project_id)
+            found = scans_filtering_for_a_row(plans.custom_plan(conn, statement, values))
             if found:
                 filtering[name] = found
 
-    # Then none finds its run by filtering others out
+    # Then none finds its row by filtering others out
     assert not filtering, "\n".join(f"{name}: {scans}" for name, scans in filtering.items())

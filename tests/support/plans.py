@@ -42,12 +42,13 @@ def copy_run(
         conn.execute(_COPIES, {**values, "columns": json.dumps(columns)})
 
 
-def freeze_statistics(engine: Engine) -> None:
-    """Analyze the runs table now and keep those statistics: autovacuum is off for the table
-    (in this test's database only)."""
+def freeze_statistics(engine: Engine, tables: Iterable[str] = ("awooop_run_state",)) -> None:
+    """Analyze ``tables`` now and keep those statistics: autovacuum is off for them (in this
+    test's database only)."""
     with engine.begin() as conn:
-        conn.execute(text("ALTER TABLE awooop_run_state SET (autovacuum_enabled = false)"))
-        conn.execute(text("ANALYZE awooop_run_state"))
+        for table in tables:
+            conn.execute(text(f"ALTER TABLE {table} SET (autovacuum_enabled = false)"))
+            conn.execute(text(f"ANALYZE {table}"))
 
 
 def generic_plan(conn: Connection, statement: PreparedStatement, values: dict) -> str:
