@@ -320,8 +320,9 @@ class Settings:
     )
     auth_cache_seconds: float = _setting(
         5.0,
-        "How long a web process reuses a project's routes and credential hashes: revoked "
-        "credentials and changed routes take effect within this. 0: never reused.",
+        "How long a web process reuses a project's routes, allowed workflows and credential "
+        "hashes: revoked credentials, changed routes and a workflow taken off the allowed "
+        "list take effect within this (one allowed can be started at once). 0: never reused.",
     )
     db_pool_size: int = _setting(
         5,

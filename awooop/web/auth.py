@@ -2,7 +2,9 @@
 
 Every admission needs them; reading them once per ``auth_cache_seconds`` instead of once per
 request saves a database round trip on the hot path. Unknown projects are cached too, so a
-flood of requests for made-up projects does not reach the database either.
+flood of requests for made-up projects does not reach the database either. A caller that is
+about to refuse an authenticated request on what it read (a workflow not allowed) reads again
+with ``fresh=True`` first: an operator who just allowed it is not answered from the cache.
 """
 
 from __future__ import annotations
@@ -37,11 +39,15 @@ class ProjectAuthCache:
         )
         self._lock = threading.Lock()
 
-    def load(self, engine: Engine, project_id: str, channel: str) -> projects.ProjectAuth | None:
+    def load(
+        self, engine: Engine, project_id: str, channel: str, fresh: bool = False
+    ) -> projects.ProjectAuth | None:
+        """The project's auth for ``channel``: the kept copy while it is young enough, unless
+        ``fresh`` (then read, and kept for the next requests)."""
         if not _PROJECT_ID.fullmatch(project_id):
             return None  # no project has this id (and PostgreSQL could not even compare it)
         key = (project_id, channel)
-        if self._ttl > 0:
+        if self._ttl > 0 and not fresh:
             with self._lock:
                 # One get: TTLCache reads its clock once for it. `key in cache` then
                 # `cache[key]` reads it twice, and an entry expiring in between was a KeyError.

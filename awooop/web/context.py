@@ -43,9 +43,9 @@ def secret_box() -> SecretBox:
     return _ext()["secret_box"]
 
 
-def project_auth(project_id: str, channel: str) -> ProjectAuth | None:
+def project_auth(project_id: str, channel: str, fresh: bool = False) -> ProjectAuth | None:
     cache: ProjectAuthCache = _ext()["auth_cache"]
-    return cache.load(engine(), project_id, channel)
+    return cache.load(engine(), project_id, channel, fresh)
 
 
 def rate_limiter() -> RateLimiter:

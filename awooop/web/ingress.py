@@ -136,7 +136,16 @@ def _admit_traced(project_id: str, channel: str, span: telemetry.Span) -> tuple[
         return jsonify(decided[0]), 200
     if not events:  # LINE's webhook verification request
         return jsonify({"status": "ok", "runs": []}), 200
-    workflow = _workflow_for(auth, channel, events)
+    try:
+        workflow = _workflow_for(auth, channel, events)
+    except errors.WorkflowNotAllowed:
+        # Read from the kept settings, which may predate an operator allowing it just now:
+        # a refusal is answered only from the database's.
+        fresh = context.project_auth(project_id, channel, fresh=True)
+        if fresh is None:
+            raise
+        auth = fresh
+        workflow = _workflow_for(auth, channel, events)
     if workflow is None:
         metrics.ADMISSIONS.labels(channel, "ignored").inc(len(events))
         reason = f"no workflow is routed for channel {channel}"

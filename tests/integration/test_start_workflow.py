@@ -4,9 +4,12 @@ and a real PostgreSQL."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from awooop.store import projects
+from awooop.web.app import create_app
 from tests.integration.conftest import queued_messages
 from tests.support import db, requests
 
@@ -75,6 +78,25 @@ def test_a_workflow_neither_routed_nor_allowed_is_refused_and_nothing_is_written
     assert response.json["error"]["code"] == "E-WORKFLOW-001"
     assert db.row_counts(engine)["awooop_run_state"] == 0
     assert db.count(engine, "awooop_channel_event_dedupe") == 0
+
+
+def test_a_workflow_allowed_right_after_a_refusal_starts_at_once(settings, engine, project):
+    # Given a web that keeps a project's settings for five minutes, and a start it refused
+    # because the workflow is not allowed (the refusal read the settings it now keeps)
+    app = create_app(dataclasses.replace(settings, auth_cache_seconds=300), engine)
+    client = app.test_client()
+    refused = start(client, project, {"workflow": "alert-triage"}, key="before")
+    assert refused.status_code == 422
+
+    # When an operator allows the workflow and the start is sent again at once
+    allow(engine, project, "alert-triage")
+    response = start(client, project, {"workflow": "alert-triage"}, key="after")
+
+    # Then it starts: a refusal is checked against the database, not the kept settings
+    assert response.status_code == 202, response.json
+    assert db.run(engine, response.json["run_id"])["workflow_name"] == "alert-triage"
+    # And the refusal left nothing behind
+    assert db.count(engine, "awooop_channel_event_dedupe") == 1
 
 
 def test_an_unknown_workflow_answers_exactly_like_one_not_allowed(client, engine, project):

@@ -85,3 +85,17 @@ def test_a_malformed_project_id_is_no_auth_load(loads):
 
     assert loads == []
     assert metrics.local("awooop_project_auth_loads_total") == before
+
+
+def test_a_fresh_load_reads_the_database_and_keeps_what_it_read(loads):
+    # Given a project's entry kept for a minute
+    cache = auth.ProjectAuthCache(60, timer=lambda: 0.0)
+    engine = FakeEngine()
+    cache.load(engine, "p1", "api")
+
+    # When it is loaded fresh, then as usual
+    cache.load(engine, "p1", "api", fresh=True)
+    cache.load(engine, "p1", "api")
+
+    # Then the fresh load read the database, and the next one used what it read
+    assert loads == ["p1", "p1"]
