@@ -3,7 +3,8 @@ Procrastinate (``bench/peers_procrastinate.py``) and DBOS Transact (``bench/peer
 admitted then drained by one worker, then latency at half the drain rate. How: bench/NOTES.md.
 
 Knobs: BENCH_PEERS_RUNS (2,000), BENCH_PEERS_SYSTEMS (a partial run writes no report unless
-BENCH_OUTPUT is set), BENCH_PEERS_PROCRASTINATE_CONCURRENCY (30), BENCH_PEERS_DBOS_CONCURRENCY
+BENCH_OUTPUT is set), BENCH_PEERS_AWOOOP_CONCURRENCY (1; the Procfile's is 2),
+BENCH_PEERS_PROCRASTINATE_CONCURRENCY (30), BENCH_PEERS_DBOS_CONCURRENCY
 (1000), BENCH_PEERS_DBOS_THREADS (512), BENCH_PEERS_LATENCY_S (10; 0 leaves the latency phase
 out), BENCH_TIMEOUT (s, 900), BENCH_KEEP=1, BENCH_OUTPUT. A short trial:
 ``BENCH_PEERS_RUNS=300 BENCH_PEERS_LATENCY_S=3 BENCH_OUTPUT=/tmp/peers.md make bench-peers``.
@@ -47,6 +48,7 @@ METHOD = "[bench/NOTES.md](../bench/NOTES.md#make-bench-peers-benchpeerspy)"
 class Knobs:
     runs: int = knob(env_int, "BENCH_PEERS_RUNS", DEFAULT_RUNS)
     systems: tuple[str, ...] = knob(env_choice, "BENCH_PEERS_SYSTEMS", SYSTEMS)
+    awooop_concurrency: int = knob(env_int, "BENCH_PEERS_AWOOOP_CONCURRENCY", 1)
     procrastinate_concurrency: int = knob(env_int, "BENCH_PEERS_PROCRASTINATE_CONCURRENCY", 30)
     dbos_concurrency: int = knob(env_int, "BENCH_PEERS_DBOS_CONCURRENCY", 1000)
     dbos_threads: int = knob(env_int, "BENCH_PEERS_DBOS_THREADS", 512)
@@ -132,7 +134,7 @@ def awooop(knobs: Knobs, scratch: database.Scratch, broker: redis.Redis, logdir:
 
     _, url = scratch.migrated("peers_awooop")
     settings = Settings(**{**Settings.from_env().__dict__, "database_url": url})
-    project = "bench-peers"
+    project, c_awooop = "bench-peers", knobs.awooop_concurrency
     database.create_projects(url, [project])
     if dropped := database.purge_queue(broker):
         log(f"AwoooP: purged {dropped} messages left in the broker's 'runs' queue")
@@ -153,9 +155,9 @@ def awooop(knobs: Knobs, scratch: database.Scratch, broker: redis.Redis, logdir:
             store.close()
 
     def start_worker() -> procs.Proc:
-        return procs.start_worker("worker-awooop", logdir, AWOOOP_DATABASE_URL=url)
+        return procs.start_worker("worker-awooop", logdir, c_awooop, AWOOOP_DATABASE_URL=url)
 
-    return System("awooop", url, admit, start_worker, {"p": [project]}, {})
+    return System("awooop", url, admit, start_worker, {"p": [project]}, {"concurrency": c_awooop})
 
 
 def peer(
@@ -358,7 +360,7 @@ def render_markdown(
         "database of its own, admitted with no worker running, analyzed (`VACUUM (ANALYZE)`), "
         f"then drained by ONE worker process; then, on a fresh worker warmed by {WARM_UP} "
         f"workflows, {knobs.latency_s} s of arrivals at half the drain rate. Settings: "
-        "AwoooP `-c 1` (task events off); "
+        f"AwoooP `-c {knobs.awooop_concurrency}` (task events off); "
         f"Procrastinate `--concurrency={pc}`, a pool of {pc + 1} connections; DBOS "
         f"`worker_concurrency={knobs.dbos_concurrency}`, "
         f"`max_executor_threads={knobs.dbos_threads}`. How it is measured and why each "
