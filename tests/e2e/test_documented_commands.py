@@ -636,9 +636,8 @@ STEPS: dict[str, Step] = {
         "checkout",
         out_has("COMPLETED", "restarted web"),
         replace=(("--wait", "--wait --url {base}"),),
-        # The allow-list reaches the web within AWOOOP_AUTH_CACHE_SECONDS (5); each try is a
-        # new Python process, seconds long on a loaded machine (15 s ran out once under CI).
-        retry_for=30,
+        # Right after the allow, as pasted: the web read the project's settings moments
+        # before (the first event), and a start they would refuse is checked again.
     ),
     "awooop project config ops notify_url=https://hooks.example/awooop": Step(
         "deployment", project_config(notify_url="https://hooks.example/awooop")
