@@ -14,7 +14,6 @@ from sqlalchemy import text
 
 from awooop.store import reaper
 from tests.support import plans
-from tests.support import runs as test_runs
 
 PAST, FUTURE = "2000-01-01T00:00:00Z", "2999-01-01T00:00:00Z"
 
@@ -37,11 +36,7 @@ def cte_plans(plan: str) -> dict[str, str]:
 def test_the_runs_a_pass_moves_are_read_by_their_primary_key(engine, project):
     # Given 20,000 finished runs analyzed at a quiet moment (no run running), then 600
     # running runs whose lease expired and 600 whose lease holds, uncounted by the statistics
-    admitted = test_runs.admit(engine, project["project_id"])
-    plans.copy_run(engine, admitted, ["COMPLETED"], 20_000, saga_status="COMPLETED")
-    with engine.begin() as conn:
-        conn.execute(text("DELETE FROM awooop_run_state WHERE run_id = :r"), {"r": admitted})
-        run_id = conn.execute(text("SELECT run_id FROM awooop_run_state LIMIT 1")).scalar_one()
+    run_id = plans.finished_runs(engine, project["project_id"], 20_000)
     plans.freeze_statistics(engine)
     plans.copy_run(engine, run_id, ["RUNNING"], 600, lease_until=PAST)
     plans.copy_run(engine, run_id, ["RUNNING"], 600, lease_until=FUTURE)

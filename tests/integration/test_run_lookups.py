@@ -25,7 +25,6 @@ from sqlalchemy import TextClause, text
 import awooop.store
 from awooop.domain import states
 from tests.support import plans
-from tests.support import runs as test_runs
 
 # Each table, with the binds that name one row of it (a run by its id, or through its
 # approval), and the column a scan that filters for that row compares.
@@ -104,11 +103,7 @@ def test_every_statement_that_names_a_row_reads_it_by_its_key(engine, project):
     # messages waiting to be sent and 600 parked, and 600 pending timers, all uncounted by
     # the statistics
     project_id = project["project_id"]
-    admitted = test_runs.admit(engine, project_id)
-    plans.copy_run(engine, admitted, ["COMPLETED"], 20_000, saga_status="COMPLETED")
-    with engine.begin() as conn:
-        conn.execute(text("DELETE FROM awooop_run_state WHERE run_id = :r"), {"r": admitted})
-        run_id = conn.execute(text("SELECT run_id FROM awooop_run_state LIMIT 1")).scalar_one()
+    run_id = plans.finished_runs(engine, project_id, 20_000)
     add_rows_of_a_run(engine, project_id, run_id, 20_000, "APPROVED", "SENT", "FIRED")
     plans.freeze_statistics(engine, NAMING)
     plans.copy_run(engine, run_id, states.UNFINISHED_STATUSES, 600)

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from sqlalchemy import Connection, Engine, TextClause, text
 
 from awooop.store.prepared import PreparedStatement
+from tests.support import runs
 
 _COPIES = text(
     """
@@ -40,6 +41,16 @@ def copy_run(
     values = {"run_id": run_id, "copies": copies, "statuses": list(statuses)}
     with engine.begin() as conn:
         conn.execute(_COPIES, {**values, "columns": json.dumps(columns)})
+
+
+def finished_runs(engine: Engine, project_id: str, n: int) -> uuid.UUID:
+    """``n`` finished runs of ``project_id`` and no unfinished one (the history a quiet moment
+    sees); the id of one of them, a template for :func:`copy_run`."""
+    admitted = runs.admit(engine, project_id)
+    copy_run(engine, admitted, ["COMPLETED"], n, saga_status="COMPLETED")
+    with engine.begin() as conn:
+        conn.execute(text("DELETE FROM awooop_run_state WHERE run_id = :r"), {"r": admitted})
+        return conn.execute(text("SELECT run_id FROM awooop_run_state LIMIT 1")).scalar_one()
 
 
 def freeze_statistics(engine: Engine, tables: Iterable[str] = ("awooop_run_state",)) -> None:
