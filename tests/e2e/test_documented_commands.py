@@ -281,7 +281,9 @@ def limits(**expected: int | None) -> Check:
 
 
 def first_event(done: Done, ctx: dict[str, Any]) -> None:
-    answer = done.json()
+    body, status = done.out.rsplit(" ", 1)  # curl -w ' %{http_code}\n' prints it last
+    assert (done.returncode, status) == (0, "202\n"), done.printed()
+    answer = json.loads(body)
     assert answer["status"] == "PENDING", answer
     ctx["run_id"] = answer["run_id"]
 
@@ -436,7 +438,8 @@ STEPS: dict[str, Step] = {
     # --- README: a make run checkout ------------------------------------------------------
     """TOKEN=$(python3 -c "import json; print(json.load(open('.awooop/demo-project.json'))"""
     """['api_token'])")""": Step("checkout", exported("TOKEN", r"[\w-]{43}")),
-    """curl -s -X POST http://127.0.0.1:8000/v1/projects/demo/runs -H "Authorization: Bearer """
+    """curl -s -w ' %{http_code}\\n' -X POST http://127.0.0.1:8000/v1/projects/demo/runs -H """
+    """"Authorization: Bearer """
     """$TOKEN" -H 'Idempotency-Key: first-event-1' -H 'Content-Type: application/json' -d """
     """'{"summary": "disk almost full on db-1"}'""": Step(
         "checkout", first_event, replace=(("http://127.0.0.1:8000", "{base}"),)
@@ -992,15 +995,17 @@ def test_the_readme_works_in_a_make_run_checkout(stack, settings, tmp_path):
         """['api_token'])")"""
     )
     first = (
-        """curl -s -X POST http://127.0.0.1:8000/v1/projects/demo/runs -H "Authorization: """
-        """Bearer $TOKEN" -H 'Idempotency-Key: first-event-1' -H 'Content-Type: """
+        """curl -s -w ' %{http_code}\\n' -X POST http://127.0.0.1:8000/v1/projects/demo/runs -H """
+        """"Authorization: Bearer $TOKEN" -H 'Idempotency-Key: first-event-1' -H 'Content-Type: """
         """application/json' -d '{"summary": "disk almost full on db-1"}'"""
     )
     session(first)
     run_id = session.ctx["run_id"]
-    # "the same request again -> 200 with "code": "E-IDEMPOTENT-001" and the same run_id"
+    # "the same request again -> {..., "code": "E-IDEMPOTENT-001"} 200, the same run_id"
     again = session.shell(documented()[first].replace("http://127.0.0.1:8000", session.ctx["base"]))
-    answer = again.json()
+    body, status = again.out.rsplit(" ", 1)
+    assert (again.returncode, status) == (0, "200\n"), again.printed()
+    answer = json.loads(body)
     assert (answer["run_id"], answer["code"]) == (run_id, "E-IDEMPOTENT-001")
     session(
         """curl -s http://127.0.0.1:8000/v1/projects/demo/runs/<run_id> -H "Authorization: """
