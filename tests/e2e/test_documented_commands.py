@@ -134,6 +134,12 @@ class Done:
         assert self.returncode == 0, f"exit {self.returncode}: {self.err}"
         return json.loads(self.out)
 
+    def json_answered(self, status: int) -> Any:
+        """The body of a ``curl -w ' %{http_code}\\n'`` that answered ``status``."""
+        body, code = self.out.rsplit(" ", 1)
+        assert (self.returncode, code) == (0, f"{status}\n"), self.printed()
+        return json.loads(body)
+
 
 class Shell:
     """A bash session: each command runs in a fresh bash, its exported variables carried
@@ -281,9 +287,7 @@ def limits(**expected: int | None) -> Check:
 
 
 def first_event(done: Done, ctx: dict[str, Any]) -> None:
-    body, status = done.out.rsplit(" ", 1)  # curl -w ' %{http_code}\n' prints it last
-    assert (done.returncode, status) == (0, "202\n"), done.printed()
-    answer = json.loads(body)
+    answer = done.json_answered(202)
     assert answer["status"] == "PENDING", answer
     ctx["run_id"] = answer["run_id"]
 
@@ -1003,9 +1007,7 @@ def test_the_readme_works_in_a_make_run_checkout(stack, settings, tmp_path):
     run_id = session.ctx["run_id"]
     # "the same request again -> {..., "code": "E-IDEMPOTENT-001"} 200, the same run_id"
     again = session.shell(documented()[first].replace("http://127.0.0.1:8000", session.ctx["base"]))
-    body, status = again.out.rsplit(" ", 1)
-    assert (again.returncode, status) == (0, "200\n"), again.printed()
-    answer = json.loads(body)
+    answer = again.json_answered(200)
     assert (answer["run_id"], answer["code"]) == (run_id, "E-IDEMPOTENT-001")
     session(
         """curl -s http://127.0.0.1:8000/v1/projects/demo/runs/<run_id> -H "Authorization: """
