@@ -43,7 +43,7 @@ from awooop.engine.finisher import Finisher
 from awooop.engine.lease import Lease
 from awooop.outbound import messages
 from awooop.store import approvals as approval_rows
-from awooop.store import leases, segments, signals
+from awooop.store import jsonb, leases, segments, signals
 from awooop.workflows import registry
 
 log = logging.getLogger("awooop.engine.runner")
@@ -761,7 +761,7 @@ def _attempt(
 ) -> dict[str, Any]:
     """Run the handler once; the journal entry describing what happened. ``traceparent``:
     the step's span, handed to the handler as ``ctx.traceparent``."""
-    entry = _identity(claim, nxt)
+    entry = jsonb.JournalEntry(_identity(claim, nxt))
     ctx = StepContext(
         run_id=str(claim.run_id),
         project_id=claim.project_id,
@@ -815,8 +815,9 @@ def _attempt(
         if isinstance(exc, run_tags.TagError) or not policy.retries(exc):
             entry["retryable"] = False
     else:
-        unstorable = _not_json(output)
-        if unstorable is not None:
+        try:
+            output_text = _json_text(output)
+        except _NotStorable as unstorable:
             # The handler returned, so its effect happened: running it again would repeat
             # the effect, so this is not a transient failure. Stop the step with its own code.
             entry.update(
@@ -836,7 +837,8 @@ def _attempt(
             prompt = output if isinstance(output, str) else json.dumps(output)
             entry.update(status=saga.REQUESTED, output={"prompt": prompt[:4000]})
             return entry
-        entry.update(status=saga.DISPATCHED if dispatched else saga.SUCCEEDED, output=output)
+        entry["status"] = saga.DISPATCHED if dispatched else saga.SUCCEEDED
+        entry.set_output(output, output_text)  # written as this text: encoded once
         if dispatched:
             entry["late_result"] = nxt.step.late_result
     elapsed = time.monotonic() - started
@@ -863,22 +865,26 @@ def _tagged(entry: dict[str, Any], ctx: StepContext, handler: Callable[[StepCont
 _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
-def _not_json(output: Any) -> str | None:
-    """Why ``output`` cannot go into the journal (PostgreSQL's jsonb), or None when it can:
-    not JSON at all, or text jsonb refuses — the character U+0000, a lone surrogate."""
+class _NotStorable(ValueError):
+    """A step's return value the journal (PostgreSQL's jsonb) cannot hold; says why."""
+
+
+def _json_text(output: Any) -> str:
+    """``output`` as JSON text jsonb can hold; :class:`_NotStorable` when it is not JSON at
+    all, or text jsonb refuses — the character U+0000, a lone surrogate."""
     try:
         text = json.dumps(output, allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError, RecursionError) as exc:
-        return f"{type(exc).__name__}: {exc}"
+        raise _NotStorable(f"{type(exc).__name__}: {exc}") from None
     # The regular expression costs about four times the encoding (it looks behind at every
     # character): it is asked only of a text that holds the escape at all.
     if "\\u0000" in text and _NUL_ESCAPE.search(text):
-        return "it holds the character U+0000, which PostgreSQL cannot store"
+        raise _NotStorable("it holds the character U+0000, which PostgreSQL cannot store")
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        return "it holds a lone surrogate, which PostgreSQL cannot store"
-    return None
+        raise _NotStorable("it holds a lone surrogate, which PostgreSQL cannot store") from None
+    return text
 
 
 def _storable(text: str) -> str:

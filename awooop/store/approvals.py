@@ -20,6 +20,7 @@ from sqlalchemy import Connection, text
 
 from awooop.domain import states
 from awooop.outbound.messages import Message
+from awooop.store import jsonb
 from awooop.store.leases import FENCE, STAMP, Claim, Position, fence_params
 from awooop.store.literals import status_of_named_row
 from awooop.store.outbox import INSERT_FROM_CHANGED, messages_param
@@ -85,7 +86,7 @@ def wait_for_approval(
     outbox message ids; None when it matched no row (nothing written)."""
     params = {
         **fence_params(c, write_id),
-        "entries": json.dumps(entries),
+        "entries": jsonb.dumps_entries(entries),
         "event_kind": "transition",
         "trigger_id": f"wait_approval:{c.lease_epoch}",
         "detail": json.dumps({"step": step, "action": action, "ttl_seconds": ttl_seconds}),

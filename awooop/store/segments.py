@@ -20,7 +20,7 @@ from sqlalchemy import Connection, text
 
 from awooop.domain import states
 from awooop.outbound.messages import Message
-from awooop.store import interventions
+from awooop.store import interventions, jsonb
 from awooop.store.leases import FENCE, HELD_AT, STAMP, Claim, Position, fence_params, lease_params
 from awooop.store.outbox import INSERT_FROM_CHANGED, messages_param
 from awooop.store.prepared import PreparedStatement
@@ -85,7 +85,11 @@ def record_step(
 ) -> Position | None:
     """Append step outcomes to the journal, fenced. Where the record left the run — with
     the intents recorded on it, read back at no extra cost — or None: nothing written."""
-    params = {**fence_params(c, write_id), "entries": json.dumps(entries), "next_step": next_step}
+    params = {
+        **fence_params(c, write_id),
+        "entries": jsonb.dumps_entries(entries),
+        "next_step": next_step,
+    }
     row = _RECORD_STEP.execute(conn, params).first()
     if row is None:
         return None
@@ -319,7 +323,7 @@ def _changed_row(
     """Run a state-changing segment statement; its row, or None when it matched none."""
     values = {
         **fence_params(c, write_id),
-        "entries": json.dumps(entries),
+        "entries": jsonb.dumps_entries(entries),
         "event_kind": {"turn_back": "saga", "pause": "control"}.get(kind, "transition"),
         "trigger_id": f"{kind}:{c.lease_epoch}",
         "detail": json.dumps(detail),
@@ -360,7 +364,7 @@ def finish(
         write_id,
         to_status=to_status,
         saga_status=saga_status,
-        output=json.dumps(output),
+        output=jsonb.dumps_output(output, entries),
         failure_code=failure_code,
         failure_reason=failure_reason,
         messages=messages_param(messages or []),

@@ -266,6 +266,24 @@ def test_a_step_whose_return_value_is_not_json_stops_without_a_retry(
     assert "cannot be stored as JSON" in odd[0]["error"]
 
 
+def test_a_step_output_is_json_encoded_once_for_its_record_and_the_runs_output(
+    engine, project, settings
+):
+    run_id = test_runs.admit(engine, project["project_id"], "test-encoded-once")
+    wf.CountedEncodings.encodings = 0
+
+    assert execute(engine, settings, run_id) == runner.Outcome.COMPLETED
+
+    # Encoded when checked, then written as that text: by the first step's record, and by
+    # the finish, which holds the last step's outcome and the run's output.
+    assert wf.CountedEncodings.encodings == 2
+    row = db.run(engine, run_id)
+    outputs = {e["step"]: e["output"] for e in row["saga_steps"] if "output" in e}
+    expected = {"text": "caf\u00e9 " * 200}
+    assert outputs == {"first": {"step": "first", **expected}, "last": {"step": "last", **expected}}
+    assert row["output"] == {"step": "last", **expected}
+
+
 def test_a_step_error_holding_text_jsonb_cannot_store_is_recorded_as_a_failure(
     engine, project, settings
 ):

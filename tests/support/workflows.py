@@ -659,6 +659,31 @@ NOT_JSON = register(
 )
 
 
+class CountedEncodings(dict):  # type: ignore[type-arg]
+    """A step output that counts how often it is JSON-encoded (``json`` asks a dict
+    subclass for its items once per encoding)."""
+
+    encodings = 0
+
+    def items(self) -> Any:
+        CountedEncodings.encodings += 1
+        return super().items()
+
+
+def _returns_counted(ctx: StepContext) -> dict[str, Any]:
+    _note(ctx, f"do:{ctx.step}")
+    return CountedEncodings(step=ctx.step, text="caf\u00e9 " * 200)
+
+
+ENCODED_ONCE = register(
+    Workflow(
+        "test-encoded-once",
+        1,
+        [Step("first", _returns_counted), Step("last", _returns_counted)],
+    )
+)
+
+
 def _raises_nul(ctx: StepContext) -> None:
     _note(ctx, f"do:{ctx.step}")
     raise RuntimeError("the device answered a\u0000b")

@@ -3,6 +3,8 @@ check before a write, so that the database never refuses a step's outcome)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from awooop.engine import runner
@@ -19,7 +21,8 @@ from awooop.engine import runner
     ],
 )
 def test_text_jsonb_refuses_is_refused_at_the_step(output):
-    assert runner._not_json(output) is not None
+    with pytest.raises(runner._NotStorable):
+        runner._json_text(output)
 
 
 @pytest.mark.parametrize(
@@ -32,7 +35,7 @@ def test_text_jsonb_refuses_is_refused_at_the_step(output):
     ],
 )
 def test_text_that_merely_looks_like_an_escape_is_stored(output):
-    assert runner._not_json(output) is None
+    assert json.loads(runner._json_text(output)) == output
 
 
 def test_an_error_text_spells_out_what_postgresql_cannot_store():
