@@ -6,11 +6,11 @@ jsonb can hold it (:class:`JournalEntry`); that text is written as it is, not en
 for the step record and for the run's output.
 
 Reading: PostgreSQL stores JSON nested far deeper than Python's decoder (recursive, bounded
-by the interpreter's recursion limit) can load. The ingress refuses such events at the door, but a
-run that got in anyway — admitted by an older version, or written by hand — must not crash
-the code that reads it: the worker fails the run with a clear code (:func:`loads`), and the
-read paths show a placeholder (:func:`loads_for_display`). Statements that may read such a
-value select it as text and decode it here.
+by the interpreter's recursion limit) can load. The ingress refuses such events at the door,
+but a run that got in anyway — admitted by an older version, or written by hand — must not
+crash the code that reads it: the worker fails the run with a clear code (:func:`loads`), and
+the read paths show a placeholder (:func:`loads_for_display`). Statements that may read such
+a value select it as text and decode it here.
 """
 
 from __future__ import annotations
