@@ -42,24 +42,28 @@ from awooop.config import get_settings
 
 _EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
 
-# Celery's ``origin`` header: this process and host (asked once per process, not per message).
+# Celery's ``origin`` header, this process and host, and its ``reply_to`` property, an id of
+# the sender (``apply_async`` puts its thread's id there; nothing replies to a task whose result
+# is ignored): made once per process, not per message.
 _origin = ""
+_reply_to = ""
 
 
-def _remember_origin() -> None:
-    global _origin
+def _name_this_process() -> None:
+    global _origin, _reply_to
     _origin = f"gen{os.getpid()}@{socket.gethostname()}"
+    _reply_to = ids.uuid4_text()
 
 
-_remember_origin()
-os.register_at_fork(after_in_child=_remember_origin)
+_name_this_process()
+os.register_at_fork(after_in_child=_name_this_process)
 
 
 def envelope(
     task_name: str, queue: str, args: list[Any], task_id: str | None = None
 ) -> dict[str, Any]:
     """The kombu Redis envelope of a Celery protocol-v2 task message."""
-    task_id = task_id or str(ids.uuid4())
+    task_id = task_id or ids.uuid4_text()
     return {
         "body": _body(args),
         "content-encoding": "utf-8",
@@ -87,31 +91,31 @@ def envelope(
         },
         "properties": {
             "correlation_id": task_id,
-            "reply_to": str(ids.uuid4()),
+            "reply_to": _reply_to,
             "delivery_mode": 2,
             "delivery_info": {"exchange": "", "routing_key": queue},
             "priority": 0,
             "body_encoding": "base64",
-            "delivery_tag": str(ids.uuid4()),
+            "delivery_tag": ids.uuid4_text(),
         },
     }
 
 
 # Placeholders in a message template, found in the template by their JSON form; no value
 # written into a message contains a control character unescaped.
-_SLOTS = ("\x01body\x01", "\x01id\x01", "\x01argsrepr\x01", "\x01reply_to\x01", "\x01tag\x01")
+_SLOTS = ("\x01body\x01", "\x01id\x01", "\x01argsrepr\x01", "\x01tag\x01")
 _SLOT = re.compile("|".join(re.escape(json.dumps(slot)) for slot in _SLOTS))
 
 
 @functools.cache
 def _writer(task_name: str, queue: str) -> Callable[[list[Any]], str]:
     """A function from a task's args to its message as JSON: ``json.dumps(envelope(...))``
-    with fresh ids, built by filling the message's five varying strings into a template made
+    with fresh ids, built by filling the message's four varying strings into a template made
     once, which costs less than encoding the whole envelope for every message."""
     template = envelope(task_name, queue, [], task_id=_SLOTS[1])
     template["body"] = _SLOTS[0]
     template["headers"]["argsrepr"] = _SLOTS[2]
-    template["properties"].update(reply_to=_SLOTS[3], delivery_tag=_SLOTS[4])
+    template["properties"]["delivery_tag"] = _SLOTS[3]
     text = json.dumps(template)
     parts = _SLOT.split(text)
     order = [_SLOTS.index(json.loads(m.group())) for m in _SLOT.finditer(text)]
@@ -120,10 +124,9 @@ def _writer(task_name: str, queue: str) -> Callable[[list[Any]], str]:
         # Each slot's JSON: base64 and ids need no escaping, the args' repr may.
         tokens = (
             f'"{_body(args)}"',
-            f'"{ids.uuid4()}"',
+            f'"{ids.uuid4_text()}"',
             json.dumps(repr(tuple(args))),
-            f'"{ids.uuid4()}"',
-            f'"{ids.uuid4()}"',
+            f'"{ids.uuid4_text()}"',
         )
         out = [parts[0]]
         for slot, part in zip(order, parts[1:], strict=True):
@@ -210,8 +213,11 @@ class RedisPublisher:
 
 
 @functools.cache
-def for_broker(url: str) -> RedisPublisher | None:
-    """The process's publisher for ``url``; None when the broker is not Redis."""
+def for_app(app: Any) -> RedisPublisher | None:
+    """The process's publisher for the Celery ``app``'s broker; None when the broker is not
+    Redis. The URL is read once: asking Celery's configuration for it costs about as much as
+    writing a message. (A test that points the app elsewhere clears this cache.)"""
+    url = app.conf.broker_url
     if not redis_client.is_redis_url(url):
         return None
     settings = get_settings()
@@ -227,7 +233,7 @@ def send_each(task: Any, queue: str, ids: list[str]) -> int:
     """One ``task(id)`` message per id on ``queue``: one pipelined LPUSH on Redis,
     ``apply_async`` on any other broker. Raises what the broker raises, or
     :class:`Unavailable` while a Redis broker's last push failed recently."""
-    publisher = for_broker(task.app.conf.broker_url)
+    publisher = for_app(task.app)
     if publisher is not None:
         return publisher.publish(task.name, queue, ([i] for i in ids))
     for i in ids:

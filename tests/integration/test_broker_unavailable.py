@@ -26,8 +26,9 @@ def silent_broker(broker_url, redis_client, monkeypatch):
     with FaultProxy(url.host or "127.0.0.1", url.port or 6379) as proxy:
         proxied = broker_url.replace(f"{url.host}:{url.port}", f"127.0.0.1:{proxy.port}")
         monkeypatch.setattr(runs.execute.app.conf, "broker_url", proxied)
+        publish.for_app.cache_clear()  # the publisher read the URL when it was made
         yield proxy, proxied
-    publish.for_broker.cache_clear()
+    publish.for_app.cache_clear()
 
 
 def post_event(client, project, key: str):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import json
 import os
+import socket
+import uuid
 
 from awooop.tasks import publish, runs
 from tests.integration.conftest import queued_run_ids
@@ -50,20 +52,44 @@ def test_each_message_is_the_envelope_encoded_whole():
     first, second = json.loads(write(args)), json.loads(write(args))
 
     expected = publish.envelope("awooop.runs.execute", "runs", args, task_id=first["headers"]["id"])
-    expected["properties"]["reply_to"] = first["properties"]["reply_to"]
     expected["properties"]["delivery_tag"] = first["properties"]["delivery_tag"]
     assert first == expected
     assert json.loads(base64.b64decode(first["body"]))[0] == args
-    ids = {
-        message[part][key]
-        for message in (first, second)
-        for part, key in (
-            ("headers", "id"),
-            ("properties", "reply_to"),
-            ("properties", "delivery_tag"),
-        )
-    }
-    assert len(ids) == 6, "every message has ids of its own"
+    fresh = [message[part][key] for message in (first, second) for part, key in _PER_MESSAGE]
+    assert len(set(fresh)) == 4, "every message has a task id and a delivery tag of its own"
+    assert all(uuid.UUID(i).version == 4 for i in fresh)
+    # As apply_async's, the reply address names the sender, not the message.
+    assert first["properties"]["reply_to"] == second["properties"]["reply_to"]
+
+
+_PER_MESSAGE = (("headers", "id"), ("properties", "delivery_tag"))
+
+
+def test_a_forked_child_names_itself_in_its_messages():
+    """The origin header and the reply address are the sending process's: a forked child
+    writes its own, not its parent's."""
+    write = publish._writer("awooop.runs.execute", "runs")
+    parent = json.loads(write(["run-1"]))
+    read, written = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: writes its message's header and property, then exits
+        try:
+            child = json.loads(publish._writer("awooop.runs.execute", "runs")(["run-1"]))
+            os.write(
+                written,
+                json.dumps([child["headers"]["origin"], child["properties"]["reply_to"]]).encode(),
+            )
+            os._exit(0)
+        except BaseException:
+            os._exit(2)
+    os.close(written)
+    _, status = os.waitpid(pid, 0)
+    with os.fdopen(read) as pipe:
+        origin, reply_to = json.loads(pipe.read())
+
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert origin == f"gen{pid}@{socket.gethostname()}" != parent["headers"]["origin"]
+    assert reply_to != parent["properties"]["reply_to"]
 
 
 def _connections_received(client) -> int:

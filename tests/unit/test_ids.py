@@ -36,6 +36,23 @@ def test_a_uuid4_is_a_version_4_rfc_uuid_and_never_repeats_across_refills():
     assert len(set(values)) == len(values)
 
 
+def test_a_uuid4_text_is_the_text_of_a_version_4_rfc_uuid_with_the_source_s_random_bits(
+    monkeypatch,
+):
+    values = [ids.uuid4_text() for _ in range(2000)]
+    parsed = [uuid.UUID(v) for v in values]
+
+    assert [str(p) for p in parsed] == values  # the canonical form: lower case, hyphenated
+    assert {p.version for p in parsed} == {4}
+    assert {p.variant for p in parsed} == {uuid.RFC_4122}
+    assert len(set(values)) == len(values)
+    # Every bit but the six of the version and variant is the source's.
+    monkeypatch.setattr(ids, "random_bytes", lambda n: b"\xff" * n)
+    assert ids.uuid4_text() == "ffffffff-ffff-4fff-bfff-ffffffffffff"
+    monkeypatch.setattr(ids, "random_bytes", lambda n: b"\x00" * n)
+    assert ids.uuid4_text() == "00000000-0000-4000-8000-000000000000"
+
+
 def test_random_bytes_hands_out_each_byte_once_and_reads_the_kernel_a_chunk_at_a_time(
     monkeypatch,
 ):
