@@ -44,6 +44,10 @@ def test_enqueue_of_nothing_sends_nothing(redis_client):
     assert redis_client.llen(runs.RUNS_QUEUE) == 0
 
 
+# The ids each message has of its own.
+_PER_MESSAGE = (("headers", "id"), ("properties", "delivery_tag"))
+
+
 def test_each_message_is_the_envelope_encoded_whole():
     """The template writer's JSON is json.dumps(envelope(...)) with the message's own ids,
     whatever the args hold."""
@@ -60,9 +64,6 @@ def test_each_message_is_the_envelope_encoded_whole():
     assert all(uuid.UUID(i).version == 4 for i in fresh)
     # As apply_async's, the reply address names the sender, not the message.
     assert first["properties"]["reply_to"] == second["properties"]["reply_to"]
-
-
-_PER_MESSAGE = (("headers", "id"), ("properties", "delivery_tag"))
 
 
 def test_a_forked_child_names_itself_in_its_messages():
