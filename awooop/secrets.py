@@ -19,8 +19,13 @@ from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
 
 def new_token(nbytes: int = 32) -> str:
-    """A URL-safe random token (32 bytes -> 43 characters)."""
-    return _stdlib_secrets.token_urlsafe(nbytes)
+    """A URL-safe random token (32 bytes -> 43 characters) whose first character is not "-":
+    a command line's option parser takes such a value for an option (``--token $TOKEN``
+    fails with "expected one argument"), and one token in 64 would start with it."""
+    while True:
+        token = _stdlib_secrets.token_urlsafe(nbytes)
+        if not token.startswith("-"):
+            return token
 
 
 def new_encryption_key() -> str:

@@ -53,6 +53,15 @@ def test_tokens_are_43_url_safe_characters():
     assert all(c.isalnum() or c in "-_" for c in token)
 
 
+def test_a_token_never_starts_with_a_dash(monkeypatch):
+    """``--token $TOKEN`` on the command line: argparse takes a value that starts with "-" for
+    an option ("expected one argument"). One token in 64 from ``token_urlsafe`` starts so."""
+    drawn = iter(["-dash-first", "-dash-again", "letter-first"])
+    monkeypatch.setattr(secrets._stdlib_secrets, "token_urlsafe", lambda nbytes: next(drawn))
+
+    assert secrets.new_token() == "letter-first"
+
+
 def test_secret_box_round_trip_and_wrong_key():
     box = secrets.SecretBox(secrets.new_encryption_key())
     sealed = box.encrypt("hmac-key")
