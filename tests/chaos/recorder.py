@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from tests.support import threaded_server
+
 
 @dataclass(frozen=True)
 class Call:
@@ -72,10 +74,7 @@ class Recorder:
 
         self._server = Server((host, 0), Handler)
         self.url = f"http://{host}:{self._server.server_address[1]}"
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, daemon=True, name="recorder"
-        )
-        self._thread.start()
+        self._thread = threaded_server.start(self._server, "recorder")
 
     def _record(self, key: str | None, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         with self._lock:

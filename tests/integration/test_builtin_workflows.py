@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import threading
 from collections.abc import Iterator
 
 import pytest
@@ -12,7 +11,7 @@ import pytest
 from awooop.engine import runner
 from awooop.store import projects
 from tests.support import approvals as setup
-from tests.support import db
+from tests.support import db, threaded_server
 from tests.support import requests as channel_requests
 from tests.support.fake_provider import FakeProvider
 
@@ -63,8 +62,7 @@ def approve(client, engine, settings, project, provider, run_id) -> None:
 def automation(engine, project, provider) -> Iterator[type[Automation]]:
     handler = type("Recorder", (Automation,), {"calls": [], "responses": {}})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    threaded_server.start(server, "automation")
     with engine.connect() as conn:
         projects.set_config(
             conn,

@@ -51,6 +51,7 @@ from awooop.outbound import signing
 from awooop.store import projects
 from awooop.web.app import create_app
 from awooop.workflows import registry
+from tests.support import threaded_server
 from tests.support.docs import PAGES, ROOT, fenced, python_blocks
 
 PYTHON_LIKE = re.compile(r"py|python\d*|pycon|ipython|python-?repl", re.I)
@@ -111,8 +112,7 @@ def deployment(settings: Settings, engine: Engine, redis_client) -> Iterator[Dep
     settings = dataclasses.replace(settings, auth_cache_seconds=0.0)
     tokens = {p: cli.create_project(settings, p)["api_token"] for p in PROJECTS}
     server = make_server("127.0.0.1", 0, create_app(settings, engine), threaded=True)
-    serving = threading.Thread(target=server.serve_forever, name="docs-web", daemon=True)
-    serving.start()
+    serving = threaded_server.start(server, "docs-web")
     worker = Worker(engine, settings)
     worker.start()
     yield Deployment(f"http://127.0.0.1:{server.server_port}", tokens, engine)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import socket
 import socketserver
-import threading
 import time
 from collections.abc import Iterator
 
 import pytest
 
+from tests.support import threaded_server
 from tests.support.netproxy import FaultProxy
 from tests.support.waiting import until
 
@@ -25,8 +25,7 @@ class _Echo(socketserver.BaseRequestHandler):
 def echo() -> Iterator[tuple[str, int]]:
     server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Echo)
     server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    threaded_server.start(server, "echo")
     yield server.server_address[:2]
     server.shutdown()
     server.server_close()

@@ -28,7 +28,7 @@ from sqlalchemy.engine import make_url
 from awooop import db, devstack
 from awooop.engine import lease, runner
 from tests.support import db as rows
-from tests.support import debian_tools, processes, runs
+from tests.support import debian_tools, processes, runs, threaded_server
 from tests.support.docs import ROOT
 from tests.support.netproxy import FaultProxy
 from tests.support.waiting import until
@@ -60,8 +60,7 @@ class _PrimaryAnswers(http.server.BaseHTTPRequestHandler):
 @contextmanager
 def _rest_api() -> Iterator[int]:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _PrimaryAnswers)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    threaded_server.start(server, "patroni-rest-api")
     try:
         yield server.server_address[1]
     finally:

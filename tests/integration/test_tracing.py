@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import uuid
 from collections.abc import Iterator
 
@@ -22,7 +21,7 @@ from awooop.engine import notify, runner
 from awooop.outbound import messages
 from awooop.store import outbox, projects
 from tests.support import approvals as setup
-from tests.support import db, spans, waiting
+from tests.support import db, spans, threaded_server, waiting
 from tests.support import requests as channel_requests
 from tests.support import workflows as wf
 from tests.support.fake_provider import FakeProvider
@@ -55,7 +54,7 @@ class Automation(http.server.BaseHTTPRequestHandler):
 def automation(engine, project) -> Iterator[type[Automation]]:
     handler = type("Recorder", (Automation,), {"calls": []})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threaded_server.start(server, "automation")
     with engine.connect() as conn:
         projects.set_config(
             conn, project["project_id"], {"actions_url": f"http://127.0.0.1:{server.server_port}"}
@@ -296,7 +295,7 @@ def test_otlp_tracing_exports_to_the_endpoint_the_otel_variables_name():
     # endpoint and resource variables
     collector = type("Kept", (Collector,), {"exports": []})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), collector)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threaded_server.start(server, "collector")
     code = (
         "from awooop import telemetry\n"
         "from awooop.config import Settings\n"

@@ -10,6 +10,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from tests.support import threaded_server
+
 
 @dataclass
 class Call:
@@ -46,7 +48,7 @@ class FakeProvider:
 
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        threaded_server.start(self._server, "fake-provider")
 
     def _record(self, call: Call) -> int:
         with self._lock:

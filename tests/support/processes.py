@@ -85,6 +85,7 @@ class Process:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        self._terminated = False
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -103,13 +104,19 @@ class Process:
             os.killpg(self.popen.pid, signal.SIGKILL)
             self.popen.wait(timeout=10)
 
-    def stop(self) -> None:
-        if self.popen.poll() is None:
+    def terminate(self) -> None:
+        """SIGTERM the whole process group, once, without waiting: a warm shutdown begins."""
+        if self.popen.poll() is None and not self._terminated:
             os.killpg(self.popen.pid, signal.SIGTERM)
-            try:
-                self.popen.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.kill()
+            self._terminated = True
+
+    def stop(self) -> None:
+        """Terminate, and wait up to 10 s for the process to end before killing it."""
+        self.terminate()
+        try:
+            self.popen.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.kill()
         self._log.close()
 
 
@@ -237,6 +244,10 @@ class Stack:
         return process, f"http://127.0.0.1:{port}"
 
     def stop(self) -> None:
+        """Stop every process, side by side: a Celery worker's warm shutdown takes about two
+        seconds (its pool's), so one after another a stack took most of a test's teardown."""
+        for process in reversed(self.processes):
+            process.terminate()
         for process in reversed(self.processes):
             process.stop()
 
