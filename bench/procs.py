@@ -227,6 +227,15 @@ class Proc:
         if not self.alive():
             raise self.failure(f"{self.name} exited with status {self.popen.returncode}")
 
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """The process group stopped (SIGSTOP) inside the block, continued after it."""
+        os.killpg(self.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.killpg(self.pid, signal.SIGCONT)
+
     def stop(self, timeout: float = 15.0) -> None:
         """SIGTERM to the group, wait, then SIGKILL whatever is left of the group."""
         if self in _RUNNING:

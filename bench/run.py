@@ -309,9 +309,9 @@ def bench_e2e(b: Bench, project_id: str) -> None:
 
 
 def soak_phase(b: Bench, project_id: str, soak: int, expected: int) -> tuple[Any, Any]:
-    """``soak`` more runs on the warm web and worker: CPU per run and WAL flushes; the commit
-    readings either side, each once the processes have idled long enough for their
-    statistics to be flushed."""
+    """``soak`` more runs on the warm web and worker, admitted while the worker is stopped,
+    then drained by it: CPU per run and WAL flushes; the commit readings either side, each
+    once the processes have idled long enough for their statistics to be flushed."""
     assert b.web is not None and b.worker is not None and b.progress is not None
     meter, info, web, worker = b.meter, b.e2e, b.web, b.worker
     wal_sql = "SELECT wal_sync FROM pg_stat_wal"
@@ -325,7 +325,10 @@ def soak_phase(b: Bench, project_id: str, soak: int, expected: int) -> tuple[Any
     }
     cpu0 = {name: procs.cpu_by_pid(pids()) for name, pids in groups.items()}
     t0 = time.perf_counter()
-    result = b.admit("soak", project_id, soak, SOAK_CONNS, floor=120)
+    # Admitted with the worker stopped, then drained, as raw Celery's batches are enqueued
+    # and then drained: each side's CPU per item is read without the other using the CPUs.
+    with worker.paused():
+        result = b.admit("soak", project_id, soak, SOAK_CONNS, floor=120)
     if result.statuses.get(202, 0) != soak:
         raise web.failure(f"soak: only {result.statuses.get(202, 0)}/{soak} admitted")
     b.progress.wait(expected, [worker, web], max(60.0, 2 * soak / max(info["per_s"], 1.0)))
@@ -511,7 +514,8 @@ run; (c) memory over that soak. How it is measured: {NOTES_LINK}.
 Settings: {k.warmup:g} s warm-up, then {k.duration:g} s measured per admission row; batches of \
 {k.raw_tasks:,} raw Celery tasks and of {k.e2e_runs:,} `noop-3` runs (admitted over \
 {E2E_ADMIT_CONNS} connections before ONE worker starts); a soak of {soak_runs} runs \
-(admitted over {SOAK_CONNS} connections, cut to what fits in about {SOAK_BUDGET_S:.0f} s), \
+(admitted over {SOAK_CONNS} connections while that worker is stopped, then drained by it, cut \
+to what fits in about {SOAK_BUDGET_S:.0f} s), \
 commits read after {STATS_IDLE_FLUSH_S:.0f} s idle; scratch database `{e[database]}`.
 
 Each ratio is the median of {verdicts.PAIRS} interleaved pairs; a pair with more than \
