@@ -64,7 +64,7 @@ def test_a_worker_cut_from_the_database_stops_acting_before_another_worker_start
     with FaultProxy(url.host or "127.0.0.1", url.port or 5432, name="worker-a-db") as proxy:
         # Given worker A, reaching PostgreSQL through a proxy, acting in a long step
         through_proxy = url.set(host="127.0.0.1", port=proxy.port)
-        stack.worker(
+        worker_a = stack.worker(
             "worker-a",
             env={"AWOOOP_DATABASE_URL": through_proxy.render_as_string(hide_password=False)},
         )
@@ -72,7 +72,7 @@ def test_a_worker_cut_from_the_database_stops_acting_before_another_worker_start
         wait_until(lambda: len(effects(log)) >= 3, 60, "worker A's first side effects")
         cut_pid = effects(log)[0][1]
         # and worker B, the maintenance worker and beat on a direct link
-        stack.worker("worker-b")
+        worker_b = stack.worker("worker-b")
         stack.worker("maintenance", queues="maintenance")
         stack.beat()
 
@@ -92,3 +92,7 @@ def test_a_worker_cut_from_the_database_stops_acting_before_another_worker_start
         assert cut_last < other_first, (
             f"two handlers acted at once for {cut_last - other_first:.2f} s"
         )
+        # Worker B is in the run's long step and worker A's link is still cut: neither's warm
+        # shutdown would end before the stack's 10 s run out.
+        worker_a.kill()
+        worker_b.kill()
