@@ -495,8 +495,9 @@ earlier runs: [bench/NOTES.md](../bench/NOTES.md).
 Everything — load generator, gunicorn, Celery, PostgreSQL, Redis — shares these CPUs. "other \
 CPU" is the share of all CPUs that user-space processes outside the benchmark (and outside \
 PostgreSQL/Redis) used during a phase; above a few percent the figures are noisy. "I/O CPU" is \
-the kernel's threads' share (the writes and flushes of the durable commits, among others): the \
-cost of the system under test, not noise.
+the kernel's threads' share: the writes and flushes of the durable commits, and whatever else \
+the kernel does meanwhile (raw Celery's batches, with no database, show some too). It is \
+counted in neither side's CPU, and a pair is not measured again for it.
 
 ## Targets
 
