@@ -5,12 +5,12 @@ raises."""
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from bench import procs
+from tests.support.waiting import until
 
 # A parent that starts a child and both wait: the shape of a Celery worker and its pool.
 PARENT_AND_CHILD = (
@@ -29,19 +29,11 @@ def states(pids: list[int]) -> set[str]:
     return out
 
 
-def wait_for(condition, what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout:.0f} s: {what}")
-        time.sleep(0.01)
-
-
 @pytest.fixture
 def group(tmp_path):
     proc = procs.Proc("pause", [sys.executable, "-c", PARENT_AND_CHILD], {}, tmp_path)
     with procs.started(proc, stop_timeout=5):
-        wait_for(lambda: len(proc.pids()) == 2, "the child started")
+        until(lambda: len(proc.pids()) == 2, what="the child started")
         yield proc
 
 
@@ -49,14 +41,14 @@ def test_every_process_of_the_group_is_stopped_inside_the_block_and_runs_after_i
     pids = group.pids()
     assert "T" not in states(pids)
     with group.paused():
-        wait_for(lambda: states(pids) == {"T"}, "parent and child stopped")
-    wait_for(lambda: "T" not in states(pids), "parent and child continued")
+        until(lambda: states(pids) == {"T"}, what="parent and child stopped")
+    until(lambda: "T" not in states(pids), what="parent and child continued")
     assert group.alive()
 
 
 def test_the_group_runs_again_when_the_block_raises(group):
     pids = group.pids()
     with pytest.raises(RuntimeError), group.paused():
-        wait_for(lambda: states(pids) == {"T"}, "parent and child stopped")
+        until(lambda: states(pids) == {"T"}, what="parent and child stopped")
         raise RuntimeError("the soak's admission failed")
-    wait_for(lambda: "T" not in states(pids), "parent and child continued")
+    until(lambda: "T" not in states(pids), what="parent and child continued")
