@@ -576,18 +576,22 @@ class Meter:
 
 
 class SessionWatch(threading.Thread):
-    """Notes, twice a second, every session on the meter's scratch database that is neither
-    the bench's nor its children's, from one transaction that is rolled back."""
+    """Notes, twice a second, every session on the meter's scratch database, from one
+    transaction that is rolled back: those that are neither the bench's nor its children's
+    (``foreign``), and when each of its children's started and under which application name
+    (``children``), so that a session opened inside a counted window can be named."""
 
     def __init__(self, meter: Meter) -> None:
         super().__init__(name="bench-session-watch", daemon=True)
         self.meter, self.error, self.halt = meter, None, threading.Event()
         self.foreign: dict[tuple[int, str], str] = {}  # (pid, backend_start) -> app name
-        self.mine: set[tuple[int, str]] = set()
+        self.children: dict[tuple[int, str], tuple[float, str]] = {}  # -> (start, app name)
+        self.mine: set[tuple[int, str]] = set()  # every session of the bench or a child
 
     def run(self) -> None:
         sql = (
-            "SELECT pid, backend_start::text, application_name, client_port FROM pg_stat_activity"
+            "SELECT pid, backend_start::text, extract(epoch FROM backend_start),"
+            " application_name, client_port FROM pg_stat_activity"
             " WHERE datname = %s AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
         )
         try:
@@ -596,21 +600,36 @@ class SessionWatch(threading.Thread):
                 while not self.halt.wait(0.5):
                     cur.execute("SELECT pg_stat_clear_snapshot()")
                     cur.execute(sql, (self.meter.database,))
-                    for pid, started, app, client_port in cur.fetchall():
-                        self.note((pid, started), app, client_port, conn.info.port)
+                    for pid, started, epoch, app, client_port in cur.fetchall():
+                        self.note((pid, started), float(epoch), app, client_port, conn.info.port)
                 conn.rollback()
         except psycopg2.Error as exc:
             self.error = str(exc)
 
-    def note(self, key: tuple[int, str], app: str, client_port: int, port: int) -> None:
+    def note(
+        self, key: tuple[int, str], epoch: float, app: str, client_port: int, port: int
+    ) -> None:
         from bench import procs
 
         if key not in self.mine and key not in self.foreign:
             inode = procs.tcp_inode(client_port, port) if client_port else None
-            if procs.socket_owner([os.getpid(), *procs.running_pids()], inode):
-                self.mine.add(key)
-            else:
+            owner = procs.socket_owner([os.getpid(), *procs.running_pids()], inode)
+            if owner is None:
                 self.foreign[key] = app or "?"
+                return
+            self.mine.add(key)
+            if owner != os.getpid():
+                self.children[key] = (epoch, app or "?")
+
+    def children_started(self, since: float, until: float) -> list[str]:
+        """The child sessions seen that started between two ``time.time()`` readings, as
+        "application name at HH:MM:SS" (a session that lived less than half a second may not
+        have been seen)."""
+        return [
+            f"{app} at {time.strftime('%H:%M:%S', time.localtime(epoch))}"
+            for epoch, app in sorted(self.children.values())
+            if since <= epoch <= until
+        ]
 
     def stop(self) -> None:
         self.halt.set()

@@ -301,7 +301,9 @@ def bench_e2e(b: Bench, project_id: str) -> None:
         b.stop_worker()  # stopping closes every session, which flushes its statistics
         web.stop()
     cpu_per_run(info, series["raw"])
-    count_commits(info, database.Count.between(before, meter.read()), warm, admitted)
+    window = info.get("soak_counted_window")
+    started = watch.children_started(*window) if window else []
+    count_commits(info, database.Count.between(before, meter.read()), warm, admitted, started)
     info["foreign_sessions"] = sorted(set(watch.foreign.values()))
     info["foreign_session_count"] = len(watch.foreign)
     if watch.error:
@@ -316,6 +318,7 @@ def soak_phase(b: Bench, project_id: str, soak: int, expected: int) -> tuple[Any
     meter, info, web, worker = b.meter, b.e2e, b.web, b.worker
     wal_sql = "SELECT wal_sync FROM pg_stat_wal"
     time.sleep(STATS_IDLE_FLUSH_S)
+    opened = time.time()
     warm_before, ((wal0,),) = meter.read(), database.query(meter.maintenance_url, wal_sql)
     groups = {
         "web": web.pids,
@@ -339,6 +342,7 @@ def soak_phase(b: Bench, project_id: str, soak: int, expected: int) -> tuple[Any
     }
     time.sleep(STATS_IDLE_FLUSH_S)
     warm_after, ((wal1,),) = meter.read(), database.query(meter.maintenance_url, wal_sql)
+    info["soak_counted_window"] = (opened, time.time())
     info["wal_syncs"] = int(wal1) - int(wal0)
     info["wal_flushes_per_run"] = info["wal_syncs"] / soak
     return warm_before, warm_after
@@ -357,9 +361,12 @@ def cpu_per_run(info: dict[str, Any], raw_batches: list[dict[str, Any]]) -> None
         info["cpu_ratio"] = ratio(info["cpu_ms"], info["raw_cpu_ms"])
 
 
-def count_commits(info: dict[str, Any], whole: database.Count, warm: Any, admitted: int) -> None:
+def count_commits(
+    info: dict[str, Any], whole: database.Count, warm: Any, admitted: int, started: list[str]
+) -> None:
     """Commits per run over the soak (warm processes) when there was one, else over the
-    whole phase (``whole``, the processes' start-up included)."""
+    whole phase (``whole``, the processes' start-up included). ``started``: the sessions of
+    the bench's processes seen to start while the soak was counted."""
     soak = info["soak_runs"] if warm is not None else 0
     info["commits_whole_window"] = {"total": whole.runs, "runs": admitted + soak}
     counted = soak if warm is not None else admitted
@@ -367,6 +374,7 @@ def count_commits(info: dict[str, Any], whole: database.Count, warm: Any, admitt
     info.update(
         commits_counted_runs=counted,
         commits_sessions=count.sessions,
+        commits_sessions_seen=started,
         commits=count.total,
         commits_runs=count.runs,
         commits_background={k: getattr(count, k) for k in ("liveness", "auth_loads", "harness")},
@@ -381,9 +389,10 @@ def count_commits(info: dict[str, Any], whole: database.Count, warm: Any, admitt
             f"after {count.background_text()}"
         )
     if warm is not None and count.sessions:
+        seen = f" ({', '.join(started)})" if started else ""
         failures.append(
-            f"commit counting: {count.sessions} sessions started while the soak was counted; "
-            "their set-up commits are in the figure, which is not exact"
+            f"commit counting: {count.sessions} sessions started while the soak was "
+            f"counted{seen}; their set-up commits are in the figure, which is not exact"
         )
     if failures:
         info.setdefault("target_failures", []).extend(failures)

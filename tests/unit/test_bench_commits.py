@@ -115,12 +115,40 @@ def test_commits_are_counted_over_the_soak_and_more_than_five_per_run_is_a_fail_
     whole = database.Count.between(reading(0), reading(9_000))
     soak = (reading(0), reading(2_103, liveness=2, auth=1))
 
-    run.count_commits(info, whole, soak, admitted=1_200)
+    run.count_commits(info, whole, soak, admitted=1_200, started=[])
 
     assert (info["commits_runs"], info["commits_per_run"]) == (2_100, 5.25)
     assert info["commits_whole_window"] == {"total": 9_000, "runs": 1_600}
     [line] = info["target_failures"]
     assert line.startswith("PostgreSQL commits per run 5.250 > 5: 2100 commits for 400 runs")
+
+
+def test_a_session_started_during_the_soak_is_a_fail_line_that_names_it():
+    info = {"soak_runs": 400}
+    whole = database.Count.between(reading(0), reading(9_000))
+    soak = (database.Reading(0, 0, 0, 0), database.Reading(2_000, 0, 0, 0, sessions=1))
+
+    run.count_commits(info, whole, soak, admitted=1_200, started=["awooop-keeper at 10:45:31"])
+
+    [line] = info["target_failures"]
+    assert line == (
+        "commit counting: 1 sessions started while the soak was counted (awooop-keeper at "
+        "10:45:31); their set-up commits are in the figure, which is not exact"
+    )
+    assert info["commits_sessions_seen"] == ["awooop-keeper at 10:45:31"]
+
+
+def test_the_session_watch_names_the_child_sessions_that_started_inside_a_window():
+    watch = database.SessionWatch(meter=None)  # not started: its notes are set by hand
+    watch.children = {
+        (1, "a"): (100.0, "awooop-web"),
+        (2, "b"): (205.0, "awooop-keeper"),
+        (3, "c"): (150.0, "awooop-worker"),
+    }
+
+    started = watch.children_started(140.0, 210.0)
+
+    assert [name.split(" at ")[0] for name in started] == ["awooop-worker", "awooop-keeper"]
 
 
 def test_the_page_of_an_admission_only_run_keeps_its_header_and_reads_n_a_for_the_rest():
