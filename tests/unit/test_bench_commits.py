@@ -4,8 +4,11 @@ arithmetic only; the counters themselves are read from a real PostgreSQL by the 
 from __future__ import annotations
 
 import math
+import os
 
-from bench import database, report, run
+import pytest
+
+from bench import database, procs, report, run
 
 
 def reading(xact: int, liveness: int = 0, auth: int = 0, harness: int = 0) -> database.Reading:
@@ -161,3 +164,24 @@ def test_the_page_of_an_admission_only_run_keeps_its_header_and_reads_n_a_for_th
     assert page.endswith(f"\n\n{report.MARKER}\n")
     assert "| committed in the bench's database | n/a |" in page
     assert "\n\n\n" not in page
+
+
+@pytest.mark.parametrize(
+    ("owner", "foreign", "children"),
+    [
+        (None, {(7, "t"): "psql"}, {}),  # nobody of the bench holds the socket
+        (os.getpid(), {}, {}),  # the harness's own session: the bench's, not a child's
+        (os.getpid() + 1, {}, {(7, "t"): (123.0, "psql")}),  # a process the bench started
+    ],
+)
+def test_the_session_watch_tells_foreign_the_harness_and_children_apart(
+    monkeypatch, owner, foreign, children
+):
+    monkeypatch.setattr(procs, "tcp_inode", lambda local, remote: "42")
+    monkeypatch.setattr(procs, "socket_owner", lambda pids, inode: owner)
+    watch = database.SessionWatch(meter=None)  # not started: note() is called by hand
+
+    watch.note((7, "t"), 123.0, "psql", client_port=50_000, port=5432)
+
+    assert (watch.foreign, watch.children) == (foreign, children)
+    assert ((7, "t") in watch.mine) is (owner is not None)
