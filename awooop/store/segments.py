@@ -38,7 +38,9 @@ for _from, _to in [
 # Journal entries get the database's clock as recorded_at, in the order given. The tags an
 # attempt set (its entry's "tags", from ctx.tag) join the run's in the same assignment list,
 # so they are written by the statement that records the attempt, under the same fence; an
-# append that carries no tags leaves the column as it was (still a HOT update).
+# append that carries no tags leaves the column as it was (still a HOT update). Planned for
+# its parameters, the CASE folds away: a prepared statement that appends runs on its
+# generic plan (``generic_plan=True``), or it would be planned at every execution.
 JOURNAL_APPEND = (
     "saga_steps = saga_steps || (SELECT jsonb_agg(e || jsonb_build_object('recorded_at', now())"
     " ORDER BY n) FROM jsonb_array_elements(CAST(:entries AS jsonb)) WITH ORDINALITY AS x(e, n)),"
@@ -72,6 +74,7 @@ WHERE {FENCE}
 RETURNING control_state, saga_status, failure_code
 """,
     synchronous_commit=False,
+    generic_plan=True,
 )
 
 
@@ -139,6 +142,7 @@ WITH changed AS (
 ), history AS ({HISTORY})
 SELECT saga_status, failure_code, control_state FROM changed
 """,
+    generic_plan=True,
 )
 
 _TURN_BACK = text(

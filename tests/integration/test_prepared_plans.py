@@ -15,7 +15,9 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import event, exc, text
 
-from awooop.store import admission, prepared
+from awooop import db
+from awooop.engine import lease, runner
+from awooop.store import admission, leases, prepared
 from awooop.workflows import registry
 from tests.support import runs as test_runs
 
@@ -177,3 +179,45 @@ def test_behind_a_pooler_the_plain_statements_carry_the_discard(engine, monkeypa
         "SELECT CAST(%(x)s AS int) AS one",
         "DISCARD PLANS; SELECT CAST(%(x)s AS int) AS one",
     ]
+
+
+def test_the_hot_statements_are_not_planned_again_at_every_execution(
+    database_url, settings, project, monkeypatch
+):
+    """PostgreSQL plans a prepared statement's first five executions for their parameters,
+    then keeps its generic plan unless those custom plans looked cheaper: a statement whose
+    parameters fold part of it away (a ``CASE`` on one of them) would be planned again at
+    every ``EXECUTE``, and preparing it would save nothing. Run eight times each on one
+    connection, every prepared statement of admission, claims, step records, finishes and
+    lease renewals is planned for its parameters at most five times."""
+    monkeypatch.setattr(prepared, "_clock", lambda: 1000.0)  # no DISCARD PLANS meanwhile
+    project_id = project["project_id"]
+    engine = db.make_engine(database_url, pool_size=1, role=db.WORKER, settings=settings)
+    try:
+        with engine.connect() as conn:
+            for _ in range(8):
+                new = test_runs.new_run(project_id, registry.latest("noop-3"))
+                assert admission.admit(conn, new, max_active_runs=100).created
+                claim = leases.claim(conn, "w-plans", 60.0)
+                assert claim is not None and leases.renew(conn, claim, 60.0)
+                assert leases.release(conn, claim, 0.0, "test")
+        for run_id in [*test_runs.admit_many(engine, project_id, 8), *[None] * 8]:
+            assert runner.execute(engine, settings, run_id) == runner.Outcome.COMPLETED
+        with engine.connect() as conn:
+            rows = conn.exec_driver_sql("SELECT name, custom_plans FROM pg_prepared_statements")
+            custom = {name: n for name, n in rows}
+    finally:
+        lease.stop_keeper()
+        engine.dispose()
+
+    made = {
+        "awooop_admit",
+        "awooop_admit_within_quota",
+        "awooop_claim_by_id",
+        "awooop_claim_oldest",
+        "awooop_renew",
+        "awooop_record_step",
+        "awooop_finish",
+    }
+    assert set(custom) == made
+    assert {name for name, n in custom.items() if n > 5} == set()
