@@ -93,9 +93,9 @@ class PreparedStatement:
     ``generic_plan=True``: every ``EXECUTE`` runs on the statement's generic plan (``SET
     LOCAL plan_cache_mode``, in the same round trip). PostgreSQL plans the first five for
     their parameters, then keeps the generic plan only if it does not look dearer than
-    those: for a statement whose parameters fold a branch away (a ``CASE`` on one of them),
-    it always does, and the statement is planned again at every execution. For a step
-    record that cost about a third of its time on the server.
+    those. Where the parameters fold a branch away (a ``CASE`` on one of them), the generic
+    plan always looks dearer, and the statement is planned again at every execution: for a
+    step record, about a third of its round trip.
     """
 
     def __init__(
