@@ -324,6 +324,9 @@ class LeaseKeeper:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._announce = threading.Event()
+        # One beat at a time: the liveness thread's, or that of a hold() that finds the
+        # belief lapsed (the process stood still), which waits for one in flight.
+        self._beating = threading.Lock()
         self._liveness: threading.Thread | None = None
         self._supervisor: threading.Thread | None = None
 
@@ -416,16 +419,25 @@ class LeaseKeeper:
             self._announce.clear()
 
     def _announce_due(self, force: bool = False) -> None:
-        """Beat the liveness row of each worker id held so far, when due. A failed beat is
-        logged and retried at the next tick; the belief lasts from the start of the last
-        one that committed."""
-        now = self._clock()
-        if (
-            not force
-            and self._announced_at is not None
-            and now - self._announced_at < self._liveness_interval
-        ):
-            return
+        """Beat when due, or with ``force`` when the belief has lapsed — unless a beat that
+        was in flight restored it meanwhile: a process that stood still (SIGSTOP, a paused
+        VM) wakes with its liveness thread and a task both wanting a beat, and sends one."""
+        with self._beating:
+            now = self._clock()
+            if force:
+                if self.liveness.believed(now):
+                    return
+            elif (
+                self._announced_at is not None
+                and now - self._announced_at < self._liveness_interval
+            ):
+                return
+            self._beat(now)
+
+    def _beat(self, now: float) -> None:
+        """Beat the liveness row of each worker id held so far. A failed beat is logged and
+        retried at the next tick; the belief lasts from the start of the last one that
+        committed."""
         with self._lock:
             announced = list(self._announced.items())
         if not announced:

@@ -8,8 +8,9 @@ from __future__ import annotations
 import threading
 import time
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, event, text
 
+from awooop import db as db_module
 from awooop.engine import lease, sweeps
 from awooop.engine.watch import WorkerWatch
 from awooop.store import leases, reaper, workers
@@ -194,6 +195,92 @@ def test_a_keeper_whose_beat_returns_a_judgement_marks_its_leases_lost(engine, p
     finally:
         keeper.drop(held)
         keeper.close()
+
+
+def test_a_worker_woken_after_its_belief_lapsed_beats_once_on_one_connection(
+    database_url, project, monkeypatch
+):
+    # Given a keeper that has beaten once, whose process then stood still (SIGSTOP, a paused
+    # VM) for longer than its belief lasts; its liveness thread's beat is held in flight
+    engine = db_module.make_engine(database_url)
+    keeper_pool = db_module.keeper_engine(engine)
+    connects: list[object] = []
+    event.listen(keeper_pool, "connect", lambda *_: connects.append(1))
+    clock = Clock()
+    keeper = lease.LeaseKeeper(clock=clock, liveness_interval=5.0, dead_after=3.0, margin=1.0)
+    keeper._beating = beating = WatchedLock()
+    held = lease.Lease(
+        engine,
+        claim(engine, "frozen-worker", test_runs.admit(engine, project["project_id"])),
+        LONG_TTL,
+        30.0,
+        clock=clock,
+    )
+    real_beat, gate, counted = workers.beat, threading.Event(), threading.Lock()
+    beats: list[str] = []
+    in_flight = [0, 0]  # now, most at once
+
+    def gated_beat(conn, worker_id):
+        with counted:
+            beats.append(threading.current_thread().name)
+            in_flight[0] += 1
+            in_flight[1] = max(in_flight)
+        try:
+            if len(beats) > 1:
+                gate.wait(10)
+            return real_beat(conn, worker_id)
+        finally:
+            with counted:
+                in_flight[0] -= 1
+
+    monkeypatch.setattr(workers, "beat", gated_beat)
+    waking = threading.Thread(target=lambda: keeper.hold(held), name="task")
+    try:
+        keeper.hold(held)
+        until(lambda: keeper.liveness.believed() and len(beats) == 1, 5, "the first beat")
+        keeper.drop(held)
+        clock.now += 10.0
+        until(lambda: len(beats) == 2, 5, "the liveness thread's beat after the freeze")
+
+        # When a task claims a run now, its hold finding the belief lapsed
+        waking.start()
+        until(
+            lambda: "task" in beats or "task" in beating.waiting,
+            5,
+            "the task's hold to beat, or to wait for the beat in flight",
+        )
+        gate.set()
+        waking.join(10)
+    finally:
+        gate.set()
+        keeper.drop(held)
+        keeper.close()
+        engine.dispose()
+
+    # Then it waited for the beat in flight rather than sending its own: one beat at a time,
+    # none more than needed, one connection, and the run believed held
+    assert not waking.is_alive()
+    assert in_flight[1] == 1
+    assert beats == ["worker-liveness", "worker-liveness"]
+    assert len(connects) == 1
+    assert held.believed()
+
+
+class WatchedLock:
+    """A lock that says which threads wait for it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.waiting: set[str] = set()
+
+    def __enter__(self) -> None:
+        name = threading.current_thread().name
+        self.waiting.add(name)
+        self._lock.acquire()
+        self.waiting.discard(name)
+
+    def __exit__(self, *_: object) -> None:
+        self._lock.release()
 
 
 def test_a_failed_pass_or_another_server_makes_the_watch_start_afresh():
