@@ -195,7 +195,7 @@ def cpu_between(
     # by the time its interval is computed (it would count as other CPU otherwise).
     split = procs.split(a.machine, b.machine, a.ours | b.ours)
     out = {f"{n}_cpu_ms{suffix}": ms(n) for n in (side, "postgres", "redis", "rabbitmq")}
-    return out | {"other_cpu_pct": split["other"], "io_cpu_pct": split["io"]}
+    return out | procs.noise_figures(split)
 
 
 def hold_env() -> dict[str, str]:
@@ -473,14 +473,15 @@ def render_block(results: dict[str, Any]) -> str:
         "What one unit of work costs — a request admitted, a `noop-3` run executed (3 steps), "
         "a second of N held leases — in CPU milliseconds of each process (PostgreSQL's: its "
         "whole server) and in commits, with the share of all CPUs used meanwhile by other "
-        f"processes (other CPU) and by kernel threads (I/O CPU). How it is measured: {METHOD}.",
+        "processes (other CPU), by the hypervisor for other machines (steal) and by kernel "
+        f"threads (I/O CPU). How it is measured: {METHOD}.",
         "",
         f"**Admission**, per request: {k['runs']} requests after {k['warmup_requests']} "
         f"warm-up requests, {CONNECTIONS} keep-alive connections.",
         "",
         *table(
             "broker | req/s | web CPU ms | PostgreSQL CPU ms | Redis CPU ms | RabbitMQ CPU ms "
-            "| commits | other CPU | I/O CPU",
+            f"| commits | {report.NOISE_HEADER}",
             [
                 f"{r['broker']} | {r['req_per_s']:,.0f} | {cpu_cells(r, 'web')} | "
                 f"{r['commits_per_request']:.2f} | {report.noise_cells(r)}"
@@ -492,7 +493,7 @@ def render_block(results: dict[str, Any]) -> str:
         "",
         *table(
             "broker | worker processes | runs/s | worker CPU ms | PostgreSQL CPU ms | Redis CPU ms "
-            "| RabbitMQ CPU ms | commits | other CPU | I/O CPU",
+            f"| RabbitMQ CPU ms | commits | {report.NOISE_HEADER}",
             [
                 f"{r['broker']} | {r['worker_processes']} | {r['runs_per_s']:,.0f} | "
                 f"{cpu_cells(r, 'worker')} | {r['commits_per_run']:.2f} | {report.noise_cells(r)}"

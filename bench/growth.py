@@ -212,7 +212,7 @@ def render_block(results: dict[str, Any]) -> str:
         "",
         *table(
             "events | conns | req/s | vs 1 project | p50 ms | p99 ms | non-2xx | web CPU ms/req "
-            "| auth misses (model) | other CPU | I/O CPU",
+            f"| auth misses (model) | {report.NOISE_HEADER}",
             [
                 f"{r['label']} | {r['connections']} | {r['rps']:,.0f} | {fmt(r['ratio'], 2)} | "
                 f"{r['p50']:.1f} | {r['p99']:.1f} | {r['non_2xx']} | {r['web_cpu_ms']:.2f} | "
@@ -225,7 +225,7 @@ def render_block(results: dict[str, Any]) -> str:
         "",
         *table(
             "projects | event body | worker processes | runs | runs/s | vs 1 project | vs `-c 1` "
-            "| worker CPU ms/run | non-2xx | other CPU | I/O CPU",
+            f"| worker CPU ms/run | non-2xx | {report.NOISE_HEADER}",
             [
                 f"{r['projects']:,} | {size_text(r['body_bytes'])} | {r['concurrency']} | "
                 f"{r['runs']:,} | {fmt(r['per_s'], 0)} | {fmt(r['ratio'], 2)} | "

@@ -386,7 +386,7 @@ def render_markdown(
     )
     drains = table(
         "system | workflows | drain s | workflows/s | steps/s | commits / workflow | "
-        "of which admission | of which drain | worker CPU ms / workflow | other CPU | I/O CPU",
+        "of which admission | of which drain | worker CPU ms / workflow | " + report.NOISE_HEADER,
         [
             f"{LABELS[system]} | {n:,} | {r['seconds']:.2f} | {r['per_s']:,.0f} | "
             f"{r['per_s'] * STEPS:,.0f} | {r['commits_per_run']:.2f} | "

@@ -8,7 +8,8 @@ cutime + cstime`` from ``/proc/<pid>/stat`` (its children already reaped include
 process trees, PostgreSQL and Redis), the kernel's threads (children of ``kthreadd``, PID 2:
 the I/O of the durable commits, reported as "I/O CPU"), and the rest of the machine's busy
 time from ``/proc/stat`` ("other CPU": user-space processes outside the bench, what makes a
-measurement noisy).
+measurement noisy). On a virtual machine it also reads the time the hypervisor gave this
+machine's CPUs to others while they had work ("steal"): as noisy as other CPU.
 """
 
 from __future__ import annotations
@@ -107,14 +108,15 @@ def cpu_delta(before: dict[int, float], after: dict[int, float]) -> float:
     return sum(max(0.0, cpu - before.get(p, 0.0)) for p, cpu in after.items())
 
 
-def machine_cpu(root: str = "/proc") -> tuple[float, float]:
-    """Seconds of all CPUs so far (idle included) and of them busy (``/proc/stat``: user,
-    nice, system, irq and softirq; guest time is inside user, steal is not this machine's)."""
+def machine_cpu(root: str = "/proc") -> tuple[float, float, float]:
+    """Seconds of all CPUs so far (idle and steal included), of them busy (``/proc/stat``:
+    user, nice, system, irq and softirq; guest time is inside user) and of them stolen (the
+    hypervisor ran another machine while this one's CPUs had work)."""
     with open(f"{root}/stat") as f:
         ticks = [int(x) for x in f.readline().split()[1:]]
     user, nice, system, idle, iowait, irq, softirq, steal = (ticks + [0] * 8)[:8]
     total = user + nice + system + idle + iowait + irq + softirq + steal
-    return total / CLK_TCK, (user + nice + system + irq + softirq) / CLK_TCK
+    return total / CLK_TCK, (user + nice + system + irq + softirq) / CLK_TCK, steal / CLK_TCK
 
 
 # --- noise -----------------------------------------------------------------------------------
@@ -135,14 +137,16 @@ class Sample:
     stats: dict[int, Stat]
     total: float  # seconds of all CPUs
     busy: float  # of them not idle
+    steal: float = 0.0  # of them taken by the hypervisor
 
 
 def split(a: Sample, b: Sample, ours: set[int]) -> dict[str, float]:
     """Share of all CPUs (%) used between two samples by ``ours`` and ``io``, each process
-    judged as it is at the second sample (one that started meanwhile counts whole), and by
-    ``other``: the rest of the machine's busy time. Other CPU is not summed per process: a
-    process that reaps a child gains the child's whole life in ``cutime`` at once, and one
-    that came and went between the samples is never seen."""
+    judged as it is at the second sample (one that started meanwhile counts whole), by
+    ``other``: the rest of the machine's busy time, and taken by the hypervisor (``steal``).
+    Other CPU is not summed per process: a process that reaps a child gains the child's whole
+    life in ``cutime`` at once, and one that came and went between the samples is never
+    seen."""
     used = {"ours": 0.0, "io": 0.0}
     for pid, s in b.stats.items():
         before = a.stats.get(pid)
@@ -151,13 +155,15 @@ def split(a: Sample, b: Sample, ours: set[int]) -> dict[str, float]:
         if kind in used:
             used[kind] += max(0.0, s.cpu - base)
     used["other"] = max(0.0, (b.busy - a.busy) - used["ours"] - used["io"])
+    used["steal"] = max(0.0, b.steal - a.steal)
     span = max(b.total - a.total, 1e-9)
     return {k: v / span * 100 for k, v in used.items()}
 
 
 class Noise:
     """CPU of a phase beyond the bench: ``other_cpu_pct`` (user space outside the measured
-    trees and the servers) and ``io_cpu_pct`` (kernel threads)."""
+    trees and the servers), ``steal_cpu_pct`` (the hypervisor's) and ``io_cpu_pct`` (kernel
+    threads)."""
 
     def __init__(self, ours: Callable[[], list[int]], root: str = "/proc") -> None:
         self._ours, self._root = ours, root
@@ -170,11 +176,23 @@ class Noise:
         a = self.sample()
         yield
         shares = split(a, self.sample(), set(self._ours()) | {os.getpid()})
-        into["other_cpu_pct"], into["io_cpu_pct"] = shares["other"], shares["io"]
+        into |= noise_figures(shares)
+
+
+def noise_figures(shares: dict[str, float]) -> dict[str, float]:
+    """The noise figures a phase's results keep, from :func:`split`'s shares."""
+    return {
+        "other_cpu_pct": shares["other"],
+        "steal_cpu_pct": shares["steal"],
+        "io_cpu_pct": shares["io"],
+    }
 
 
 def noise_text(info: dict[str, Any]) -> str:
-    return f"other CPU {info['other_cpu_pct']:.0f}%, I/O CPU {info['io_cpu_pct']:.0f}%"
+    return (
+        f"other CPU {info['other_cpu_pct']:.0f}%, steal {info['steal_cpu_pct']:.0f}%, "
+        f"I/O CPU {info['io_cpu_pct']:.0f}%"
+    )
 
 
 # --- processes -----------------------------------------------------------------------------

@@ -313,9 +313,15 @@ def section(begin: str, end: str, title: str, written: str, body: Sequence[str])
 # --- figures ---------------------------------------------------------------------------------
 
 
+# The noise columns of a table (:func:`noise_cells` fills them).
+NOISE_HEADER = "other CPU | steal | I/O CPU"
+
+
 def noise_cells(r: dict[str, Any]) -> str:
-    """The "other CPU | I/O CPU" cells of a table row."""
-    return f"{r['other_cpu_pct']:.0f}% | {r['io_cpu_pct']:.0f}%"
+    """The noise cells of a table row (steal "n/a" in results measured before it was read)."""
+    steal = r.get("steal_cpu_pct")
+    stolen = "n/a" if steal is None else f"{steal:.0f}%"
+    return f"{r['other_cpu_pct']:.0f}% | {stolen} | {r['io_cpu_pct']:.0f}%"
 
 
 def fmt(value: Any, digits: int = 0) -> str:

@@ -1,8 +1,8 @@
 """How ``make bench`` turns interleaved pairs into a ratio a noisy machine cannot sway: a pair
-with more than OTHER_CPU_MAX_PCT other CPU in one of its phases, or (end to end) raw Celery
-rates either side of AwoooP's batch more than RAW_APART_MAX_PCT apart, is measured again, up
-to MAX_PAIRS pairs; the ratio is the median of PAIRS counted pairs, clean ones first, then
-noisy ones in the order measured, marked (bench/NOTES.md).
+with more than OTHER_CPU_MAX_PCT other CPU, or as much steal, in one of its phases, or (end to
+end) raw Celery rates either side of AwoooP's batch more than RAW_APART_MAX_PCT apart, is
+measured again, up to MAX_PAIRS pairs; the ratio is the median of PAIRS counted pairs, clean
+ones first, then noisy ones in the order measured, marked (bench/NOTES.md).
 """
 
 from __future__ import annotations
@@ -39,13 +39,18 @@ def apart_pct(a: float, b: float) -> float:
 
 
 def noise_reasons(
-    other_cpu_pct: Mapping[str, float], raw_rates: tuple[float, float] | None = None
+    phases: Mapping[str, Mapping[str, float]], raw_rates: tuple[float, float] | None = None
 ) -> list[str]:
-    """Why a pair is noisy: each phase (by name) above the other-CPU limit, and raw rates
-    either side of AwoooP's batch too far apart (compared as printed, whole percents)."""
+    """Why a pair is noisy: each phase (by name, its noise figures as
+    :class:`bench.procs.Noise` writes them) above the limit of other CPU or of steal, and raw
+    rates either side of AwoooP's batch too far apart (compared as printed, whole percents)."""
     reasons = [
-        f"other CPU {pct:.0f} % during {phase}"
-        for phase, pct in other_cpu_pct.items()
+        f"{what} {pct:.0f} % during {phase}"
+        for phase, figures in phases.items()
+        for what, pct in (
+            ("other CPU", figures["other_cpu_pct"]),
+            ("steal", figures.get("steal_cpu_pct", 0.0)),
+        )
         if round(pct) > OTHER_CPU_MAX_PCT
     ]
     if raw_rates is not None:

@@ -17,14 +17,17 @@ def write_proc(
     processes: dict[int, tuple[int, str, int]],
     busy_ticks: int | None = None,
     reaped: dict[int, int] | None = None,
+    steal_ticks: int = 0,
 ) -> None:
     """``/proc/stat`` with ``total_ticks`` of all CPUs, ``busy_ticks`` of them not idle (all
-    by default), and ``/proc/<pid>/stat`` for each pid: (parent pid, command, utime ticks),
-    with ``reaped[pid]`` ticks of its children that exited (cutime)."""
+    by default) and ``steal_ticks`` taken by the hypervisor, and ``/proc/<pid>/stat`` for each
+    pid: (parent pid, command, utime ticks), with ``reaped[pid]`` ticks of its children that
+    exited (cutime)."""
     root.mkdir(exist_ok=True)
-    busy = total_ticks if busy_ticks is None else busy_ticks
+    busy = total_ticks - steal_ticks if busy_ticks is None else busy_ticks
+    idle = total_ticks - busy - steal_ticks
     # user nice system idle iowait irq softirq steal guest guest_nice
-    (root / "stat").write_text(f"cpu  {busy} 0 0 {total_ticks - busy} 0 0 0 0 0 0\n")
+    (root / "stat").write_text(f"cpu  {busy} 0 0 {idle} 0 0 0 {steal_ticks} 0 0\n")
     for pid, (ppid, comm, ticks) in processes.items():
         (root / str(pid)).mkdir(exist_ok=True)
         children = (reaped or {}).get(pid, 0)
@@ -152,3 +155,20 @@ def test_capacity_counts_a_worker_stopped_after_its_phase_as_ours_not_other_cpu(
 
     # Then its CPU is the phase's own, not other CPU
     assert cpu["other_cpu_pct"] == 0
+
+
+def test_cpu_the_hypervisor_gave_to_other_machines_is_steal_not_other_cpu(tmp_path):
+    # Given a phase of 400 ticks of all CPUs: the bench busy for 200 of them, nothing else of
+    # this machine running, and 60 taken by the hypervisor while the bench had work
+    root = tmp_path / "proc"
+    write_proc(root, 0, {100: (1, "celery", 0)}, busy_ticks=0)
+    noise = procs.Noise(lambda: [100], root=str(root))
+    into: dict[str, float] = {}
+
+    with noise.measure(into):
+        write_proc(root, 400, {100: (1, "celery", 200)}, busy_ticks=200, steal_ticks=60)
+
+    # Then steal is 15 % of all CPUs, other CPU 0, and the log line says both
+    assert math.isclose(into["steal_cpu_pct"], 15.0)
+    assert into["other_cpu_pct"] == 0
+    assert procs.noise_text(into) == "other CPU 0%, steal 15%, I/O CPU 0%"

@@ -12,12 +12,30 @@ def pair(value: float, *reasons: str) -> verdicts.Pair:
     return verdicts.Pair({"e2e": value}, list(reasons))
 
 
-def test_a_pair_is_noisy_when_other_cpu_exceeds_five_percent_in_one_of_its_phases():
-    assert verdicts.noise_reasons({"raw": 4.6, "AwoooP": 5.0}) == []
+def noise(other: float, steal: float = 0.0) -> dict[str, float]:
+    return {"other_cpu_pct": other, "steal_cpu_pct": steal, "io_cpu_pct": 0.0}
 
-    [reason] = verdicts.noise_reasons({"raw": 1.0, "AwoooP": 7.2})
+
+def test_a_pair_is_noisy_when_other_cpu_exceeds_five_percent_in_one_of_its_phases():
+    assert verdicts.noise_reasons({"raw": noise(4.6), "AwoooP": noise(5.0)}) == []
+
+    [reason] = verdicts.noise_reasons({"raw": noise(1.0), "AwoooP": noise(7.2)})
 
     assert reason == "other CPU 7 % during AwoooP"
+
+
+def test_a_pair_is_noisy_when_the_hypervisor_stole_more_than_five_percent_in_one_phase():
+    assert verdicts.noise_reasons({"raw": noise(0.0, 5.4), "AwoooP": noise(2.0, 3.0)}) == []
+
+    [reason] = verdicts.noise_reasons({"raw": noise(0.0, 12.0), "AwoooP": noise(0.0, 1.0)})
+
+    assert reason == "steal 12 % during raw"
+
+
+def test_results_measured_before_steal_was_read_are_judged_on_other_cpu_alone():
+    old = {"other_cpu_pct": 1.0, "io_cpu_pct": 9.0}
+
+    assert verdicts.noise_reasons({"AwoooP": old}) == []
 
 
 def test_a_pair_is_noisy_when_its_raw_rates_are_more_than_twenty_percent_apart():
