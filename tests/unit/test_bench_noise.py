@@ -115,16 +115,23 @@ def test_an_outside_process_reaping_a_child_counts_only_what_the_machine_used(tm
     assert math.isclose(into["other_cpu_pct"], 10 / 400 * 100)
 
 
-def test_an_outside_process_that_started_and_exited_during_the_phase_is_other_cpu(tmp_path):
-    # Given a phase of 400 ticks, 100 of them used by a compiler that came and went between
-    # the two samples (never seen in /proc/<pid>)
+def bench_phase(tmp_path: Path, total_ticks: int, bench_ticks: int, **machine: int) -> dict:
+    """The noise figures of a phase of ``total_ticks`` of all CPUs in which the bench's one
+    process (pid 100) used ``bench_ticks``; ``machine``: the second ``/proc/stat``'s
+    ``busy_ticks`` and ``steal_ticks``."""
     root = tmp_path / "proc"
     write_proc(root, 0, {100: (1, "celery", 0)}, busy_ticks=0)
     noise = procs.Noise(lambda: [100], root=str(root))
     into: dict[str, float] = {}
-
     with noise.measure(into):
-        write_proc(root, 400, {100: (1, "celery", 20)}, busy_ticks=120)
+        write_proc(root, total_ticks, {100: (1, "celery", bench_ticks)}, **machine)
+    return into
+
+
+def test_an_outside_process_that_started_and_exited_during_the_phase_is_other_cpu(tmp_path):
+    # Given a phase of 400 ticks, 100 of them used by a compiler that came and went between
+    # the two samples (never seen in /proc/<pid>)
+    into = bench_phase(tmp_path, 400, bench_ticks=20, busy_ticks=120)
 
     assert math.isclose(into["other_cpu_pct"], 100 / 400 * 100)
 
@@ -160,13 +167,7 @@ def test_capacity_counts_a_worker_stopped_after_its_phase_as_ours_not_other_cpu(
 def test_cpu_the_hypervisor_gave_to_other_machines_is_steal_not_other_cpu(tmp_path):
     # Given a phase of 400 ticks of all CPUs: the bench busy for 200 of them, nothing else of
     # this machine running, and 60 taken by the hypervisor while the bench had work
-    root = tmp_path / "proc"
-    write_proc(root, 0, {100: (1, "celery", 0)}, busy_ticks=0)
-    noise = procs.Noise(lambda: [100], root=str(root))
-    into: dict[str, float] = {}
-
-    with noise.measure(into):
-        write_proc(root, 400, {100: (1, "celery", 200)}, busy_ticks=200, steal_ticks=60)
+    into = bench_phase(tmp_path, 400, bench_ticks=200, busy_ticks=200, steal_ticks=60)
 
     # Then steal is 15 % of all CPUs, other CPU 0, and the log line says both
     assert math.isclose(into["steal_cpu_pct"], 15.0)
