@@ -326,8 +326,9 @@ class Settings:
     )
     db_pool_size: int = _setting(
         5,
-        "Database connections each process keeps in its pool (a web process: at least one per "
-        "thread, `AWOOOP_WEB_THREADS`); as many again may be opened when all are busy.",
+        "Database connections each process keeps in its pool (a web process: one more per "
+        "thread, `AWOOOP_WEB_THREADS`, which the thread keeps for admission); as many again "
+        "may be opened when all are busy.",
     )
     db_statement_timeout_web_seconds: float = _setting(
         15.0,

@@ -160,15 +160,16 @@ _ENGINES_LOCK = threading.Lock()
 
 def role_pool_size(settings: Settings, role: str) -> int:
     """Connections a ``role`` process keeps pooled: the lease keeper's
-    ``AWOOOP_DB_KEEPER_POOL_SIZE``, else ``AWOOOP_DB_POOL_SIZE``, and in a web process at
-    least one per request thread. (A thread that finds every pooled connection busy opens
-    one more, which is closed when it comes back while the pool is full: with more threads
-    than pooled connections, a busy web process started a server process for a request
-    every few requests.)"""
+    ``AWOOOP_DB_KEEPER_POOL_SIZE``, else ``AWOOOP_DB_POOL_SIZE``, and in a web process one
+    more per request thread, which the thread keeps for its admissions
+    (:func:`thread_connection`). (A thread that finds every pooled connection busy opens
+    one more, which is closed when it comes back while the pool is full: with fewer pooled
+    connections than its threads use at once, a busy web process started a server process
+    for a request every few requests.)"""
     if role == KEEPER:
         return settings.db_keeper_pool_size
     if role == WEB:
-        return max(settings.db_pool_size, settings.web_threads)
+        return settings.db_pool_size + settings.web_threads
     return settings.db_pool_size
 
 
@@ -379,6 +380,57 @@ class HeldConnection:
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
+
+
+class _ThreadHeld:
+    """A thread's :class:`HeldConnection`, given back to its pool when the thread ends (its
+    local data is cleared) or when the thread asks for another engine's."""
+
+    __slots__ = ("held", "pid")
+    held: HeldConnection
+    pid: int
+
+    def __init__(self, held: HeldConnection) -> None:
+        self.held, self.pid = held, os.getpid()
+
+    def __del__(self) -> None:
+        if self.pid != os.getpid():
+            return  # a forked child's copy: the session is its parent's
+        with contextlib.suppress(Exception):  # also at interpreter exit
+            self.held.close()
+
+
+_thread_held = threading.local()
+
+
+def thread_connection(engine: Engine) -> HeldConnection:
+    """The calling thread's own connection of ``engine``, kept from one call to the next: a
+    web request thread's admission statement runs on it, as Django's persistent connections
+    keep one per thread. It is looked at before each use as a checkout would look at it, and
+    given back to the pool when a statement on it fails.
+
+    Under load, the pool's checkout and check-in around each request (a lock the request
+    threads contend for, and the checkout's bookkeeping) were about a tenth of a web
+    process's CPU per admission (bench/NOTES.md). The pool counts the connection as checked
+    out for as long as the thread keeps it, so a web process pools one per request thread
+    besides the others (:func:`role_pool_size`). Only for single autocommit statements,
+    like :class:`HeldConnection`."""
+    kept = getattr(_thread_held, "kept", None)
+    if kept is not None and kept.held.engine is engine:
+        return kept.held
+    if kept is not None:
+        kept.held.close()
+    kept = _thread_held.kept = _ThreadHeld(HeldConnection(engine))
+    return kept.held
+
+
+def release_thread_connection() -> None:
+    """Give the calling thread's kept connection (:func:`thread_connection`) back to its
+    pool now, e.g. before its engine is disposed."""
+    kept = getattr(_thread_held, "kept", None)
+    if kept is not None:
+        del _thread_held.kept
+        kept.held.close()
 
 
 def retry_on_disconnect(engine: Connects, statement: Callable[[Connection], T]) -> T:

@@ -170,6 +170,7 @@ def engine(database_url: str) -> Iterator[Engine]:
     from awooop.engine import lease
 
     lease.stop_keeper()
+    db.release_thread_connection()  # the test client's admissions ran on this thread
     engine.dispose()
 
 

@@ -174,8 +174,10 @@ def _admit_traced(project_id: str, channel: str, span: telemetry.Span) -> tuple[
     correlations = [_correlation(workflow, new.input) for new in new_runs]
     # A correlated event takes several statements: always a transaction.
     several = len(new_runs) > 1 or any(correlations)
+    # One statement runs on the request thread's own connection (no checkout per request).
+    connection = db.transaction(engine) if several else db.thread_connection(engine).connect()
     try:
-        with db.transaction(engine) if several else engine.connect() as conn:
+        with connection as conn:
             results = [
                 admission.admit(conn, new, quota, correlation)
                 for new, correlation in zip(new_runs, correlations, strict=True)
