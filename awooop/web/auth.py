@@ -16,9 +16,9 @@ from collections.abc import Callable
 from typing import cast
 
 from cachetools import TTLCache
-from sqlalchemy import Engine
 
 from awooop import metrics
+from awooop.db import Connects
 from awooop.models.project import PROJECT_ID_PATTERN
 from awooop.store import projects
 
@@ -40,10 +40,11 @@ class ProjectAuthCache:
         self._lock = threading.Lock()
 
     def load(
-        self, engine: Engine, project_id: str, channel: str, fresh: bool = False
+        self, connects: Connects, project_id: str, channel: str, fresh: bool = False
     ) -> projects.ProjectAuth | None:
         """The project's auth for ``channel``: the kept copy while it is young enough, unless
-        ``fresh`` (then read, and kept for the next requests)."""
+        ``fresh`` (then read on a connection of ``connects``, and kept for the next
+        requests)."""
         if not _PROJECT_ID.fullmatch(project_id):
             return None  # no project has this id (and PostgreSQL could not even compare it)
         key = (project_id, channel)
@@ -54,7 +55,7 @@ class ProjectAuthCache:
                 cached = self._cache.get(key, _MISSING)
                 if cached is not _MISSING:
                     return cast(projects.ProjectAuth | None, cached)
-        with engine.connect() as conn:
+        with connects.connect() as conn:
             auth = projects.load_auth(conn, project_id, channel)
         metrics.PROJECT_AUTH_LOADS.inc()
         if self._ttl > 0:

@@ -8,6 +8,7 @@ from typing import Any, cast
 from flask import current_app, request
 from sqlalchemy import Engine
 
+from awooop import db
 from awooop.channels.base import RawRequest
 from awooop.config import Settings
 from awooop.ratelimit import RateLimiter
@@ -45,7 +46,9 @@ def secret_box() -> SecretBox:
 
 def project_auth(project_id: str, channel: str, fresh: bool = False) -> ProjectAuth | None:
     cache: ProjectAuthCache = _ext()["auth_cache"]
-    return cache.load(engine(), project_id, channel, fresh)
+    # Read on the request thread's own connection, as admission's statement is: an admission
+    # takes nothing from the pool.
+    return cache.load(db.thread_connection(engine()), project_id, channel, fresh)
 
 
 def rate_limiter() -> RateLimiter:

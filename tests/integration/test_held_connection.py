@@ -4,12 +4,14 @@ two of them, or that failed a statement, is replaced, not used again."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import pytest
 from sqlalchemy import exc, text
 
 from awooop import db as awooop_db
+from awooop.web.app import create_app
 from tests.support import db, requests
 from tests.support.waiting import until
 
@@ -111,3 +113,16 @@ def test_an_admission_after_the_server_ended_the_threads_connection_is_admitted(
     assert kept_pid() != first
     assert db.count(engine, "awooop_run_state") == 2
     assert engine.pool.checkedout() == 1
+
+
+def test_admissions_take_no_connection_from_the_pool_besides_the_threads_own(
+    settings, engine, project
+):
+    # Every request reads the project's credentials (no cache) and admits: both statements
+    # run on the connection this thread keeps.
+    client = create_app(dataclasses.replace(settings, auth_cache_seconds=0), engine).test_client()
+    for update_id in (1, 2, 3):
+        path, headers, body = requests.telegram(project, update_id=update_id)
+        assert client.post(path, headers=headers, data=body).status_code == 202
+
+    assert (engine.pool.checkedout(), engine.pool.checkedin()) == (1, 0)
