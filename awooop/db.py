@@ -418,8 +418,7 @@ def thread_connection(engine: Engine) -> HeldConnection:
     kept = getattr(_thread_held, "kept", None)
     if kept is not None and kept.held.engine is engine:
         return kept.held
-    if kept is not None:
-        kept.held.close()
+    release_thread_connection()  # another engine's, if any
     kept = _thread_held.kept = _ThreadHeld(HeldConnection(engine))
     return kept.held
 
